@@ -1,0 +1,216 @@
+package gvisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// DefaultStateRoot is where job directories live unless the caller says
+// otherwise. It is under /run so a reboot clears it and so that the
+// sandbox's own /run (a fresh tmpfs) hides it.
+const DefaultStateRoot = "/run/airlock"
+
+// DefaultWorkspaceMount is where the workspace appears inside the sandbox.
+const DefaultWorkspaceMount = "/workspace"
+
+// DefaultMasks are host paths that hold secrets. Inside the sandbox each is
+// replaced by an empty, unreadable directory or file.
+var DefaultMasks = []string{
+	"/root", "/home",
+	"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
+	"/etc/sudoers", "/etc/sudoers.d",
+	"/etc/ssh", "/etc/airlock",
+	"/var/run/docker.sock", "/run/docker.sock", "/var/lib/docker",
+	"/run/secrets", "/var/run/secrets",
+	"/var/lib/airlock",
+}
+
+// Limits bound what a job may use. Zero means "no limit" for that item.
+type Limits struct {
+	// JobTimeout and StepTimeout are wall-clock limits.
+	JobTimeout  time.Duration `json:"jobTimeout"`
+	StepTimeout time.Duration `json:"stepTimeout"`
+	// Memory is the sandbox's memory limit in bytes (host cgroup).
+	Memory int64 `json:"memory"`
+	// Pids is the most processes and threads the workload may have.
+	Pids int `json:"pids"`
+	// CPUs is the CPU quota in cores (1.5 = one and a half cores).
+	CPUs float64 `json:"cpus"`
+	// Overlay is the size limit of the writable layer over the rootfs.
+	Overlay int64 `json:"overlay"`
+	// Tmp is the size limit of the scratch /tmp.
+	Tmp int64 `json:"tmp"`
+	// Output caps the bytes of stdout plus stderr captured per step.
+	Output int64 `json:"output"`
+}
+
+// DefaultLimits are modest limits that suit a typical CI job on a shared
+// runner and keep a hostile one from hurting the host.
+func DefaultLimits() Limits {
+	return Limits{
+		JobTimeout:  60 * time.Minute,
+		StepTimeout: 30 * time.Minute,
+		Memory:      4 << 30,
+		Pids:        1024,
+		CPUs:        0,
+		Overlay:     2 << 30,
+		Tmp:         2 << 30,
+		Output:      64 << 20,
+	}
+}
+
+// User is the identity the workload runs as inside the sandbox.
+type User struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+}
+
+// Config describes a job sandbox.
+type Config struct {
+	// ID names the job. Empty: a random one is chosen. Letters, digits,
+	// '-', '_' and '.', at most 64.
+	ID string
+	// StateRoot holds the job directory. Empty: DefaultStateRoot.
+	StateRoot string
+	// RootFS is a directory to use as the root filesystem (an unpacked
+	// image). Empty: the host's root, read-only.
+	RootFS string
+	// Workspace is the host directory mounted read-write in the sandbox.
+	Workspace string
+	// WorkspaceMount is where it appears. Empty: DefaultWorkspaceMount.
+	WorkspaceMount string
+	// ExtraMasks are masked in addition to DefaultMasks.
+	ExtraMasks []string
+	// User runs the workload. Nil: the workspace owner, see DefaultUser.
+	User *User
+	// Capabilities the workload keeps (e.g. "CAP_NET_BIND_SERVICE").
+	// Empty: none.
+	Capabilities []string
+	// Limits bound the job.
+	Limits Limits
+	// NetNS is the path of a network namespace to hand to the sandbox
+	// (its interfaces are taken over by gVisor's netstack). Empty: the
+	// sandbox has loopback only.
+	NetNS string
+	// RunscPath is the binary that contains runsc. Empty: /proc/self/exe.
+	RunscPath string
+	// Platform is the gVisor platform. Empty: systrap.
+	Platform string
+	// RunscFlags are extra global runsc flags (benchmarks and experiments).
+	RunscFlags []string
+}
+
+// Errors that callers map to distinct exit codes and messages.
+var (
+	ErrNotRoot      = errors.New("airlock must run as root: gVisor's runsc needs root to create sandboxes (try sudo)")
+	ErrNoSelfExe    = errors.New("/proc/self/exe is not available: mount /proc (airlock re-executes itself to run gVisor)")
+	ErrNoWorkspace  = errors.New("workspace not found")
+	ErrStartFailure = errors.New("sandbox failed to start")
+)
+
+// validID reports whether id is safe as a path element and runsc container id.
+func validID(id string) bool {
+	if id == "" || len(id) > 64 || id == "." || id == ".." {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// withDefaults fills empty fields and checks the config. It returns a copy.
+func (c Config) withDefaults() (Config, error) {
+	if c.ID == "" {
+		c.ID = newID()
+	}
+	if !validID(c.ID) {
+		return c, fmt.Errorf("job id %q: use 1-64 letters, digits, '-', '_' or '.'", c.ID)
+	}
+	if c.StateRoot == "" {
+		c.StateRoot = DefaultStateRoot
+	}
+	if c.WorkspaceMount == "" {
+		c.WorkspaceMount = DefaultWorkspaceMount
+	}
+	if !filepath.IsAbs(c.WorkspaceMount) || filepath.Clean(c.WorkspaceMount) == "/" {
+		return c, fmt.Errorf("workspace mount point %q: must be an absolute path other than /", c.WorkspaceMount)
+	}
+	c.WorkspaceMount = filepath.Clean(c.WorkspaceMount)
+	if c.Platform == "" {
+		c.Platform = "systrap"
+	}
+	if c.RunscPath == "" {
+		c.RunscPath = "/proc/self/exe"
+	}
+	if c.Workspace == "" {
+		return c, fmt.Errorf("%w: no workspace directory given", ErrNoWorkspace)
+	}
+	ws, err := filepath.Abs(c.Workspace)
+	if err != nil {
+		return c, fmt.Errorf("%w: %s: %v", ErrNoWorkspace, c.Workspace, err)
+	}
+	// Resolve symlinks once, here, so the mount source is a real directory
+	// and a later swap of the link cannot redirect the mount.
+	if ws, err = filepath.EvalSymlinks(ws); err != nil {
+		return c, fmt.Errorf("%w: %s does not exist; create it or pass --workspace DIR", ErrNoWorkspace, c.Workspace)
+	}
+	if fi, err := os.Stat(ws); err != nil || !fi.IsDir() {
+		return c, fmt.Errorf("%w: %s is not a directory", ErrNoWorkspace, c.Workspace)
+	}
+	c.Workspace = ws
+	if c.RootFS != "" {
+		fi, err := os.Stat(c.RootFS)
+		if err != nil || !fi.IsDir() {
+			return c, fmt.Errorf("rootfs %s: not a directory (give an unpacked image directory, or leave empty for the host root)", c.RootFS)
+		}
+		if c.RootFS, err = filepath.Abs(c.RootFS); err != nil {
+			return c, fmt.Errorf("rootfs %s: %w", c.RootFS, err)
+		}
+	}
+	if c.User == nil {
+		u, err := DefaultUser(c.Workspace)
+		if err != nil {
+			return c, err
+		}
+		c.User = &u
+	}
+	for _, m := range c.ExtraMasks {
+		if !filepath.IsAbs(m) {
+			return c, fmt.Errorf("mask %q: must be an absolute path", m)
+		}
+	}
+	for _, cp := range c.Capabilities {
+		if !strings.HasPrefix(cp, "CAP_") {
+			return c, fmt.Errorf("capability %q: use the CAP_ form, e.g. CAP_NET_BIND_SERVICE", cp)
+		}
+	}
+	return c, nil
+}
+
+// NonRootFallback is the identity used when the workspace is owned by root:
+// the conventional first non-system user.
+var nonRootFallback = User{UID: 1000, GID: 1000}
+
+// DefaultUser is the workspace owner, so that what the job writes belongs to
+// the same user on the host. A root-owned workspace would make the job
+// root: use uid/gid 1000 instead; such a workspace must then be writable by
+// that user (the caller may chown it, or pass an explicit user).
+func DefaultUser(workspace string) (User, error) {
+	fi, err := os.Stat(workspace)
+	if err != nil {
+		return User{}, fmt.Errorf("%w: %v", ErrNoWorkspace, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || st.Uid == 0 {
+		return nonRootFallback, nil
+	}
+	return User{UID: st.Uid, GID: st.Gid}, nil
+}

@@ -1,0 +1,360 @@
+package monitor
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+	pb "gvisor.dev/gvisor/pkg/sentry/seccheck/points/points_go_proto"
+)
+
+// Bounds on what one record keeps. They are deliberately generous for a CI
+// job (a large build execs a few thousand processes) and small enough that a
+// hostile workload cannot make airlock use more than a few MiB.
+const (
+	maxExecs       = 10000
+	maxConnects    = 10000
+	maxRecordBytes = 8 << 20
+	maxPathLen     = 4096
+	maxArgs        = 64
+	maxArgLen      = 1024
+	maxArgvBytes   = 8192
+)
+
+// Exec is one execve seen inside the sandbox.
+type Exec struct {
+	Time time.Time `json:"time"`
+	// PID and PPID are thread-group IDs in the sandbox's root PID namespace.
+	PID  int32  `json:"pid"`
+	PPID int32  `json:"ppid"`
+	UID  uint32 `json:"uid"`
+	// Binary is the resolved path of the executable inside the sandbox.
+	Binary string   `json:"binary"`
+	Argv   []string `json:"argv"`
+	// ArgvTruncated is set when argv was cut to fit the record's bounds.
+	ArgvTruncated bool `json:"argvTruncated,omitempty"`
+	// SHA256 is the hex digest of the executable, computed by the sentry.
+	SHA256 string `json:"sha256,omitempty"`
+	Exit   *Exit  `json:"exit,omitempty"`
+}
+
+// Exit is how a process that was exec'd ended.
+type Exit struct {
+	Time time.Time `json:"time"`
+	// Code is the exit code when the process exited normally.
+	Code int `json:"code"`
+	// Signal is the terminating signal number, 0 when it exited normally.
+	Signal int `json:"signal,omitempty"`
+}
+
+// Connect is one connect(2) attempt seen inside the sandbox.
+type Connect struct {
+	Time time.Time `json:"time"`
+	PID  int32     `json:"pid"`
+	// Family is inet, inet6, unix or the raw family number.
+	Family  string `json:"family"`
+	Address string `json:"address"`
+	Port    int    `json:"port,omitempty"`
+	// Result is "ok", "in progress" or the errno name (ECONNREFUSED, ...).
+	Result string `json:"result"`
+}
+
+// Snapshot is a copy of a record at one moment, safe to marshal.
+type Snapshot struct {
+	Execs    []Exec    `json:"execs"`
+	Connects []Connect `json:"connects"`
+	// DroppedExecs and DroppedConnects count events not kept because the
+	// record was full.
+	DroppedExecs    uint64 `json:"droppedExecs"`
+	DroppedConnects uint64 `json:"droppedConnects"`
+	// DroppedBySentry counts events the sentry could not deliver (our
+	// socket was full); Malformed counts packets that failed to decode.
+	DroppedBySentry uint64 `json:"droppedBySentry"`
+	Malformed       uint64 `json:"malformed"`
+	// ForkRefused counts clone/fork/vfork calls refused with EAGAIN: the
+	// process limit at work.
+	ForkRefused uint64 `json:"forkRefused"`
+}
+
+// Record accumulates events from one sandbox. It is safe for concurrent use.
+type Record struct {
+	mu          sync.Mutex
+	snap        Snapshot
+	bytes       int
+	running     map[int32]int // pid -> index of its latest exec in snap.Execs
+	lastDropped uint32
+}
+
+// NewRecord returns an empty record.
+func NewRecord() *Record {
+	return &Record{
+		running: make(map[int32]int),
+		snap:    Snapshot{Execs: []Exec{}, Connects: []Connect{}},
+	}
+}
+
+// Snapshot returns a deep-enough copy of the record: slices are copied, so
+// later events do not change what the caller holds.
+func (r *Record) Snapshot() Snapshot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.snap
+	s.Execs = make([]Exec, len(r.snap.Execs))
+	for i, e := range r.snap.Execs {
+		if e.Exit != nil {
+			x := *e.Exit
+			e.Exit = &x
+		}
+		s.Execs[i] = e
+	}
+	s.Connects = append([]Connect(nil), r.snap.Connects...)
+	if s.Connects == nil {
+		s.Connects = []Connect{}
+	}
+	return s
+}
+
+// ForkRefused returns how many fork-like calls were refused with EAGAIN so
+// far. Comparing it before and after a step tells whether the step hit the
+// process limit.
+func (r *Record) ForkRefused() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.snap.ForkRefused
+}
+
+func (r *Record) addMalformed() {
+	r.mu.Lock()
+	r.snap.Malformed++
+	r.mu.Unlock()
+}
+
+// noteSentryDropped folds the header's wrapping uint32 dropped counter into
+// a monotonic total.
+func (r *Record) noteSentryDropped(n uint32) {
+	r.mu.Lock()
+	r.snap.DroppedBySentry += uint64(n - r.lastDropped)
+	r.lastDropped = n
+	r.mu.Unlock()
+}
+
+// apply decodes one payload of the given type and adds it to the record.
+func (r *Record) apply(t pb.MessageType, payload []byte) error {
+	switch t {
+	case pb.MessageType_MESSAGE_SENTRY_EXEC:
+		var m pb.ExecveInfo
+		if err := proto.Unmarshal(payload, &m); err != nil {
+			return err
+		}
+		r.addExec(&m)
+	case pb.MessageType_MESSAGE_SENTRY_EXIT_NOTIFY_PARENT:
+		var m pb.ExitNotifyParentInfo
+		if err := proto.Unmarshal(payload, &m); err != nil {
+			return err
+		}
+		r.addExit(m.GetContextData(), m.GetExitStatus(), true)
+	case pb.MessageType_MESSAGE_SENTRY_TASK_EXIT:
+		var m pb.TaskExit
+		if err := proto.Unmarshal(payload, &m); err != nil {
+			return err
+		}
+		cd := m.GetContextData()
+		// Only the thread-group leader's exit says anything about the process.
+		if cd.GetThreadId() == cd.GetThreadGroupId() {
+			r.addExit(cd, m.GetExitStatus(), false)
+		}
+	case pb.MessageType_MESSAGE_SYSCALL_CONNECT:
+		var m pb.Connect
+		if err := proto.Unmarshal(payload, &m); err != nil {
+			return err
+		}
+		r.addConnect(&m)
+	case pb.MessageType_MESSAGE_SYSCALL_CLONE, pb.MessageType_MESSAGE_SYSCALL_FORK:
+		// Fork, vfork and clone all arrive as one of these two shapes; we
+		// only need the exit errno, which sits in the same field of both.
+		var m pb.Clone
+		if t == pb.MessageType_MESSAGE_SYSCALL_FORK {
+			var f pb.Fork
+			if err := proto.Unmarshal(payload, &f); err != nil {
+				return err
+			}
+			m.Exit = f.GetExit()
+		} else if err := proto.Unmarshal(payload, &m); err != nil {
+			return err
+		}
+		if m.GetExit().GetErrorno() == int64(unix.EAGAIN) {
+			r.mu.Lock()
+			r.snap.ForkRefused++
+			r.mu.Unlock()
+		}
+	case pb.MessageType_MESSAGE_CONTAINER_START:
+		// Carries the container's environment: deliberately not recorded.
+	default:
+		return fmt.Errorf("unexpected message type %d", t)
+	}
+	return nil
+}
+
+func eventTime(cd *pb.ContextData) time.Time {
+	if ns := cd.GetTimeNs(); ns > 0 {
+		return time.Unix(0, ns).UTC()
+	}
+	return time.Now().UTC()
+}
+
+func (r *Record) addExec(m *pb.ExecveInfo) {
+	cd := m.GetContextData()
+	e := Exec{
+		Time:   eventTime(cd),
+		PID:    cd.GetThreadGroupId(),
+		PPID:   cd.GetParentThreadGroupId(),
+		UID:    cd.GetCredentials().GetEffectiveUid(),
+		Binary: truncate(m.GetBinaryPath(), maxPathLen),
+	}
+	e.Argv, e.ArgvTruncated = boundArgv(m.GetArgv())
+	if h := m.GetBinarySha256(); len(h) == 32 {
+		e.SHA256 = hex.EncodeToString(h)
+	}
+	size := 128 + len(e.Binary) + len(e.SHA256)
+	for _, a := range e.Argv {
+		size += len(a) + 16
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.snap.Execs) >= maxExecs || r.bytes+size > maxRecordBytes {
+		r.snap.DroppedExecs++
+		delete(r.running, e.PID)
+		return
+	}
+	r.bytes += size
+	r.snap.Execs = append(r.snap.Execs, e)
+	r.running[e.PID] = len(r.snap.Execs) - 1
+}
+
+// addExit attaches an exit to the latest exec of the process. authoritative
+// exits (exit_notify_parent) overwrite; leader task exits only fill a gap.
+func (r *Record) addExit(cd *pb.ContextData, status int32, authoritative bool) {
+	pid := cd.GetThreadGroupId()
+	x := &Exit{Time: eventTime(cd)}
+	ws := unix.WaitStatus(uint32(status))
+	switch {
+	case ws.Exited():
+		x.Code = ws.ExitStatus()
+	case ws.Signaled():
+		x.Signal = int(ws.Signal())
+		x.Code = 128 + x.Signal
+	default:
+		x.Code = int(status)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i, ok := r.running[pid]
+	if !ok {
+		return
+	}
+	if r.snap.Execs[i].Exit == nil || authoritative {
+		r.snap.Execs[i].Exit = x
+	}
+	if authoritative {
+		delete(r.running, pid)
+	}
+}
+
+func (r *Record) addConnect(m *pb.Connect) {
+	cd := m.GetContextData()
+	c := Connect{Time: eventTime(cd), PID: cd.GetThreadGroupId()}
+	c.Family, c.Address, c.Port = parseSockaddr(m.GetAddress())
+	switch errno := m.GetExit().GetErrorno(); errno {
+	case 0:
+		c.Result = "ok"
+	case int64(unix.EINPROGRESS):
+		c.Result = "in progress"
+	default:
+		c.Result = unix.ErrnoName(unix.Errno(errno))
+		if c.Result == "" {
+			c.Result = fmt.Sprintf("errno %d", errno)
+		}
+	}
+	size := 96 + len(c.Address)
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.snap.Connects) >= maxConnects || r.bytes+size > maxRecordBytes {
+		r.snap.DroppedConnects++
+		return
+	}
+	r.bytes += size
+	r.snap.Connects = append(r.snap.Connects, c)
+}
+
+// parseSockaddr decodes a raw sockaddr as the workload passed it. Short or
+// odd input yields what could be read, never a panic.
+func parseSockaddr(b []byte) (family, addr string, port int) {
+	if len(b) < 2 {
+		return "unknown", "", 0
+	}
+	fam := binary.LittleEndian.Uint16(b[0:2])
+	switch fam {
+	case unix.AF_INET:
+		if len(b) < 8 {
+			return "inet", "", 0
+		}
+		ip := netip.AddrFrom4([4]byte(b[4:8]))
+		return "inet", ip.String(), int(binary.BigEndian.Uint16(b[2:4]))
+	case unix.AF_INET6:
+		if len(b) < 24 {
+			return "inet6", "", 0
+		}
+		ip := netip.AddrFrom16([16]byte(b[8:24]))
+		return "inet6", ip.String(), int(binary.BigEndian.Uint16(b[2:4]))
+	case unix.AF_UNIX:
+		path := b[2:]
+		for i, ch := range path {
+			if ch == 0 && i > 0 {
+				path = path[:i]
+				break
+			}
+		}
+		if len(path) > 0 && path[0] == 0 {
+			return "unix", "@" + truncate(string(path[1:]), maxPathLen), 0
+		}
+		return "unix", truncate(string(path), maxPathLen), 0
+	default:
+		return fmt.Sprintf("family %d", fam), "", 0
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// boundArgv keeps at most maxArgs arguments of at most maxArgLen bytes each
+// and maxArgvBytes in total.
+func boundArgv(argv []string) ([]string, bool) {
+	out := make([]string, 0, min(len(argv), maxArgs))
+	total, cut := 0, false
+	for i, a := range argv {
+		if i >= maxArgs || total >= maxArgvBytes {
+			cut = true
+			break
+		}
+		if len(a) > maxArgLen {
+			a, cut = a[:maxArgLen], true
+		}
+		if total+len(a) > maxArgvBytes {
+			a, cut = a[:maxArgvBytes-total], true
+		}
+		total += len(a)
+		out = append(out, a)
+	}
+	return out, cut
+}

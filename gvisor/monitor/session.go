@@ -1,0 +1,57 @@
+package monitor
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+)
+
+// PodInitConfig returns the contents of a runsc --pod-init-config file that
+// starts a trace session sending the points this package decodes to the
+// receiver's socket.
+func PodInitConfig(socketPath string) ([]byte, error) {
+	ctx := []string{"time", "thread_id", "group_id", "parent_thread_group_id", "credentials"}
+	type point struct {
+		Name           string   `json:"name"`
+		OptionalFields []string `json:"optional_fields,omitempty"`
+		ContextFields  []string `json:"context_fields,omitempty"`
+	}
+	cfg := map[string]any{
+		"trace_session": map[string]any{
+			"name": "Default",
+			"points": []point{
+				{Name: "sentry/execve", OptionalFields: []string{"binary_sha256"}, ContextFields: ctx},
+				{Name: "sentry/exit_notify_parent", ContextFields: ctx},
+				{Name: "sentry/task_exit", ContextFields: ctx},
+				{Name: "syscall/connect/exit", ContextFields: ctx},
+				{Name: "syscall/clone/exit"},
+				{Name: "syscall/fork/exit"},
+				{Name: "syscall/vfork/exit"},
+			},
+			"sinks": []map[string]any{{
+				"name": "remote",
+				// A few retries with short backoff: losing fewer events is
+				// worth a few microseconds in the sandbox when we are slow.
+				"config": map[string]any{
+					"endpoint":    socketPath,
+					"retries":     3,
+					"backoff":     "100us",
+					"backoff_max": "1ms",
+				},
+			}},
+		},
+	}
+	return json.MarshalIndent(cfg, "", "  ")
+}
+
+// WritePodInitConfig writes PodInitConfig(socketPath) to file with mode 0600.
+func WritePodInitConfig(file, socketPath string) error {
+	b, err := PodInitConfig(socketPath)
+	if err != nil {
+		return fmt.Errorf("encode pod init config: %w", err)
+	}
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		return fmt.Errorf("write pod init config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,81 @@
+package gvisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// Reaped describes one leftover job that Reap cleaned up.
+type Reaped struct {
+	ID        string `json:"id"`
+	Workspace string `json:"workspace"`
+	OwnerPID  int    `json:"ownerPid"`
+}
+
+// Reap removes the job directories under stateRoot whose owner is gone (its
+// lock is free): the sandbox, its processes, cgroups and state. Jobs of a
+// live airlock are left alone. It returns what it cleaned so the caller can
+// also tidy those workspaces.
+func Reap(ctx context.Context, stateRoot string) ([]Reaped, error) {
+	if stateRoot == "" {
+		stateRoot = DefaultStateRoot
+	}
+	jobs := filepath.Join(stateRoot, "jobs")
+	ents, err := os.ReadDir(jobs)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", jobs, err)
+	}
+	var out []Reaped
+	var errs []error
+	for _, e := range ents {
+		if !e.IsDir() || !validID(e.Name()) {
+			continue
+		}
+		dir := filepath.Join(jobs, e.Name())
+		r, ok, err := reapOne(ctx, dir, e.Name())
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ok {
+			out = append(out, r)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func reapOne(ctx context.Context, dir, id string) (Reaped, bool, error) {
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return Reaped{}, false, fmt.Errorf("open lock of %s: %w", dir, err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return Reaped{}, false, nil // a live airlock owns it
+	}
+	var own owner
+	if b, err := os.ReadFile(filepath.Join(dir, "owner.json")); err == nil {
+		json.Unmarshal(b, &own)
+	}
+	exe := own.RunscPath
+	if exe == "" {
+		exe = "/proc/self/exe"
+	}
+	r := runsc{exe: exe, global: []string{"--root=" + filepath.Join(dir, "runsc"), "--shared-root=" + sharedRoot, "--log=" + filepath.Join(dir, "runsc.log")}, logDir: dir}
+	if _, err := os.Stat(exe); err != nil {
+		r.exe = "/proc/self/exe"
+	}
+	err = destroyJob(ctx, r, id, dir, cgroups{dirs: own.Cgroups})
+	if rmErr := os.RemoveAll(dir); rmErr != nil {
+		err = errors.Join(err, fmt.Errorf("remove %s: %w", dir, rmErr))
+	}
+	return Reaped{ID: id, Workspace: own.Workspace, OwnerPID: own.PID}, true, err
+}

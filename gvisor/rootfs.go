@@ -1,0 +1,159 @@
+package gvisor
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// rootHelperArg0 is argv[0] of the helper that builds the root skeleton
+// and then becomes runsc create. See buildRootSkeleton.
+const rootHelperArg0 = "airlock-rootfs"
+
+// freshTopDirs are top-level directories gVisor mounts anew (proc, sysfs,
+// devices, tmpfs); the skeleton only needs empty directories for them.
+var freshTopDirs = map[string]bool{"proc": true, "sys": true, "dev": true, "tmp": true, "run": true}
+
+// Why a skeleton: runsc's gofer creates missing mount points (the
+// workspace, /.airlock/init) inside the rootfs directory on the host, and
+// with the host's "/" as rootfs it also loses every bind mount (it
+// self-binds "/" and then mounts beneath it). So the rootfs handed to runsc
+// is a small tmpfs at <job>/rootfs holding one read-only bind mount per
+// top-level entry of the real root, plus empty directories for the mount
+// points. All of this happens in a private mount namespace of the process
+// that then becomes runsc create: the sandbox and gofer inherit it, and the
+// kernel drops every one of these mounts when the last of them exits, even
+// after a SIGKILL of airlock. Nothing is mounted in the host's namespace
+// and nothing is created in the host's root.
+
+// rootHelper runs as argv[0] rootHelperArg0 in a fresh mount namespace (the
+// caller sets CLONE_NEWNS; Go makes "/" private first). args are
+// SRC DST MOUNTPOINT... -- RUNSC-ARGS..., where a mount point is a
+// directory relative to the root, or "file:" and a file.
+func rootHelper(args []string) int {
+	sep := -1
+	for i, a := range args {
+		if a == "--" {
+			sep = i
+			break
+		}
+	}
+	if sep < 2 {
+		fmt.Fprintln(os.Stderr, "airlock rootfs helper: usage: SRC DST [MKDIR...] -- RUNSC-ARGS...")
+		return 2
+	}
+	src, dst, dirs, runscArgs := args[0], args[1], args[2:sep], args[sep+1:]
+	if err := buildRootSkeleton(src, dst, dirs); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock: prepare root filesystem from %s: %v\n", src, err)
+		return 125
+	}
+	err := unix.Exec("/proc/self/exe", append([]string{"runsc"}, runscArgs...), []string{"PATH=" + defaultPath})
+	fmt.Fprintf(os.Stderr, "airlock: exec runsc: %v\n", err)
+	return 125
+}
+
+// buildRootSkeleton mounts a tmpfs at dst and binds every top-level entry
+// of src into it read-only, then creates the directories in dirs (mount
+// points, relative to the root).
+func buildRootSkeleton(src, dst string, dirs []string) error {
+	if err := unix.Mount("tmpfs", dst, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1048576"); err != nil {
+		return fmt.Errorf("mount skeleton tmpfs on %s: %w", dst, err)
+	}
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", src, err)
+	}
+	for _, e := range ents {
+		name := e.Name()
+		from, to := filepath.Join(src, name), filepath.Join(dst, name)
+		switch {
+		case freshTopDirs[name]:
+			err = os.Mkdir(to, 0o755)
+		case e.Type()&fs.ModeSymlink != 0:
+			var target string
+			if target, err = os.Readlink(from); err == nil {
+				err = os.Symlink(target, to)
+			}
+		case e.IsDir():
+			if err = os.Mkdir(to, 0o755); err == nil {
+				err = bindReadOnly(from, to)
+			}
+		default:
+			var f *os.File
+			if f, err = os.OpenFile(to, os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+				f.Close()
+				err = bindReadOnly(from, to)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("skeleton entry %s: %w", name, err)
+		}
+	}
+	for name := range freshTopDirs {
+		if err := os.MkdirAll(filepath.Join(dst, name), 0o755); err != nil {
+			return err
+		}
+	}
+	for _, d := range dirs {
+		file, isFile := strings.CutPrefix(d, "file:")
+		if isFile {
+			d = filepath.Dir(file)
+		}
+		if err := os.MkdirAll(filepath.Join(dst, d), 0o755); err != nil {
+			return fmt.Errorf("mount point %s: %w", d, err)
+		}
+		if isFile {
+			if err := os.WriteFile(filepath.Join(dst, file), nil, 0o644); err != nil {
+				return fmt.Errorf("mount point %s: %w", file, err)
+			}
+		}
+	}
+	// The skeleton itself is read-only too: the gofer has nothing to write.
+	return unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
+}
+
+func bindReadOnly(from, to string) error {
+	if err := unix.Mount(from, to, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", from, err)
+	}
+	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY)
+	if err := unix.Mount("", to, "", flags, ""); err != nil {
+		// A locked mount (inherited nosuid/nodev) needs those flags kept.
+		if err2 := unix.Mount("", to, "", flags|unix.MS_NOSUID|unix.MS_NODEV, ""); err2 != nil {
+			return fmt.Errorf("remount %s read-only: %w", to, err)
+		}
+	}
+	return nil
+}
+
+// checkMountPoint makes sure a mount destination can be set up without
+// writing to the real root: either it already exists there as a directory,
+// or its first component does not exist (so it is created in the
+// skeleton). It returns the directory to create in the skeleton, if any.
+func checkMountPoint(root, dest string) (string, error) {
+	rel := strings.TrimPrefix(filepath.Clean(dest), "/")
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return "", fmt.Errorf("open rootfs %s: %w", root, err)
+	}
+	defer r.Close()
+	if fi, err := r.Stat(rel); err == nil {
+		if !fi.IsDir() {
+			return "", fmt.Errorf("mount point %s exists in the rootfs but is not a directory", dest)
+		}
+		return "", nil
+	}
+	top, _, _ := strings.Cut(rel, "/")
+	if _, err := r.Lstat(top); errors.Is(err, fs.ErrNotExist) || freshTopDirs[top] {
+		if freshTopDirs[top] {
+			return "", fmt.Errorf("mount point %s: /%s is replaced inside the sandbox; choose another path such as /workspace", dest, top)
+		}
+		return rel, nil
+	}
+	return "", fmt.Errorf("mount point %s does not exist in the rootfs and would have to be created inside its /%s; choose a path that exists or whose first component does not (such as /workspace)", dest, top)
+}

@@ -1,0 +1,271 @@
+package gvisor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-ci/airlock/gvisor/monitor"
+)
+
+// Sandbox is one running job sandbox. Its methods are safe for concurrent
+// use, but steps run one at a time (Exec serialises them).
+type Sandbox struct {
+	cfg    Config
+	dir    string // job directory, owned by this Sandbox
+	runsc  runsc
+	lock   *os.File // flock held for the sandbox's lifetime
+	record *monitor.Record
+	recv   *monitor.Receiver
+	cg     cgroups
+	// mountPoints are created in the root skeleton (see rootfs.go).
+	mountPoints []string
+
+	execMu  sync.Mutex // one step at a time
+	execSeq int
+
+	mu      sync.Mutex
+	dead    string // why the sandbox stopped, once it has
+	destroy sync.Once
+	destErr error
+}
+
+// owner is written to the job directory so that Reap can clean up after an
+// airlock that died without destroying its sandbox.
+type owner struct {
+	ID        string    `json:"id"`
+	PID       int       `json:"pid"`
+	Created   time.Time `json:"created"`
+	Workspace string    `json:"workspace"`
+	RunscPath string    `json:"runscPath"`
+	Cgroups   []string  `json:"cgroups"`
+}
+
+func newID() string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err))
+	}
+	return "job-" + hex.EncodeToString(b[:])
+}
+
+// Create makes and starts the job sandbox. On any error everything created
+// so far is removed again.
+func Create(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
+	if os.Geteuid() != 0 {
+		return nil, ErrNotRoot
+	}
+	if _, err := os.Stat("/proc/self/exe"); err != nil {
+		return nil, ErrNoSelfExe
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("%w: locate own binary: %v", ErrNoSelfExe, err)
+	}
+	if c.RunscPath != "/proc/self/exe" {
+		exe = c.RunscPath
+	}
+	jobs := filepath.Join(c.StateRoot, "jobs")
+	if err := os.MkdirAll(jobs, 0o700); err != nil {
+		return nil, fmt.Errorf("create state directory %s: %w", jobs, err)
+	}
+	dir := filepath.Join(jobs, c.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create job directory %s (is job id %q already in use?): %w", dir, c.ID, err)
+	}
+	s := &Sandbox{cfg: c, dir: dir, runsc: newRunsc(c, dir), record: monitor.NewRecord()}
+	defer func() {
+		if err != nil && os.Getenv("AIRLOCK_KEEP_FAILED") == "" {
+			s.Destroy(context.Background())
+		}
+	}()
+	if s.lock, err = lockJobDir(dir); err != nil {
+		return nil, err
+	}
+	if err := s.prepare(exe); err != nil {
+		return nil, err
+	}
+	if err := s.start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// lockJobDir takes the job directory's lock. The kernel drops it when the
+// process dies however it dies, which is how Reap tells live jobs from
+// leftovers.
+func lockJobDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("create job lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock job directory %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// prepare writes the bundle, the pod init config and owner file and starts
+// the monitoring receiver.
+func (s *Sandbox) prepare(exe string) error {
+	for _, d := range []string{"bundle", "runsc", "overlay", "rootfs"} {
+		if err := os.Mkdir(filepath.Join(s.dir, d), 0o700); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	empty := filepath.Join(s.dir, "empty")
+	if err := os.WriteFile(empty, nil, 0); err != nil {
+		return fmt.Errorf("create mask file: %w", err)
+	}
+	ws, err := checkMountPoint(rootSource(s.cfg), s.cfg.WorkspaceMount)
+	if err != nil {
+		return err
+	}
+	s.mountPoints = []string{"file:" + initPath[1:]}
+	if ws != "" {
+		s.mountPoints = append(s.mountPoints, ws)
+	}
+	spec, err := buildSpec(s.cfg, filepath.Join(s.dir, "rootfs"), exe, empty)
+	if err != nil {
+		return err
+	}
+	if err := writeJSON(filepath.Join(s.dir, "bundle", "config.json"), spec); err != nil {
+		return err
+	}
+	s.cg = cgroupsFor("airlock-" + s.cfg.ID)
+	own := owner{ID: s.cfg.ID, PID: os.Getpid(), Created: time.Now().UTC(), Workspace: s.cfg.Workspace, RunscPath: s.cfg.RunscPath, Cgroups: s.cg.dirs}
+	if err := writeJSON(filepath.Join(s.dir, "owner.json"), own); err != nil {
+		return err
+	}
+	sock := filepath.Join(s.dir, "monitor.sock")
+	if s.recv, err = monitor.Listen(sock, s.record); err != nil {
+		return err
+	}
+	return monitor.WritePodInitConfig(filepath.Join(s.dir, "pod-init.json"), sock)
+}
+
+// start runs runsc create and start. The container's init is our own
+// binary in helper mode; steps are exec'd next to it.
+func (s *Sandbox) start(ctx context.Context) error {
+	errFile, err := os.Create(filepath.Join(s.dir, "create.err"))
+	if err != nil {
+		return fmt.Errorf("create log file: %w", err)
+	}
+	defer errFile.Close()
+	// The init's stdio is inherited from runsc create; a file (not a pipe)
+	// keeps Wait from blocking on a sandbox that holds it open.
+	cmd := s.runsc.command(ctx, "create", "--bundle="+filepath.Join(s.dir, "bundle"), s.cfg.ID)
+	// runsc create runs behind the rootfs helper, in a mount namespace of
+	// its own that the sandbox inherits (see rootfs.go).
+	helper := append([]string{rootHelperArg0, rootSource(s.cfg), filepath.Join(s.dir, "rootfs")}, s.mountPoints...)
+	cmd.Args = append(append(helper, "--"), cmd.Args[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	cmd.Stdout, cmd.Stderr = errFile, errFile
+	if err := cmd.Run(); err != nil {
+		out, _ := os.ReadFile(errFile.Name())
+		return fmt.Errorf("%w: runsc create: %v: %s %s", ErrStartFailure, err, lastLines(string(out), 5), s.runsc.logTail())
+	}
+	if err := s.runsc.run(ctx, "start", s.cfg.ID); err != nil {
+		return fmt.Errorf("%w: %v", ErrStartFailure, err)
+	}
+	return nil
+}
+
+// ID is the job id.
+func (s *Sandbox) ID() string { return s.cfg.ID }
+
+// Dir is the job's private state directory on the host.
+func (s *Sandbox) Dir() string { return s.dir }
+
+// Config is the effective configuration (defaults filled in).
+func (s *Sandbox) Config() Config { return s.cfg }
+
+// Record returns the process record so far.
+func (s *Sandbox) Record() monitor.Snapshot { return s.record.Snapshot() }
+
+// Dead returns why the sandbox stopped running, or "" while it runs.
+func (s *Sandbox) Dead() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dead
+}
+
+func (s *Sandbox) markDead(why string) {
+	s.mu.Lock()
+	if s.dead == "" {
+		s.dead = why
+	}
+	s.mu.Unlock()
+}
+
+// Destroy stops the sandbox and removes everything the job created on the
+// host. It is idempotent; later calls return the first call's error.
+func (s *Sandbox) Destroy(ctx context.Context) error {
+	s.destroy.Do(func() {
+		s.markDead("destroyed")
+		s.destErr = destroyJob(ctx, s.runsc, s.cfg.ID, s.dir, s.cg)
+		if s.recv != nil {
+			s.recv.Close()
+		}
+		if err := os.RemoveAll(s.dir); err != nil && s.destErr == nil {
+			s.destErr = fmt.Errorf("remove job directory: %w", err)
+		}
+		if s.lock != nil {
+			s.lock.Close()
+		}
+	})
+	return s.destErr
+}
+
+// destroyJob kills the sandbox, deletes its runsc state, kills any process
+// still naming the job directory and removes its cgroups. Shared by Destroy
+// and Reap, so a crashed airlock's leftovers get exactly the same cleanup.
+func destroyJob(ctx context.Context, r runsc, id, dir string, cg cgroups) error {
+	// Bounded: a wedged runsc must not keep airlock from finishing.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	var errs []error
+	if _, err := os.Stat(filepath.Join(dir, "runsc")); err == nil {
+		if err := r.run(ctx, "delete", "--force", id); err != nil && !isNotExist(err) {
+			errs = append(errs, err)
+		}
+	}
+	killProcessesUsing(dir)
+	if err := cg.remove(); err != nil {
+		errs = append(errs, err)
+	}
+	unmountUnder(dir)
+	return errors.Join(errs...)
+}
+
+func isNotExist(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "does not exist") || strings.Contains(s, "not found")
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", filepath.Base(path), err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

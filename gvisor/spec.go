@@ -1,0 +1,178 @@
+package gvisor
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// initPath is where the airlock binary is mounted inside the sandbox to
+// serve as the container's init (see Dispatch).
+const initPath = "/.airlock/init"
+
+// defaultPath is PATH inside the sandbox when the caller does not set one.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// writableOpts are the options of every writable mount: no set-id
+// execution and no device nodes, whatever the workload writes there.
+var writableOpts = []string{"nosuid", "nodev"}
+
+// rootSource is the directory the sandbox's root shows: the image
+// directory, or the host's root.
+func rootSource(c Config) string {
+	if c.RootFS != "" {
+		return c.RootFS
+	}
+	return "/"
+}
+
+// buildSpec returns the OCI spec of the job's sandbox. skeleton is the
+// root directory runsc gets (see buildRootSkeleton); exe is the host path
+// of the binary that serves as init; emptyFile is an empty, mode-0 host
+// file used to mask files.
+func buildSpec(c Config, skeleton, exe, emptyFile string) (*specs.Spec, error) {
+	root := rootSource(c)
+	rl := rlimits(c.Limits)
+	spec := &specs.Spec{
+		Version:  specs.Version,
+		Root:     &specs.Root{Path: skeleton, Readonly: true},
+		Hostname: "airlock",
+		Process: &specs.Process{
+			Args:            []string{initPath},
+			Env:             []string{"PATH=" + defaultPath},
+			Cwd:             "/",
+			User:            specs.User{UID: c.User.UID, GID: c.User.GID},
+			Capabilities:    capabilities(c.Capabilities),
+			NoNewPrivileges: true,
+			Rlimits:         rl,
+		},
+		Mounts: baseMounts(c),
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace},
+				{Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace},
+				{Type: specs.NetworkNamespace, Path: c.NetNS},
+			},
+			// Relative: nested under airlock's own cgroup, so a runner
+			// host's limits on airlock also bound its sandboxes.
+			CgroupsPath: "airlock-" + c.ID,
+			Resources:   resources(c.Limits),
+		},
+	}
+	spec.Mounts = append(spec.Mounts, specs.Mount{
+		Destination: initPath, Type: "bind", Source: exe,
+		Options: []string{"bind", "ro", "nosuid", "nodev"},
+	})
+	masks, err := maskMounts(root, append(append([]string{}, DefaultMasks...), c.ExtraMasks...), emptyFile)
+	if err != nil {
+		return nil, err
+	}
+	spec.Mounts = append(spec.Mounts, masks...)
+	return spec, nil
+}
+
+func baseMounts(c Config) []specs.Mount {
+	tmpOpts := append([]string{"mode=1777"}, writableOpts...)
+	if c.Limits.Tmp > 0 {
+		tmpOpts = append(tmpOpts, "size="+strconv.FormatInt(c.Limits.Tmp, 10))
+	}
+	return []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc"},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs"},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: tmpOpts},
+		// A fresh /run hides the host's sockets, secrets and airlock's
+		// own state directory in one go.
+		{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: append([]string{"mode=755", "size=16777216"}, writableOpts...)},
+		{Destination: c.WorkspaceMount, Type: "bind", Source: c.Workspace, Options: append([]string{"bind", "rw"}, writableOpts...)},
+	}
+}
+
+// maskMounts replaces each existing path with an empty, unreadable
+// directory (tmpfs, mode 0) or file (the empty host file, read-only).
+// Paths are looked up inside root without following symlinks out of it; a
+// path that is itself a symlink is skipped (its target, if secret, is in the
+// list itself or lies under the fresh /run).
+func maskMounts(root string, paths []string, emptyFile string) ([]specs.Mount, error) {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, fmt.Errorf("open rootfs %s: %w", root, err)
+	}
+	defer r.Close()
+	seen := map[string]bool{}
+	var out []specs.Mount
+	for _, p := range paths {
+		p = filepath.Clean(p)
+		if seen[p] || p == "/" {
+			continue
+		}
+		seen[p] = true
+		fi, err := r.Lstat(strings.TrimPrefix(p, "/"))
+		switch {
+		case errors.Is(err, fs.ErrNotExist), err != nil && strings.Contains(err.Error(), "path escapes"):
+			continue
+		case err != nil:
+			// Unreadable by root or a broken component: still mask, as a
+			// directory, rather than risk exposing it.
+			out = append(out, maskDir(p))
+		case fi.Mode()&fs.ModeSymlink != 0:
+			continue
+		case fi.IsDir():
+			out = append(out, maskDir(p))
+		default:
+			out = append(out, specs.Mount{Destination: p, Type: "bind", Source: emptyFile, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+		}
+	}
+	return out, nil
+}
+
+func maskDir(p string) specs.Mount {
+	return specs.Mount{Destination: p, Type: "tmpfs", Source: "tmpfs", Options: []string{"mode=000", "size=4096", "ro", "nosuid", "nodev", "noexec"}}
+}
+
+func capabilities(caps []string) *specs.LinuxCapabilities {
+	c := append([]string{}, caps...)
+	return &specs.LinuxCapabilities{Bounding: c, Effective: c, Permitted: c, Inheritable: []string{}, Ambient: c}
+}
+
+// rlimits puts the process limit inside the sandbox: gVisor enforces
+// RLIMIT_NPROC per uid for tasks without CAP_SYS_ADMIN/CAP_SYS_RESOURCE.
+func rlimits(l Limits) []specs.POSIXRlimit {
+	rl := []specs.POSIXRlimit{
+		{Type: "RLIMIT_NOFILE", Hard: 65536, Soft: 65536},
+		{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
+	}
+	if l.Pids > 0 {
+		rl = append(rl, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: uint64(l.Pids), Soft: uint64(l.Pids)})
+	}
+	return rl
+}
+
+// resources are the host cgroup limits of the whole sandbox.
+func resources(l Limits) *specs.LinuxResources {
+	r := &specs.LinuxResources{}
+	if l.Memory > 0 {
+		m := l.Memory
+		r.Memory = &specs.LinuxMemory{Limit: &m, Swap: &m}
+	}
+	if l.CPUs > 0 {
+		period := uint64(100000)
+		quota := int64(l.CPUs * float64(period))
+		r.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
+	}
+	if l.Pids > 0 {
+		// A host-side backstop only: the sentry, gofer and the systrap stub
+		// processes (about one per guest process) live in this cgroup. The
+		// guest limit is RLIMIT_NPROC, which fails fork with EAGAIN cleanly.
+		r.Pids = &specs.LinuxPids{Limit: int64(l.Pids)*2 + 512}
+	}
+	return r
+}
