@@ -33,8 +33,8 @@ var DefaultMasks = []string{
 // Limits bound what a job may use. Zero means "no limit" for that item.
 type Limits struct {
 	// JobTimeout and StepTimeout are wall-clock limits.
-	JobTimeout  time.Duration `json:"jobTimeout"`
-	StepTimeout time.Duration `json:"stepTimeout"`
+	JobTimeout  time.Duration `json:"jobTimeoutNs"`
+	StepTimeout time.Duration `json:"stepTimeoutNs"`
 	// Memory is the sandbox's memory limit in bytes (host cgroup).
 	Memory int64 `json:"memory"`
 	// Pids is the most processes and threads the workload may have.

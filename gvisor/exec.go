@@ -203,8 +203,12 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 		// The process never started: this is runsc's failure, not the step's.
 		return res, fmt.Errorf("runsc exec in sandbox %s failed (exit %d): %s", s.cfg.ID, res.ExitCode, s.runsc.logTail())
 	}
-	if limit == "" {
-		limit = s.detectLimit(ctx, res.ExitCode, forkBefore, oomBefore)
+	// A fork bomb or a memory bomb often ends by the timeout; the limit
+	// it ran into is the more useful report.
+	if detected := s.detectLimit(ctx, res.ExitCode, forkBefore, oomBefore); limit == "" || detected == LimitPids || detected == LimitOOM {
+		if detected != "" || limit == "" {
+			limit = detected
+		}
 	}
 	if limit == LimitTimeout && ctx.Err() != nil && stepCtx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// Cancelled (SIGINT/SIGTERM), not timed out.

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/airlock-ci/airlock/gvisor"
+)
+
+// Exit codes of airlock's own failures. A failing step exits with its own
+// code instead; these are chosen from sysexits.h to be told apart from the
+// usual step codes (1, 2, 126, 127, 128+N).
+const (
+	exitOK          = 0
+	exitUsage       = 64  // bad flags, arguments or steps file
+	exitNoInput     = 66  // the workspace or another input does not exist
+	exitUnavailable = 69  // the sandbox could not be started on this host
+	exitInternal    = 70  // an airlock bug or an unexpected host failure
+	exitNoPerm      = 77  // not root
+	exitInterrupted = 130 // SIGINT or SIGTERM: the job was cancelled
+)
+
+// usageError marks errors that are the caller's input.
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// exitCodeFor maps an error to an exit code and prints it as one sentence.
+func exitCodeFor(err error, stderr io.Writer) int {
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "airlock: %v\n", err)
+	var u usageError
+	switch {
+	case errors.As(err, &u):
+		return exitUsage
+	case errors.Is(err, gvisor.ErrNotRoot):
+		return exitNoPerm
+	case errors.Is(err, gvisor.ErrNoWorkspace):
+		return exitNoInput
+	case errors.Is(err, gvisor.ErrNoSelfExe), errors.Is(err, gvisor.ErrStartFailure):
+		return exitUnavailable
+	}
+	return exitInternal
+}
