@@ -205,10 +205,11 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 	}
 	// A fork bomb or a memory bomb often ends by the timeout; the limit
 	// it ran into is the more useful report.
-	if detected := s.detectLimit(ctx, res.ExitCode, forkBefore, oomBefore); limit == "" || detected == LimitPids || detected == LimitOOM {
-		if detected != "" || limit == "" {
-			limit = detected
-		}
+	switch detected := s.detectLimit(ctx, res.ExitCode, forkBefore, oomBefore); {
+	case detected == LimitPids, detected == LimitOOM:
+		limit = detected
+	case limit == "":
+		limit = detected
 	}
 	if limit == LimitTimeout && ctx.Err() != nil && stepCtx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// Cancelled (SIGINT/SIGTERM), not timed out.

@@ -3,37 +3,74 @@ package gvisor
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
 
+// testStateBase holds the state roots of all sandboxes these tests create,
+// so the leftover check at the end can attribute what it finds.
+const testStateBase = "/run/airlock-test"
+
 func TestMain(m *testing.M) {
 	Dispatch()
-	os.Exit(m.Run())
+	if os.Getenv(helperEnv) != "" {
+		os.Exit(runHelper())
+	}
+	code := m.Run()
+	if os.Geteuid() == 0 {
+		if left := leftovers(testStateBase); left != "" {
+			fmt.Fprintf(os.Stderr, "FAIL: the tests left resources behind:\n%s", left)
+			code = 1
+		}
+	}
+	os.RemoveAll(testStateBase)
+	os.Exit(code)
 }
 
-// newTestSandbox starts a sandbox over a fresh workspace owned by uid 1000
-// and destroys it when the test ends.
-func newTestSandbox(t *testing.T, mutate func(*Config)) *Sandbox {
+// requireRoot skips tests that need real sandboxes when not root.
+func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("sandbox tests need root")
+		t.Skip("sandbox tests need root (runsc needs root)")
 	}
+}
+
+// newWorkspace returns a fresh directory owned by uid/gid 1000.
+func newWorkspace(t *testing.T) string {
+	t.Helper()
 	ws := t.TempDir()
 	if err := os.Chown(ws, 1000, 1000); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{
-		Workspace: ws,
-		StateRoot: testStateRoot(t),
-		Limits:    DefaultLimits(),
-	}
+	return ws
+}
+
+// testConfig is a config over a fresh workspace and a per-test state root.
+func testConfig(t *testing.T) Config {
+	t.Helper()
+	requireRoot(t)
+	cfg := Config{Workspace: newWorkspace(t), StateRoot: testStateRoot(t), Limits: DefaultLimits()}
 	cfg.Limits.StepTimeout = 2 * time.Minute
+	cfg.Limits.Memory = 1 << 30
+	return cfg
+}
+
+// newTestSandbox starts a sandbox and destroys it when the test ends.
+func newTestSandbox(t *testing.T, mutate func(*Config)) *Sandbox {
+	t.Helper()
+	cfg := testConfig(t)
 	if mutate != nil {
 		mutate(&cfg)
 	}
+	return startSandbox(t, cfg)
+}
+
+func startSandbox(t *testing.T, cfg Config) *Sandbox {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sb, err := Create(ctx, cfg)
@@ -41,7 +78,6 @@ func newTestSandbox(t *testing.T, mutate func(*Config)) *Sandbox {
 		t.Fatalf("create sandbox: %v", err)
 	}
 	t.Cleanup(func() {
-		if os.Getenv("AIRLOCK_KEEP") != "" { return }
 		if err := sb.Destroy(context.Background()); err != nil {
 			t.Errorf("destroy: %v", err)
 		}
@@ -49,13 +85,11 @@ func newTestSandbox(t *testing.T, mutate func(*Config)) *Sandbox {
 	return sb
 }
 
-// testStateRoot is a per-test state root, so leftovers are attributable.
 func testStateRoot(t *testing.T) string {
-	dir := filepath.Join("/run/airlock-test", filepath.Base(t.TempDir()))
+	dir := filepath.Join(testStateBase, strings.NewReplacer("/", "_").Replace(t.Name()))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { if !t.Failed() { os.RemoveAll(dir) } })
 	return dir
 }
 
@@ -74,9 +108,33 @@ func sh(t *testing.T, sb *Sandbox, script string, mutate ...func(*Step)) (string
 	return out.String(), errb.String(), res
 }
 
-func TestSmoke(t *testing.T) {
-	sb := newTestSandbox(t, nil)
-	out, errOut, res := sh(t, sb, "echo hello; id; env | sort; ls -la /workspace; cat /proc/self/status | grep -i cap")
-	t.Logf("out=%s err=%s res=%+v", out, errOut, res)
-	t.Logf("record=%+v", sb.Record())
+// leftovers lists runsc processes, mounts and cgroups that belong to
+// sandboxes under base (or that name airlock at all, for mounts).
+func leftovers(base string) string {
+	var b strings.Builder
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(cmdline, []byte(base+"/")) {
+			fmt.Fprintf(&b, "- process %s: %s\n", e.Name(), bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
+		}
+	}
+	if mounts, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(mounts), "\n") {
+			if strings.Contains(line, base) || (strings.Contains(line, "airlock") && !strings.Contains(line, "null-netns")) {
+				fmt.Fprintf(&b, "- mount: %s\n", line)
+			}
+		}
+	}
+	for _, d := range cgroupsFor("x").dirs {
+		matches, _ := filepath.Glob(filepath.Join(filepath.Dir(d), "airlock-*"))
+		for _, m := range matches {
+			fmt.Fprintf(&b, "- cgroup: %s\n", m)
+		}
+	}
+	jobs, _ := filepath.Glob(filepath.Join(base, "*", "jobs", "*"))
+	for _, j := range jobs {
+		fmt.Fprintf(&b, "- job directory: %s\n", j)
+	}
+	return b.String()
 }

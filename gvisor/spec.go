@@ -40,8 +40,11 @@ func buildSpec(c Config, skeleton, exe, emptyFile string) (*specs.Spec, error) {
 	root := rootSource(c)
 	rl := rlimits(c.Limits)
 	spec := &specs.Spec{
-		Version:  specs.Version,
-		Root:     &specs.Root{Path: skeleton, Readonly: true},
+		Version: specs.Version,
+		// Not Readonly: that would make runsc skip the overlay. The host
+		// side is read-only anyway (the skeleton's binds, and the gofer
+		// remounts an overlaid root read-only); writes land in the overlay.
+		Root:     &specs.Root{Path: skeleton},
 		Hostname: "airlock",
 		Process: &specs.Process{
 			Args:            []string{initPath},

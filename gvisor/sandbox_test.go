@@ -1,0 +1,327 @@
+package gvisor
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var asRoot = func(c *Config) { c.User = &User{UID: 0, GID: 0} }
+
+// Secret-bearing host paths must show nothing, even to uid 0 inside (which
+// would pass the owner permission bits of root's files).
+func TestSecretsAreMasked(t *testing.T) {
+	secretDir := t.TempDir()
+	secret := filepath.Join(secretDir, "token")
+	if err := os.WriteFile(secret, []byte("s3cr3t-extra-mask"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb := newTestSandbox(t, func(c *Config) {
+		asRoot(c)
+		c.ExtraMasks = []string{secretDir}
+	})
+	for _, tc := range []struct{ name, script string }{
+		{"shadow", "cat /etc/shadow"},
+		{"gshadow", "cat /etc/gshadow"},
+		{"sudoers", "cat /etc/sudoers"},
+		{"root home", "ls -A /root; cat /root/.bash_history /root/.ssh/* /root/.config/*/* 2>/dev/null"},
+		{"home", "ls -AR /home"},
+		{"extra mask", "cat " + secret + "; ls -A " + secretDir},
+		{"airlock state", "ls -AR /run"},
+		{"docker socket", "ls -l /var/run/docker.sock /run/docker.sock"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, _ := sh(t, sb, tc.script)
+			if strings.TrimSpace(out) != "" && !strings.HasPrefix(out, "/run:") {
+				t.Errorf("%q printed %q; want nothing", tc.script, out)
+			}
+			if strings.Contains(out, "s3cr3t") || strings.Contains(out, "root:") {
+				t.Errorf("secret leaked: %q", out)
+			}
+		})
+	}
+}
+
+// The host environment never reaches the sandbox; only the base variables
+// and what the caller passes do.
+func TestHostEnvironmentDoesNotLeak(t *testing.T) {
+	t.Setenv("AIRLOCK_TEST_RUNNER_TOKEN", "ghs_leaked")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "leaked")
+	sb := newTestSandbox(t, nil)
+	out, _, res := sh(t, sb, "env", func(s *Step) { s.Env = []string{"EXPLICIT=yes"} })
+	if res.ExitCode != 0 {
+		t.Fatalf("env failed: %+v", res)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		got[k] = v
+	}
+	allowed := map[string]bool{"PATH": true, "HOME": true, "LANG": true, "CI": true, "EXPLICIT": true, "PWD": true, "SHLVL": true, "_": true}
+	for k := range got {
+		if !allowed[k] {
+			t.Errorf("unexpected variable %s=%s in the sandbox", k, got[k])
+		}
+	}
+	if got["CI"] != "true" || got["EXPLICIT"] != "yes" || got["HOME"] == "" {
+		t.Errorf("missing base or explicit variables: %v", got)
+	}
+	if strings.Contains(out, "leaked") {
+		t.Errorf("host secret leaked: %s", out)
+	}
+}
+
+// The workload runs as a non-root uid with no capabilities and no new
+// privileges by default.
+func TestUnprivilegedByDefault(t *testing.T) {
+	sb := newTestSandbox(t, nil)
+	out, _, _ := sh(t, sb, "id -u; id -g; grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs)' /proc/self/status")
+	want := []string{"1000", "1000"}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) < 2 || lines[0] != want[0] || lines[1] != want[1] {
+		t.Fatalf("id: got %q, want uid and gid 1000", out)
+	}
+	for _, l := range lines[2:] {
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			continue
+		}
+		switch f[0] {
+		case "NoNewPrivs:":
+			if f[1] != "1" {
+				t.Errorf("NoNewPrivs = %s, want 1", f[1])
+			}
+		default:
+			if strings.Trim(f[1], "0") != "" {
+				t.Errorf("%s %s: want no capabilities", f[0], f[1])
+			}
+		}
+	}
+}
+
+// Writes outside the workspace land in the throw-away overlay, never on
+// the host, whoever writes them.
+func TestWritesOutsideWorkspaceStayInSandbox(t *testing.T) {
+	marker := "airlock-test-" + strings.ReplaceAll(filepath.Base(t.TempDir()), "/", "")
+	sb := newTestSandbox(t, asRoot)
+	targets := []string{"/etc/" + marker, "/var/tmp/" + marker, "/usr/local/bin/" + marker, "/tmp/" + marker, "/" + marker}
+	script := ""
+	for _, p := range targets {
+		script += "echo pwned > " + p + " && cat " + p + "\n"
+	}
+	out, errOut, res := sh(t, sb, "set -e\n"+script)
+	if res.ExitCode != 0 || strings.Count(out, "pwned") != len(targets) {
+		t.Fatalf("writes inside the sandbox should succeed in the overlay: exit %d, out %q, err %q", res.ExitCode, out, errOut)
+	}
+	for _, p := range targets {
+		if _, err := os.Lstat(p); err == nil {
+			os.Remove(p)
+			t.Errorf("%s reached the host", p)
+		}
+	}
+}
+
+// A symlink in the workspace (planted before the job, or made by it) that
+// points at a host directory resolves inside the sandbox, so writing
+// through it cannot touch the host.
+func TestWorkspaceSymlinksCannotReachHost(t *testing.T) {
+	cfg := testConfig(t)
+	asRoot(&cfg)
+	ws := cfg.Workspace
+	if err := os.Chown(ws, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	marker := "airlock-symlink-" + filepath.Base(t.TempDir())
+	// Planted by the "agent" in its pull request.
+	for name, target := range map[string]string{"etc-abs": "/etc", "etc-rel": "../../../../../../../etc", "tmp-abs": "/tmp"} {
+		if err := os.Symlink(target, filepath.Join(ws, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb := startSandbox(t, cfg)
+	script := strings.Join([]string{
+		"echo x > /workspace/etc-abs/" + marker,
+		"echo x > /workspace/etc-rel/" + marker,
+		"echo x > /workspace/tmp-abs/" + marker,
+		"ln -s /etc /workspace/made-link && echo x > /workspace/made-link/" + marker + "-made",
+		"ln -s /etc/passwd /workspace/passwd-link && echo pwned >> /workspace/passwd-link",
+		"true",
+	}, "\n")
+	sh(t, sb, script)
+	for _, p := range []string{"/etc/" + marker, "/tmp/" + marker, "/etc/" + marker + "-made"} {
+		if _, err := os.Lstat(p); err == nil {
+			os.Remove(p)
+			t.Errorf("write through a workspace symlink reached host %s", p)
+		}
+	}
+	passwd, _ := os.ReadFile("/etc/passwd")
+	if strings.Contains(string(passwd), "pwned") {
+		t.Errorf("host /etc/passwd was modified through a symlink")
+	}
+	// The link itself exists on the host, pointing where it pointed: that is
+	// the workspace content, harmless until something on the host follows it.
+	if target, err := os.Readlink(filepath.Join(ws, "made-link")); err != nil || target != "/etc" {
+		t.Errorf("made-link: %q %v", target, err)
+	}
+}
+
+// State persists across steps of one job: files in the workspace, /tmp and
+// the overlay, and background processes.
+func TestStatePersistsAcrossSteps(t *testing.T) {
+	sb := newTestSandbox(t, nil)
+	_, errOut, res := sh(t, sb, "echo one > /workspace/a; echo two > /tmp/b; echo three > /var/tmp/c; (sleep 300 >/dev/null 2>&1 &) ; sleep 300 >/dev/null 2>&1 & echo $! > /tmp/bg.pid")
+	if res.ExitCode != 0 {
+		t.Fatalf("step 1: %+v %s", res, errOut)
+	}
+	out, errOut, res := sh(t, sb, "cat /workspace/a /tmp/b /var/tmp/c; kill -0 $(cat /tmp/bg.pid) && echo alive")
+	if res.ExitCode != 0 || out != "one\ntwo\nthree\nalive\n" {
+		t.Fatalf("step 2: got %q (stderr %q, %+v)", out, errOut, res)
+	}
+}
+
+// The process record names each exec'd binary with its real sha256.
+func TestProcessRecordHasBinaryDigest(t *testing.T) {
+	cfg := testConfig(t)
+	src, err := os.ReadFile("/bin/echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(cfg.Workspace, "known-binary")
+	if err := os.WriteFile(bin, src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(src)
+	want := hex.EncodeToString(sum[:])
+	sb := startSandbox(t, cfg)
+	_, _, res := sh(t, sb, "/workspace/known-binary hello-record >/dev/null")
+	if res.ExitCode != 0 {
+		t.Fatalf("step failed: %+v", res)
+	}
+	rec := sb.Record()
+	for _, e := range rec.Execs {
+		if e.Binary == "/workspace/known-binary" {
+			if e.SHA256 != want {
+				t.Fatalf("sha256 = %s, want %s", e.SHA256, want)
+			}
+			if len(e.Argv) != 2 || e.Argv[1] != "hello-record" || e.UID != 1000 || e.PID == 0 {
+				t.Errorf("exec entry incomplete: %+v", e)
+			}
+			if e.Exit == nil || e.Exit.Code != 0 {
+				t.Errorf("exit not recorded: %+v", e.Exit)
+			}
+			return
+		}
+	}
+	t.Fatalf("exec of /workspace/known-binary not in record: %+v", rec.Execs)
+}
+
+// Connect attempts are recorded with address, port and result, including
+// direct IPs that can never work here.
+func TestProcessRecordHasConnects(t *testing.T) {
+	sb := newTestSandbox(t, nil)
+	sh(t, sb, "exec 3<>/dev/tcp/192.0.2.1/443 2>/dev/null; true", func(s *Step) { s.Args = []string{"bash", "-c", "exec 3<>/dev/tcp/192.0.2.1/443; true"} })
+	for _, c := range sb.Record().Connects {
+		if c.Address == "192.0.2.1" && c.Port == 443 && c.Family == "inet" {
+			if c.Result == "ok" {
+				t.Errorf("connect to 192.0.2.1 succeeded without a network")
+			}
+			return
+		}
+	}
+	t.Fatalf("connect to 192.0.2.1:443 not recorded: %+v", sb.Record().Connects)
+}
+
+// Killing the airlock that owns a sandbox with SIGKILL leaves the sandbox
+// running; the next Reap finds the orphan by its free lock and removes the
+// processes, cgroups and state.
+func TestReapAfterSIGKILL(t *testing.T) {
+	requireRoot(t)
+	state := testStateRoot(t)
+	id := "reap-" + filepath.Base(t.TempDir())
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args[0] = "gvisor.test" // not /proc/self/exe: Dispatch would take it for runsc
+	cmd.Env = append(os.Environ(), helperEnv+"=1", "AIRLOCK_TEST_JOB_ID="+id,
+		"AIRLOCK_TEST_WORKSPACE="+newWorkspace(t), "AIRLOCK_TEST_STATE_ROOT="+state)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(stdout, buf); err != nil || string(buf) != "ready\n" {
+		cmd.Process.Kill()
+		t.Fatalf("helper did not start a sandbox: %q %v", buf, err)
+	}
+	// Wait until the step's sleep is running, then kill the owner.
+	jobDir := filepath.Join(state, "jobs", id)
+	waitFor(t, 30*time.Second, func() bool { return countProcesses(jobDir) >= 3 })
+	cmd.Process.Kill()
+	cmd.Wait()
+	if n := countProcesses(jobDir); n == 0 {
+		t.Fatal("expected the orphaned sandbox to outlive its owner")
+	}
+	reaped, err := Reap(context.Background(), state)
+	if err != nil {
+		t.Fatalf("reap: %v", err)
+	}
+	if len(reaped) != 1 || reaped[0].ID != id {
+		t.Fatalf("reaped %+v, want job %s", reaped, id)
+	}
+	if n := countProcesses(jobDir); n != 0 {
+		t.Errorf("%d processes of the job survive reaping", n)
+	}
+	if _, err := os.Stat(jobDir); err == nil {
+		t.Errorf("job directory %s survives reaping", jobDir)
+	}
+	for _, d := range cgroupsFor("airlock-" + id).dirs {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("cgroup %s survives reaping", d)
+		}
+	}
+}
+
+// A live job is never reaped.
+func TestReapLeavesLiveJobs(t *testing.T) {
+	cfg := testConfig(t)
+	sb := startSandbox(t, cfg)
+	reaped, err := Reap(context.Background(), cfg.StateRoot)
+	if err != nil || len(reaped) != 0 {
+		t.Fatalf("reaped a live job: %+v %v", reaped, err)
+	}
+	if _, _, res := sh(t, sb, "true"); res.ExitCode != 0 {
+		t.Fatalf("sandbox broken after reap: %+v", res)
+	}
+}
+
+func countProcesses(dir string) int {
+	n := 0
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), dir+"/") {
+			n++
+		}
+	}
+	return n
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
