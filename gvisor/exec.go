@@ -55,7 +55,8 @@ type StepResult struct {
 	// ExitCode is the command's exit status; 128+N when killed by signal N.
 	ExitCode int `json:"exitCode"`
 	// Limit names the limit the step hit ("timeout", "oom", "pids",
-	// "disk", "output"), or is empty.
+	// "disk", "output"), or is empty. A step that hit a limit has failed,
+	// whatever its exit code.
 	Limit string `json:"limit,omitempty"`
 	// Message explains a failure in one sentence.
 	Message string `json:"message,omitempty"`
@@ -215,6 +216,11 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 		// Cancelled (SIGINT/SIGTERM), not timed out.
 		limit = ""
 		res.Message = "cancelled"
+	}
+	if limit == LimitPids {
+		// The step's processes may still be forking in the background
+		// (a fork bomb's main process can exit 0): stop the whole group.
+		s.killStep(pidFile)
 	}
 	res.Limit = limit
 	if limit != "" {

@@ -21,10 +21,10 @@ const wireVersion = 1
 // (uint16), message type (uint16), dropped count (uint32), host byte order.
 const headerSize = 8
 
-// maxPacket bounds a single packet. The sentry cannot send more than its
+// defaultMaxPacket bounds a single packet. The sentry cannot send more than its
 // socket buffer allows in one SEQPACKET message anyway; anything larger is
 // truncated by the kernel, detected with MSG_TRUNC and counted as malformed.
-const maxPacket = 256 << 10
+const defaultMaxPacket = 256 << 10
 
 // maxConns bounds how many sink connections one receiver serves. runsc opens
 // one per sandbox; the socket lives in airlock's private state directory, so
@@ -34,9 +34,10 @@ const maxConns = 4
 // Receiver accepts runtime-monitoring connections on a Unix socket and feeds
 // every decoded event into a Record.
 type Receiver struct {
-	path     string
-	listener *net.UnixListener
-	record   *Record
+	path      string
+	listener  *net.UnixListener
+	record    *Record
+	maxPacket int
 
 	wg    sync.WaitGroup
 	mu    sync.Mutex
@@ -47,13 +48,17 @@ type Receiver struct {
 // and starts serving it in the background. The socket is created 0600 so
 // only root (runsc) can connect.
 func Listen(path string, record *Record) (*Receiver, error) {
+	return listen(path, record, defaultMaxPacket)
+}
+
+func listen(path string, record *Record, maxPacket int) (*Receiver, error) {
 	old := unix.Umask(0o177)
 	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
 	unix.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("listen for runtime-monitoring events on %s: %w", path, err)
 	}
-	r := &Receiver{path: path, listener: l, record: record}
+	r := &Receiver{path: path, listener: l, record: record, maxPacket: maxPacket}
 	r.wg.Add(1)
 	go r.acceptLoop()
 	return r, nil
@@ -110,7 +115,7 @@ func (r *Receiver) acceptLoop() {
 
 // serve runs the handshake and then decodes packets until the peer closes.
 func (r *Receiver) serve(c *net.UnixConn) error {
-	buf := make([]byte, maxPacket)
+	buf := make([]byte, r.maxPacket)
 	n, _, flags, _, err := c.ReadMsgUnix(buf, nil)
 	if err != nil {
 		return fmt.Errorf("read handshake: %w", err)
