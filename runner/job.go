@@ -80,7 +80,6 @@ type Result struct {
 	Reaped    []gvisor.Reaped  `json:"reaped,omitempty"`
 }
 
-
 // Run executes the job. The returned Result is complete on every path that
 // got as far as creating the sandbox; the error is airlock's own failure
 // (the job's steps failing is not an error, see Result.Passed).
