@@ -111,6 +111,8 @@ var (
 	ErrNoSelfExe    = errors.New("/proc/self/exe is not available: mount /proc (airlock re-executes itself to run gVisor)")
 	ErrNoWorkspace  = errors.New("workspace not found")
 	ErrStartFailure = errors.New("sandbox failed to start")
+	// ErrInvalidConfig wraps every error about the caller's configuration.
+	ErrInvalidConfig = errors.New("invalid sandbox configuration")
 )
 
 // validID reports whether id is safe as a path element and runsc container id.
@@ -132,7 +134,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.ID = newID()
 	}
 	if !validID(c.ID) {
-		return c, fmt.Errorf("job id %q: use 1-64 letters, digits, '-', '_' or '.'", c.ID)
+		return c, fmt.Errorf("%w: job id %q: use 1-64 letters, digits, '-', '_' or '.'", ErrInvalidConfig, c.ID)
 	}
 	if c.StateRoot == "" {
 		c.StateRoot = DefaultStateRoot
@@ -141,7 +143,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.WorkspaceMount = DefaultWorkspaceMount
 	}
 	if !filepath.IsAbs(c.WorkspaceMount) || filepath.Clean(c.WorkspaceMount) == "/" {
-		return c, fmt.Errorf("workspace mount point %q: must be an absolute path other than /", c.WorkspaceMount)
+		return c, fmt.Errorf("%w: workspace mount point %q: must be an absolute path other than /", ErrInvalidConfig, c.WorkspaceMount)
 	}
 	c.WorkspaceMount = filepath.Clean(c.WorkspaceMount)
 	if c.Platform == "" {
@@ -169,7 +171,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RootFS != "" {
 		fi, err := os.Stat(c.RootFS)
 		if err != nil || !fi.IsDir() {
-			return c, fmt.Errorf("rootfs %s: not a directory (give an unpacked image directory, or leave empty for the host root)", c.RootFS)
+			return c, fmt.Errorf("%w: rootfs %s: not a directory (give an unpacked image directory, or leave empty for the host root)", ErrInvalidConfig, c.RootFS)
 		}
 		if c.RootFS, err = filepath.Abs(c.RootFS); err != nil {
 			return c, fmt.Errorf("rootfs %s: %w", c.RootFS, err)
@@ -184,12 +186,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	for _, m := range c.ExtraMasks {
 		if !filepath.IsAbs(m) {
-			return c, fmt.Errorf("mask %q: must be an absolute path", m)
+			return c, fmt.Errorf("%w: mask %q: must be an absolute path", ErrInvalidConfig, m)
 		}
 	}
 	for _, cp := range c.Capabilities {
 		if !strings.HasPrefix(cp, "CAP_") {
-			return c, fmt.Errorf("capability %q: use the CAP_ form, e.g. CAP_NET_BIND_SERVICE", cp)
+			return c, fmt.Errorf("%w: capability %q: use the CAP_ form, e.g. CAP_NET_BIND_SERVICE", ErrInvalidConfig, cp)
 		}
 	}
 	return c, nil

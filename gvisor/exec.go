@@ -183,12 +183,10 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 	case werr = <-waitErr:
 	case <-stepCtx.Done():
 		limit = LimitTimeout
-		s.killStep(pidFile)
-		werr = <-waitErr
+		werr = s.stopStep(pidFile, waitErr)
 	case <-out.exceeded:
 		limit = LimitOutput
-		s.killStep(pidFile)
-		werr = <-waitErr
+		werr = s.stopStep(pidFile, waitErr)
 	}
 	res.End = time.Now().UTC()
 	res.Duration = res.End.Sub(res.Start)
@@ -229,18 +227,45 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 	return res, nil
 }
 
+// stopStep kills a running step and returns runsc exec's exit. The step
+// may be so young that runsc has not written its pid yet: keep trying
+// until it has, and if the step will not die, kill everything in the
+// sandbox rather than hang.
+func (s *Sandbox) stopStep(pidFile string, waitErr <-chan error) error {
+	deadline := time.Now().Add(10 * time.Second)
+	killed := false
+	for {
+		if !killed {
+			killed = s.killStep(pidFile)
+		}
+		select {
+		case err := <-waitErr:
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			s.runsc.run(ctx, "kill", "--all", s.cfg.ID, "KILL")
+			cancel()
+			deadline = time.Now().Add(10 * time.Second)
+		}
+	}
+}
+
 // killStep kills the step's process group (the exec'd process and every
-// child that did not start a new group), then the process itself.
-func (s *Sandbox) killStep(pidFile string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+// child that did not start a new group), then the process itself. It
+// reports false when the step's pid is not known yet.
+func (s *Sandbox) killStep(pidFile string) bool {
 	b, err := os.ReadFile(pidFile)
 	pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil || perr != nil || pid <= 0 {
-		return
+		return false
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	s.runsc.run(ctx, "kill", "--pgid="+strconv.Itoa(pid), s.cfg.ID, "KILL")
 	s.runsc.run(ctx, "kill", "--pid="+strconv.Itoa(pid), s.cfg.ID, "KILL")
+	return true
 }
 
 // detectLimit works out which limit, if any, a finished step ran into.

@@ -144,16 +144,16 @@ func checkMountPoint(root, dest string) (string, error) {
 	defer r.Close()
 	if fi, err := r.Stat(rel); err == nil {
 		if !fi.IsDir() {
-			return "", fmt.Errorf("mount point %s exists in the rootfs but is not a directory", dest)
+			return "", fmt.Errorf("%w: mount point %s exists in the rootfs but is not a directory", ErrInvalidConfig, dest)
 		}
 		return "", nil
 	}
 	top, _, _ := strings.Cut(rel, "/")
 	if _, err := r.Lstat(top); errors.Is(err, fs.ErrNotExist) || freshTopDirs[top] {
 		if freshTopDirs[top] {
-			return "", fmt.Errorf("mount point %s: /%s is replaced inside the sandbox; choose another path such as /workspace", dest, top)
+			return "", fmt.Errorf("%w: mount point %s: /%s is replaced inside the sandbox; choose another path such as /workspace", ErrInvalidConfig, dest, top)
 		}
 		return rel, nil
 	}
-	return "", fmt.Errorf("mount point %s does not exist in the rootfs and would have to be created inside its /%s; choose a path that exists or whose first component does not (such as /workspace)", dest, top)
+	return "", fmt.Errorf("%w: mount point %s does not exist in the rootfs and would have to be created inside its /%s; choose a path that exists or whose first component does not (such as /workspace)", ErrInvalidConfig, dest, top)
 }

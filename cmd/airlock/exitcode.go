@@ -37,7 +37,7 @@ func exitCodeFor(err error, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "airlock: %v\n", err)
 	var u usageError
 	switch {
-	case errors.As(err, &u):
+	case errors.As(err, &u), errors.Is(err, gvisor.ErrInvalidConfig):
 		return exitUsage
 	case errors.Is(err, gvisor.ErrNotRoot):
 		return exitNoPerm

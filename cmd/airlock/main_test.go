@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-ci/airlock/gvisor"
+)
+
+// cliEnv makes the test binary behave as the airlock binary, so tests can
+// run it as a separate process (signals, other users).
+const cliEnv = "AIRLOCK_CLI_TEST"
+
+func TestMain(m *testing.M) {
+	gvisor.Dispatch()
+	if os.Getenv(cliEnv) != "" {
+		os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func workspace(t *testing.T) string {
+	t.Helper()
+	ws := t.TempDir()
+	if err := os.Chown(ws, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
+func stateDir(t *testing.T) string {
+	t.Helper()
+	d := filepath.Join("/run/airlock-test-cli", filepath.Base(t.TempDir()))
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func TestExitCodes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	ws := workspace(t)
+	state := stateDir(t)
+	badSteps := filepath.Join(t.TempDir(), "steps.yaml")
+	os.WriteFile(badSteps, []byte("steps:\n  - name: x\n"), 0o644)
+	goodSteps := filepath.Join(t.TempDir(), "ok.yaml")
+	os.WriteFile(goodSteps, []byte("steps:\n  - {name: one, run: echo one}\n  - {name: two, run: exit 5}\n"), 0o644)
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		code      int
+		stderrHas string
+		stdoutHas string
+	}{
+		{"version", []string{"version"}, 0, "", "gVisor v0.0.0-"},
+		{"nothing to run", []string{"run", "-w", ws}, exitUsage, "nothing to run", ""},
+		{"unknown flag", []string{"run", "--bogus"}, exitUsage, "unknown flag", ""},
+		{"bad size", []string{"run", "-w", ws, "--memory", "lots", "--", "true"}, exitUsage, "--memory", ""},
+		{"bad user", []string{"run", "-w", ws, "--user", "root", "--", "true"}, exitUsage, "numeric UID", ""},
+		{"steps and command", []string{"run", "-w", ws, "--steps", goodSteps, "--", "true"}, exitUsage, "not both", ""},
+		{"bad steps file", []string{"run", "-w", ws, "--steps", badSteps}, exitUsage, "`run` is empty", ""},
+		{"missing workspace", []string{"run", "-w", "/nonexistent/ws", "--", "true"}, exitNoInput, "does not exist", ""},
+		{"bad mount point", []string{"run", "-w", ws, "--workspace-mount", "/proc/x", "--", "true"}, exitUsage, "replaced inside the sandbox", ""},
+		{"passing command", []string{"run", "-w", ws, "--state-dir", state, "--", "echo", "hello world"}, 0, "passed", "hello world\n"},
+		{"failing command", []string{"run", "-w", ws, "--state-dir", state, "--", "sh", "-c", "exit 7"}, 7, "failed", ""},
+		{"failing step", []string{"run", "-w", ws, "--state-dir", state, "--steps", goodSteps}, 5, "two   failed", "[one] one"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := execute(tc.args, &out, &errb)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d; stderr %q", code, tc.code, errb.String())
+			}
+			if !strings.Contains(errb.String(), tc.stderrHas) {
+				t.Errorf("stderr %q lacks %q", errb.String(), tc.stderrHas)
+			}
+			if !strings.Contains(out.String(), tc.stdoutHas) {
+				t.Errorf("stdout %q lacks %q", out.String(), tc.stdoutHas)
+			}
+		})
+	}
+}
+
+func TestRunJSON(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	var out, errb bytes.Buffer
+	code := execute([]string{"run", "-w", workspace(t), "--state-dir", stateDir(t), "--json", "--", "echo", "hi"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var res struct {
+		Passed bool `json:"passed"`
+		Steps  []struct {
+			Status      string `json:"status"`
+			StdoutBytes int    `json:"stdoutBytes"`
+		} `json:"steps"`
+		Sandbox struct {
+			ID, Runtime string
+		} `json:"sandbox"`
+		Processes struct {
+			Execs []any `json:"execs"`
+		} `json:"processes"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("stdout is not the JSON result: %v\n%s", err, out.String())
+	}
+	if !res.Passed || len(res.Steps) != 1 || res.Steps[0].StdoutBytes != 3 || res.Sandbox.ID == "" || !strings.Contains(res.Sandbox.Runtime, "gVisor") {
+		t.Errorf("result = %+v", res)
+	}
+	if !strings.Contains(errb.String(), "hi\n") {
+		t.Errorf("step output should go to stderr with --json: %q", errb.String())
+	}
+}
+
+// cli starts the test binary as the airlock CLI in its own process.
+func cli(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Args[0] = "airlock"
+	cmd.Env = append(os.Environ(), cliEnv+"=1")
+	return cmd
+}
+
+// SIGTERM (or SIGINT) during a step cancels the job: the sandbox is
+// destroyed and airlock exits 130, leaving nothing behind.
+func TestSignalCancelsAndCleansUp(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			state := stateDir(t)
+			cmd := cli(t, "run", "-w", workspace(t), "--state-dir", state, "--", "sleep", "600")
+			var errb bytes.Buffer
+			cmd.Stderr = &errb
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for !processNamed(state, "sleep") {
+				if time.Now().After(deadline) {
+					cmd.Process.Kill()
+					t.Fatalf("step never started: %s", errb.String())
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			start := time.Now()
+			cmd.Process.Signal(sig)
+			err := cmd.Wait()
+			if cmd.ProcessState.ExitCode() != exitInterrupted {
+				t.Errorf("exit %v, want %d; stderr %s", err, exitInterrupted, errb.String())
+			}
+			if took := time.Since(start); took > 15*time.Second {
+				t.Errorf("took %s to stop", took)
+			}
+			if processNamed(state, "") {
+				t.Error("sandbox processes survive cancellation")
+			}
+			if jobs, _ := filepath.Glob(filepath.Join(state, "jobs", "*")); len(jobs) != 0 {
+				t.Errorf("job state survives cancellation: %v", jobs)
+			}
+		})
+	}
+}
+
+// processNamed reports whether a process mentioning dir runs; with name,
+// whether a runsc exec of that command does.
+func processNamed(dir, name string) bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(b, []byte(dir+"/")) {
+			continue
+		}
+		if name == "" || bytes.Contains(b, []byte("exec")) {
+			return true
+		}
+	}
+	return false
+}
+
+// Not root: one sentence and exit 77, before anything is created.
+func TestNotRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch to another user")
+	}
+	exe, _ := os.Executable()
+	dir, err := os.MkdirTemp("", "airlock-notroot-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755) // reachable by uid 1000
+	bin := filepath.Join(dir, "airlock")
+	src, _ := os.Open(exe)
+	dst, _ := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+	io.Copy(dst, src)
+	src.Close()
+	dst.Close()
+	cmd := exec.Command(bin, "run", "-w", workspace(t), "--", "true")
+	cmd.Env = []string{cliEnv + "=1"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1000, Gid: 1000}}
+	out, err := cmd.CombinedOutput()
+	if cmd.ProcessState == nil {
+		t.Fatalf("could not start as uid 1000: %v", err)
+	}
+	if cmd.ProcessState.ExitCode() != exitNoPerm || !strings.Contains(string(out), "must run as root") {
+		t.Errorf("exit %d, output %q; want %d and a clear sentence", cmd.ProcessState.ExitCode(), out, exitNoPerm)
+	}
+}
