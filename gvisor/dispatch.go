@@ -32,6 +32,7 @@ func Dispatch() {
 	case os.Args[0] == initPath:
 		os.Exit(sandboxHelper(os.Args[1:]))
 	}
+	quietRunscLogs()
 }
 
 // sandboxHelper runs inside the sandbox. With no arguments it is the

@@ -10,16 +10,13 @@ import (
 	"hash"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 // Limit names, as reported in StepResult.Limit.
@@ -109,9 +106,6 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 	if len(st.Args) == 0 {
 		return StepResult{}, errors.New("step has no command")
 	}
-	s.execSeq++
-	n := s.execSeq
-
 	timeout := st.Timeout
 	if timeout == 0 {
 		timeout = s.cfg.Limits.StepTimeout
@@ -122,8 +116,6 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 	}
 	defer cancel()
 
-	procFile := filepath.Join(s.dir, fmt.Sprintf("exec-%d.json", n))
-	pidFile := filepath.Join(s.dir, fmt.Sprintf("exec-%d.pid", n))
 	dir := st.Dir
 	if dir == "" {
 		dir = s.cfg.WorkspaceMount
@@ -135,14 +127,7 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 		User:            specs.User{UID: s.cfg.User.UID, GID: s.cfg.User.GID},
 		Capabilities:    capabilities(s.cfg.Capabilities),
 		NoNewPrivileges: true,
-		Rlimits:         rlimits(s.cfg.Limits),
 	}
-	if err := writeJSON(procFile, proc); err != nil {
-		return StepResult{}, err
-	}
-	defer os.Remove(procFile)
-	defer os.Remove(pidFile)
-
 	forkBefore := s.record.ForkRefused()
 	oomBefore, _ := s.cg.oomKills()
 
@@ -157,40 +142,42 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 		stdoutW.Close()
 		return StepResult{}, fmt.Errorf("create stderr pipe: %w", err)
 	}
-	// Not bound to ctx: killing runsc exec would orphan the step inside the
-	// sandbox. The step is killed through runsc kill instead, below.
-	cmd := s.runsc.command(context.Background(), "exec", "--process="+procFile, "--internal-pid-file="+pidFile, s.cfg.ID)
-	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
-
 	res := StepResult{Start: time.Now().UTC()}
-	startErr := cmd.Start()
+	pid, err := s.ctl.start(proc, stdoutW, stderrW)
+	// The sandbox holds its own copies of the write ends now.
 	stdoutW.Close()
 	stderrW.Close()
-	if startErr != nil {
+	if err != nil {
 		stdoutR.Close()
 		stderrR.Close()
-		return StepResult{}, fmt.Errorf("start runsc exec: %w", startErr)
+		if !s.ctl.running() {
+			s.markDead("the sandbox exited unexpectedly")
+		}
+		return StepResult{}, fmt.Errorf("start step in sandbox %s: %w", s.cfg.ID, err)
 	}
 	outDone := out.drain(stdoutR, st.Stdout, 0)
 	errDone := out.drain(stderrR, st.Stderr, 1)
 
-	waitErr := make(chan error, 1)
-	go func() { waitErr <- cmd.Wait() }()
+	exited := make(chan exit, 1)
+	go func() {
+		ws, err := s.ctl.wait(pid)
+		exited <- exit{ws, err}
+	}()
 
-	var werr error
+	var ex exit
 	limit := ""
 	select {
-	case werr = <-waitErr:
+	case ex = <-exited:
 	case <-stepCtx.Done():
 		limit = LimitTimeout
-		werr = s.stopStep(pidFile, waitErr)
+		ex = s.stopStep(pid, exited)
 	case <-out.exceeded:
 		limit = LimitOutput
-		werr = s.stopStep(pidFile, waitErr)
+		ex = s.stopStep(pid, exited)
 	}
 	res.End = time.Now().UTC()
 	res.Duration = res.End.Sub(res.Start)
-	res.ExitCode = exitCode(cmd, werr)
+	res.ExitCode = exitCode(ex.ws, ex.err)
 
 	// Give the pipes a moment to deliver what the step wrote just before it
 	// exited. A background process that keeps them open is not waited for:
@@ -198,10 +185,6 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 	waitDrain(outDone, errDone, 500*time.Millisecond)
 	out.summarize(&res)
 
-	if _, err := os.Stat(pidFile); err != nil && limit == "" {
-		// The process never started: this is runsc's failure, not the step's.
-		return res, fmt.Errorf("runsc exec in sandbox %s failed (exit %d): %s", s.cfg.ID, res.ExitCode, s.runsc.logTail())
-	}
 	// A fork bomb or a memory bomb often ends by the timeout; the limit
 	// it ran into is the more useful report.
 	switch detected := s.detectLimit(ctx, res.ExitCode, forkBefore, oomBefore); {
@@ -210,7 +193,7 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 	case limit == "":
 		limit = detected
 	}
-	if limit == LimitTimeout && ctx.Err() != nil && stepCtx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if limit == LimitTimeout && ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// Cancelled (SIGINT/SIGTERM), not timed out.
 		limit = ""
 		res.Message = "cancelled"
@@ -218,54 +201,36 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 	if limit == LimitPids {
 		// The step's processes may still be forking in the background
 		// (a fork bomb's main process can exit 0): stop the whole group.
-		s.killStep(pidFile)
+		s.ctl.kill(pid)
 	}
 	res.Limit = limit
 	if limit != "" {
 		res.Message = limitMessage(limit, s.cfg.Limits, timeout)
 	}
+	if ex.err != nil && res.Message == "" {
+		res.Message = "lost track of the step: " + ex.err.Error()
+	}
 	return res, nil
 }
 
-// stopStep kills a running step and returns runsc exec's exit. The step
-// may be so young that runsc has not written its pid yet: keep trying
-// until it has, and if the step will not die, kill everything in the
-// sandbox rather than hang.
-func (s *Sandbox) stopStep(pidFile string, waitErr <-chan error) error {
-	deadline := time.Now().Add(10 * time.Second)
-	killed := false
-	for {
-		if !killed {
-			killed = s.killStep(pidFile)
-		}
-		select {
-		case err := <-waitErr:
-			return err
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			s.runsc.run(ctx, "kill", "--all", s.cfg.ID, "KILL")
-			cancel()
-			deadline = time.Now().Add(10 * time.Second)
-		}
-	}
+// exit is how waiting for a step's process ended.
+type exit struct {
+	ws  unix.WaitStatus
+	err error
 }
 
-// killStep kills the step's process group (the exec'd process and every
-// child that did not start a new group), then the process itself. It
-// reports false when the step's pid is not known yet.
-func (s *Sandbox) killStep(pidFile string) bool {
-	b, err := os.ReadFile(pidFile)
-	pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || perr != nil || pid <= 0 {
-		return false
+// stopStep kills a running step and waits for its exit. If it will not
+// die, it kills everything in the sandbox rather than hang.
+func (s *Sandbox) stopStep(pid int32, exited <-chan exit) exit {
+	s.ctl.kill(pid)
+	for {
+		select {
+		case ex := <-exited:
+			return ex
+		case <-time.After(10 * time.Second):
+			s.ctl.killAll()
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s.runsc.run(ctx, "kill", "--pgid="+strconv.Itoa(pid), s.cfg.ID, "KILL")
-	s.runsc.run(ctx, "kill", "--pid="+strconv.Itoa(pid), s.cfg.ID, "KILL")
-	return true
 }
 
 // detectLimit works out which limit, if any, a finished step ran into.
@@ -274,7 +239,9 @@ func (s *Sandbox) detectLimit(ctx context.Context, exitCode int, forkBefore, oom
 		s.markDead("killed by the host after hitting the memory limit")
 		return LimitOOM
 	}
-	if !s.running(ctx) {
+	// A step that exited 0 ran in a live sandbox; only a failure can
+	// mean the sandbox itself died (asking runsc costs a process start).
+	if exitCode != 0 && !s.ctl.running() {
 		if _, hits := s.cg.oomKills(); hits > 0 {
 			s.markDead("killed by the host after hitting the memory limit")
 			return LimitOOM
@@ -291,33 +258,37 @@ func (s *Sandbox) detectLimit(ctx context.Context, exitCode int, forkBefore, oom
 	return ""
 }
 
-// running asks runsc whether the sandbox is still up.
-func (s *Sandbox) running(ctx context.Context) bool {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	out, err := s.runsc.command(ctx, "state", s.cfg.ID).Output()
-	if err != nil {
-		return false
-	}
-	var st struct {
-		Status string `json:"status"`
-	}
-	if json.Unmarshal(out, &st) != nil {
-		return false
-	}
-	return st.Status == "running"
-}
-
 // diskFull runs the statfs helper inside the sandbox and reports whether
 // the overlay or /tmp is (almost) full.
 func (s *Sandbox) diskFull(ctx context.Context) bool {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	cmd := s.runsc.command(ctx, "exec", "--user=0:0", s.cfg.ID, initPath, "statfs", "/", "/tmp")
-	out, err := cmd.Output()
+	r, w, err := os.Pipe()
 	if err != nil {
 		return false
 	}
+	defer r.Close()
+	proc := specs.Process{
+		Args: []string{initPath, "statfs", "/", "/tmp"}, Env: baseEnv(defaultPath), Cwd: "/",
+		User: specs.User{UID: s.cfg.User.UID, GID: s.cfg.User.GID}, Capabilities: capabilities(nil), NoNewPrivileges: true,
+	}
+	pid, err := s.ctl.start(proc, w, w)
+	w.Close()
+	if err != nil {
+		return false
+	}
+	done := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(r, 64<<10))
+		done <- b
+	}()
+	var out []byte
+	select {
+	case out = <-done:
+	case <-time.After(10 * time.Second):
+		s.ctl.kill(pid)
+		return false
+	case <-ctx.Done():
+	}
+	s.ctl.wait(pid)
 	var usage []fsUsage
 	if json.Unmarshal(out, &usage) != nil {
 		return false
@@ -360,22 +331,18 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%d bytes", n)
 }
 
-// exitCode maps runsc exec's own exit to the step's status; runsc exits
-// with the workload's status, 128+N for a signal.
-func exitCode(cmd *exec.Cmd, err error) int {
-	if cmd.ProcessState != nil {
-		if code := cmd.ProcessState.ExitCode(); code >= 0 {
-			return code
-		}
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
-		}
-		return 128 + int(syscall.SIGKILL)
-	}
-	if err != nil {
+// exitCode maps a wait status to a shell-style exit code: 128+N for a
+// process killed by signal N, 125 when the status is unknown.
+func exitCode(ws unix.WaitStatus, err error) int {
+	switch {
+	case err != nil:
 		return 125
+	case ws.Exited():
+		return ws.ExitStatus()
+	case ws.Signaled():
+		return 128 + int(ws.Signal())
 	}
-	return 0
+	return 125
 }
 
 // cappedOutput copies a step's stdout and stderr to their writers until

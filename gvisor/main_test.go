@@ -53,7 +53,7 @@ func newWorkspace(t *testing.T) string {
 func testConfig(t *testing.T) Config {
 	t.Helper()
 	requireRoot(t)
-	cfg := Config{Workspace: newWorkspace(t), StateRoot: testStateRoot(t), Limits: DefaultLimits()}
+	cfg := Config{ID: testJobID(), Workspace: newWorkspace(t), StateRoot: testStateRoot(t), Limits: DefaultLimits()}
 	cfg.Limits.StepTimeout = 2 * time.Minute
 	cfg.Limits.Memory = 1 << 30
 	return cfg
@@ -108,6 +108,12 @@ func sh(t *testing.T, sb *Sandbox, script string, mutate ...func(*Step)) (string
 	return out.String(), errb.String(), res
 }
 
+// testJobIDPrefix marks the jobs of these tests, so the leftover check
+// does not blame sandboxes of other packages' tests running in parallel.
+const testJobIDPrefix = "gvt-"
+
+func testJobID() string { return testJobIDPrefix + newID() }
+
 // leftovers lists runsc processes, mounts and cgroups that belong to
 // sandboxes under base (or that name airlock at all, for mounts).
 func leftovers(base string) string {
@@ -127,7 +133,7 @@ func leftovers(base string) string {
 		}
 	}
 	for _, d := range cgroupsFor("x").dirs {
-		matches, _ := filepath.Glob(filepath.Join(filepath.Dir(d), "airlock-*"))
+		matches, _ := filepath.Glob(filepath.Join(filepath.Dir(d), "airlock-"+testJobIDPrefix+"*"))
 		for _, m := range matches {
 			fmt.Fprintf(&b, "- cgroup: %s\n", m)
 		}

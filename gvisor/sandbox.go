@@ -29,6 +29,7 @@ type Sandbox struct {
 	record *monitor.Record
 	recv   *monitor.Receiver
 	cg     cgroups
+	ctl    *controller // set once the sandbox runs
 	// mountPoints are created in the root skeleton (see rootfs.go).
 	mountPoints []string
 
@@ -103,6 +104,9 @@ func Create(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
 	if err := s.start(ctx); err != nil {
 		return nil, err
 	}
+	if s.ctl, err = newController(s.runsc, s.cfg.ID); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrStartFailure, err)
+	}
 	return s, nil
 }
 
@@ -160,7 +164,7 @@ func (s *Sandbox) prepare(exe string) error {
 	return monitor.WritePodInitConfig(filepath.Join(s.dir, "pod-init.json"), sock)
 }
 
-// start runs runsc create and start. The container's init is our own
+// start creates and starts the sandbox. The container's init is our own
 // binary in helper mode; steps are exec'd next to it.
 func (s *Sandbox) start(ctx context.Context) error {
 	errFile, err := os.Create(filepath.Join(s.dir, "create.err"))
@@ -170,19 +174,17 @@ func (s *Sandbox) start(ctx context.Context) error {
 	defer errFile.Close()
 	// The init's stdio is inherited from runsc create; a file (not a pipe)
 	// keeps Wait from blocking on a sandbox that holds it open.
-	cmd := s.runsc.command(ctx, "create", "--bundle="+filepath.Join(s.dir, "bundle"), s.cfg.ID)
-	// runsc create runs behind the rootfs helper, in a mount namespace of
-	// its own that the sandbox inherits (see rootfs.go).
+	// run --detach is create and start in one runsc process. It runs as
+	// the rootfs helper, in a mount namespace of its own that the sandbox
+	// inherits (see rootfs.go).
+	cmd := s.runsc.command(ctx, "run", "--detach", "--bundle="+filepath.Join(s.dir, "bundle"), s.cfg.ID)
 	helper := append([]string{rootHelperArg0, rootSource(s.cfg), filepath.Join(s.dir, "rootfs")}, s.mountPoints...)
 	cmd.Args = append(append(helper, "--"), cmd.Args[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
 	cmd.Stdout, cmd.Stderr = errFile, errFile
 	if err := cmd.Run(); err != nil {
 		out, _ := os.ReadFile(errFile.Name())
-		return fmt.Errorf("%w: runsc create: %v: %s %s", ErrStartFailure, err, lastLines(string(out), 5), s.runsc.logTail())
-	}
-	if err := s.runsc.run(ctx, "start", s.cfg.ID); err != nil {
-		return fmt.Errorf("%w: %v", ErrStartFailure, err)
+		return fmt.Errorf("%w: runsc run: %v: %s %s", ErrStartFailure, err, lastLines(string(out), 5), s.runsc.logTail())
 	}
 	return nil
 }
@@ -219,7 +221,16 @@ func (s *Sandbox) markDead(why string) {
 func (s *Sandbox) Destroy(ctx context.Context) error {
 	s.destroy.Do(func() {
 		s.markDead("destroyed")
-		s.destErr = destroyJob(ctx, s.runsc, s.cfg.ID, s.dir, s.cg)
+		if s.ctl != nil {
+			if err := s.ctl.destroy(); err != nil {
+				s.destErr = fmt.Errorf("destroy sandbox %s: %w", s.cfg.ID, err)
+			}
+		}
+		// Whatever runsc's own destroy left (or all of it, when the
+		// sandbox never fully started) goes the same way as after a crash.
+		if err := destroyJob(ctx, s.runsc, s.cfg.ID, s.dir, s.cg); err != nil && s.destErr == nil {
+			s.destErr = err
+		}
 		if s.recv != nil {
 			s.recv.Close()
 		}

@@ -244,7 +244,7 @@ func TestProcessRecordHasConnects(t *testing.T) {
 func TestReapAfterSIGKILL(t *testing.T) {
 	requireRoot(t)
 	state := testStateRoot(t)
-	id := "reap-" + filepath.Base(t.TempDir())
+	id := testJobID()
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args[0] = "gvisor.test" // not /proc/self/exe: Dispatch would take it for runsc
 	cmd.Env = append(os.Environ(), helperEnv+"=1", "AIRLOCK_TEST_JOB_ID="+id,
@@ -262,9 +262,9 @@ func TestReapAfterSIGKILL(t *testing.T) {
 		cmd.Process.Kill()
 		t.Fatalf("helper did not start a sandbox: %q %v", buf, err)
 	}
-	// Wait until the step's sleep is running, then kill the owner.
+	// Wait until the sandbox and gofer run, then kill their owner.
 	jobDir := filepath.Join(state, "jobs", id)
-	waitFor(t, 30*time.Second, func() bool { return countProcesses(jobDir) >= 3 })
+	waitFor(t, 30*time.Second, func() bool { return countProcesses(jobDir) >= 2 })
 	cmd.Process.Kill()
 	cmd.Wait()
 	if n := countProcesses(jobDir); n == 0 {

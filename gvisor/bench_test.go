@@ -1,0 +1,186 @@
+package gvisor
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The benchmarks print ratios against baselines measured in the same run,
+// iteration by iteration, so a noisy machine affects both sides alike.
+// Run: CGO_ENABLED=0 go test -run XXX -bench . -benchtime 10x ./gvisor/
+// (see BENCHMARKS.md).
+
+// BenchmarkColdStart compares airlock's whole job cycle for `true` (reap,
+// create, exec, destroy) with the embedded runsc's own `runsc do true` and
+// with native `true`.
+func BenchmarkColdStart(b *testing.B) {
+	requireRootB(b)
+	ws := b.TempDir()
+	os.Chown(ws, 1000, 1000)
+	state := filepath.Join(testStateBase, "bench-cold")
+	defer os.RemoveAll(state)
+	var native, runscDo, airlock time.Duration
+	for i := 0; i < b.N; i++ {
+		t := time.Now()
+		if err := exec.Command("/bin/true").Run(); err != nil {
+			b.Fatal(err)
+		}
+		native += time.Since(t)
+
+		t = time.Now()
+		root := b.TempDir()
+		cmd := exec.Command("/proc/self/exe", "--root="+root, "--shared-root="+sharedRoot, "--network=none", "--host-settings=ignore", "do", "true")
+		cmd.Args[0] = "runsc"
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("runsc do: %v %s", err, out)
+		}
+		runscDo += time.Since(t)
+
+		t = time.Now()
+		ctx := context.Background()
+		if _, err := Reap(ctx, state); err != nil {
+			b.Fatal(err)
+		}
+		sb, err := Create(ctx, Config{ID: testJobID(), Workspace: ws, StateRoot: state, Limits: DefaultLimits()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := sb.Exec(ctx, Step{Args: []string{"true"}})
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("exec: %v %+v", err, res)
+		}
+		if err := sb.Destroy(ctx); err != nil {
+			b.Fatal(err)
+		}
+		airlock += time.Since(t)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(native.Microseconds())/n/1000, "native-ms")
+	b.ReportMetric(float64(runscDo.Microseconds())/n/1000, "runsc-do-ms")
+	b.ReportMetric(float64(airlock.Microseconds())/n/1000, "airlock-ms")
+	b.ReportMetric(float64(airlock)/float64(runscDo), "airlock/runsc-do")
+}
+
+// BenchmarkWorkload compares a compile-heavy step, `go build -a` of the
+// sample project with an empty build cache, natively and in airlock, under
+// each candidate runsc setting.
+func BenchmarkWorkload(b *testing.B) {
+	requireRootB(b)
+	goBin := "/usr/local/go/bin/go"
+	if _, err := os.Stat(goBin); err != nil {
+		b.Skip("needs the Go toolchain at /usr/local/go")
+	}
+	src, err := filepath.Abs("../testdata/sample-pr")
+	if err != nil {
+		b.Fatal(err)
+	}
+	build := "export GOCACHE=$(mktemp -d) GOFLAGS=-buildvcs=false GOTOOLCHAIN=local PATH=/usr/local/go/bin:$PATH; go build -a -o /dev/null ./cmd/wordcount; rm -rf $GOCACHE"
+	for _, v := range []struct {
+		name  string
+		flags []string
+	}{
+		{"default", nil},
+		{"overlay-memory", []string{"--overlay2=root:memory"}},
+		{"no-directfs", []string{"--directfs=false"}},
+		{"no-syscall-patching", []string{"--systrap-disable-syscall-patching=true"}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			var native, sandboxed time.Duration
+			for i := 0; i < b.N; i++ {
+				t := time.Now()
+				cmd := exec.Command("/bin/sh", "-c", build)
+				cmd.Dir = src
+				if out, err := cmd.CombinedOutput(); err != nil {
+					b.Fatalf("native build: %v %s", err, out)
+				}
+				native += time.Since(t)
+
+				ctx := context.Background()
+				sb, err := Create(ctx, Config{ID: testJobID(), Workspace: src, StateRoot: filepath.Join(testStateBase, "bench-work"), Limits: DefaultLimits(), RunscFlags: v.flags})
+				if err != nil {
+					b.Fatal(err)
+				}
+				t = time.Now()
+				res, err := sb.Exec(ctx, Step{Args: []string{"/bin/sh", "-c", build}})
+				sandboxed += time.Since(t)
+				sb.Destroy(ctx)
+				if err != nil || res.ExitCode != 0 {
+					b.Fatalf("sandboxed build: %v %+v", err, res)
+				}
+			}
+			n := float64(b.N)
+			b.ReportMetric(native.Seconds()/n, "native-s")
+			b.ReportMetric(sandboxed.Seconds()/n, "airlock-s")
+			b.ReportMetric(float64(sandboxed)/float64(native), "airlock/native")
+		})
+	}
+}
+
+// BenchmarkIdleMemory reports the host memory of an idle job sandbox: the
+// proportional set size of every host process in its cgroup (sentry,
+// gofer, systrap stubs), and the cgroup's own usage.
+func BenchmarkIdleMemory(b *testing.B) {
+	requireRootB(b)
+	ws := b.TempDir()
+	os.Chown(ws, 1000, 1000)
+	var pss, usage float64
+	for i := 0; i < b.N; i++ {
+		ctx := context.Background()
+		sb, err := Create(ctx, Config{ID: testJobID(), Workspace: ws, StateRoot: filepath.Join(testStateBase, "bench-mem"), Limits: DefaultLimits()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res, err := sb.Exec(ctx, Step{Args: []string{"true"}}); err != nil || res.ExitCode != 0 {
+			b.Fatalf("exec: %v %+v", err, res)
+		}
+		time.Sleep(time.Second) // let it settle
+		mem := sb.cg.memoryDir()
+		pss += float64(cgroupPSS(mem))
+		if v, err := os.ReadFile(filepath.Join(mem, "memory.usage_in_bytes")); err == nil {
+			n, _ := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64)
+			usage += float64(n)
+		}
+		sb.Destroy(ctx)
+	}
+	n := float64(b.N)
+	b.ReportMetric(pss/n/(1<<20), "pss-MiB")
+	b.ReportMetric(usage/n/(1<<20), "cgroup-MiB")
+	b.ReportMetric(pss/n/(64<<20), "pss/64MiB-target")
+}
+
+// cgroupPSS sums Pss over the processes in a cgroup directory.
+func cgroupPSS(dir string) int64 {
+	procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return 0
+	}
+	var total int64
+	for _, pid := range strings.Fields(string(procs)) {
+		f, err := os.Open(filepath.Join("/proc", pid, "smaps_rollup"))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if fields := strings.Fields(sc.Text()); len(fields) >= 2 && fields[0] == "Pss:" {
+				kb, _ := strconv.ParseInt(fields[1], 10, 64)
+				total += kb << 10
+			}
+		}
+		f.Close()
+	}
+	return total
+}
+
+func requireRootB(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+}

@@ -1,0 +1,131 @@
+package gvisor
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/log"
+	"gvisor.dev/gvisor/pkg/sentry/control"
+	"gvisor.dev/gvisor/pkg/sentry/kernel/auth"
+	"gvisor.dev/gvisor/runsc/config"
+	"gvisor.dev/gvisor/runsc/container"
+	"gvisor.dev/gvisor/runsc/specutils"
+)
+
+// controller drives a running sandbox through runsc's own Go API, in this
+// process, instead of starting a runsc process per operation: each step,
+// kill and delete would otherwise pay for loading a 100 MB binary. It is
+// the same code `runsc exec`, `runsc kill` and `runsc delete` run.
+type controller struct {
+	conf *config.Config
+	c    *container.Container
+}
+
+// quietRunscLogs sends the log output of runsc's packages, when they run
+// inside airlock, nowhere: runsc logs Info lines to stderr by default, and
+// the real diagnostics live in the job's runsc.log written by the sandbox.
+func quietRunscLogs() {
+	log.SetTarget(log.GoogleEmitter{Writer: &log.Writer{Next: io.Discard}})
+}
+
+// newController loads the sandbox's container with the same global flags
+// the sandbox was created with.
+func newController(r runsc, id string) (*controller, error) {
+	fs := flag.NewFlagSet("runsc", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	config.RegisterFlags(fs)
+	if err := fs.Parse(r.global); err != nil {
+		return nil, fmt.Errorf("runsc flags: %w", err)
+	}
+	conf, err := config.NewFromFlags(fs)
+	if err != nil {
+		return nil, fmt.Errorf("runsc config: %w", err)
+	}
+	c, err := container.Load(conf.RootDir, container.FullID{SandboxID: id, ContainerID: id}, container.LoadOpts{Exact: true})
+	if err != nil {
+		return nil, fmt.Errorf("load sandbox %s: %w", id, err)
+	}
+	return &controller{conf: conf, c: c}, nil
+}
+
+// start starts a process in the sandbox with the given stdio and returns
+// its pid in the sandbox's root PID namespace.
+func (k *controller) start(p specs.Process, stdout, stderr *os.File) (int32, error) {
+	caps, err := specutils.Capabilities(false, p.Capabilities)
+	if err != nil {
+		return 0, fmt.Errorf("capabilities: %w", err)
+	}
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return 0, err
+	}
+	defer devNull.Close()
+	args := &control.ExecArgs{
+		Argv:             p.Args,
+		Envv:             p.Env,
+		WorkingDirectory: p.Cwd,
+		KUID:             auth.KUID(p.User.UID),
+		KGID:             auth.KGID(p.User.GID),
+		Capabilities:     caps,
+		NoNewPrivileges:  p.NoNewPrivileges,
+		FilePayload:      control.NewFilePayload(map[int]*os.File{0: devNull, 1: stdout, 2: stderr}, nil),
+	}
+	// Right after a step hit the process limit, its killed processes take
+	// a moment to be reaped and new ones fail with EAGAIN: retry briefly.
+	// (The error crosses urpc as text, so it is matched as text.)
+	var pid int32
+	for wait := 20 * time.Millisecond; ; wait *= 2 {
+		pid, err = k.c.Execute(k.conf, args)
+		if err == nil || !isEAGAIN(err) || wait > 2*time.Second {
+			break
+		}
+		time.Sleep(wait)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("start process: %w", err)
+	}
+	return pid, nil
+}
+
+// wait waits for a process started by start and returns its wait status.
+func (k *controller) wait(pid int32) (unix.WaitStatus, error) {
+	return k.c.WaitPID(pid)
+}
+
+// kill sends SIGKILL to the process group led by pid and to pid itself.
+func (k *controller) kill(pid int32) {
+	k.c.SignalProcessGroup(unix.SIGKILL, pid)
+	k.c.SignalProcess(unix.SIGKILL, pid)
+}
+
+// killAll sends SIGKILL to every process in the sandbox.
+func (k *controller) killAll() error {
+	return k.c.SignalContainer(unix.SIGKILL, true)
+}
+
+// destroy stops the sandbox and removes its runsc state and cgroup.
+func (k *controller) destroy() error {
+	return k.c.Destroy()
+}
+
+// running reports whether the sandbox is still up.
+func (k *controller) running() bool {
+	c, err := container.Load(k.conf.RootDir, container.FullID{SandboxID: k.c.ID, ContainerID: k.c.ID}, container.LoadOpts{Exact: true})
+	if err != nil {
+		return false
+	}
+	return c.Status == container.Running && c.IsSandboxRunning()
+}
+
+// isEAGAIN recognises EAGAIN in an error that crossed urpc as text (the
+// sentry spells it "try again").
+func isEAGAIN(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "try again") || strings.Contains(msg, unix.EAGAIN.Error())
+}
