@@ -1,6 +1,7 @@
 package gvisor
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -32,40 +33,57 @@ var freshTopDirs = map[string]bool{"proc": true, "sys": true, "dev": true, "tmp"
 // after a SIGKILL of airlock. Nothing is mounted in the host's namespace
 // and nothing is created in the host's root.
 
+// rootPlan is what the helper builds, written by Create to the job
+// directory as JSON.
+type rootPlan struct {
+	// Source is the real root (the host's "/" or an image directory);
+	// Target is the job's skeleton directory.
+	Source string `json:"source"`
+	Target string `json:"target"`
+	// Dirs and Files are mount points to create, relative to the root.
+	Dirs  []string `json:"dirs"`
+	Files []string `json:"files"`
+	// MaskDirs and MaskFiles are hidden behind an empty, mode-0 tmpfs or
+	// the (empty, mode-0) EmptyFile. Done here, on the host side, they cost
+	// the sandbox nothing: it just sees an empty directory or file.
+	MaskDirs  []string `json:"maskDirs"`
+	MaskFiles []string `json:"maskFiles"`
+	EmptyFile string   `json:"emptyFile"`
+}
+
 // rootHelper runs as argv[0] rootHelperArg0 in a fresh mount namespace (the
 // caller sets CLONE_NEWNS; Go makes "/" private first), then carries on as
-// runsc (normally "run --detach"). args are
-// SRC DST MOUNTPOINT... -- RUNSC-ARGS..., where a mount point is a
-// directory relative to the root, or "file:" and a file.
+// runsc (normally "run --detach"). args are PLAN.json -- RUNSC-ARGS...
 func rootHelper(args []string) int {
-	sep := -1
-	for i, a := range args {
-		if a == "--" {
-			sep = i
-			break
-		}
-	}
-	if sep < 2 {
-		fmt.Fprintln(os.Stderr, "airlock rootfs helper: usage: SRC DST [MKDIR...] -- RUNSC-ARGS...")
+	if len(args) < 2 || args[1] != "--" {
+		fmt.Fprintln(os.Stderr, "airlock rootfs helper: usage: PLAN.json -- RUNSC-ARGS...")
 		return 2
 	}
-	src, dst, dirs, runscArgs := args[0], args[1], args[2:sep], args[sep+1:]
-	if err := buildRootSkeleton(src, dst, dirs); err != nil {
-		fmt.Fprintf(os.Stderr, "airlock: prepare root filesystem from %s: %v\n", src, err)
+	var plan rootPlan
+	b, err := os.ReadFile(args[0])
+	if err == nil {
+		err = json.Unmarshal(b, &plan)
+	}
+	if err == nil {
+		err = buildRootSkeleton(plan)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock: prepare root filesystem: %v\n", err)
 		return 125
 	}
 	// Become runsc in this same process: the namespace and its mounts are
 	// already in place, and one exec of a large binary fewer is a
 	// noticeable part of a sandbox's start-up.
-	os.Args = append([]string{"runsc"}, runscArgs...)
+	os.Args = append([]string{"runsc"}, args[2:]...)
 	maincli.Main()
 	return 0
 }
 
-// buildRootSkeleton mounts a tmpfs at dst and binds every top-level entry
-// of src into it read-only, then creates the directories in dirs (mount
-// points, relative to the root).
-func buildRootSkeleton(src, dst string, dirs []string) error {
+// buildRootSkeleton mounts a tmpfs at the target and binds every top-level
+// entry of the source into it read-only, creates the mount points and
+// applies the masks.
+func buildRootSkeleton(p rootPlan) error {
+	src, dst := p.Source, p.Target
 	if err := unix.Mount("tmpfs", dst, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1048576"); err != nil {
 		return fmt.Errorf("mount skeleton tmpfs on %s: %w", dst, err)
 	}
@@ -89,9 +107,7 @@ func buildRootSkeleton(src, dst string, dirs []string) error {
 				err = bindReadOnly(from, to)
 			}
 		default:
-			var f *os.File
-			if f, err = os.OpenFile(to, os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
-				f.Close()
+			if err = touch(to); err == nil {
 				err = bindReadOnly(from, to)
 			}
 		}
@@ -104,22 +120,43 @@ func buildRootSkeleton(src, dst string, dirs []string) error {
 			return err
 		}
 	}
-	for _, d := range dirs {
-		file, isFile := strings.CutPrefix(d, "file:")
-		if isFile {
-			d = filepath.Dir(file)
-		}
+	for _, d := range p.Dirs {
 		if err := os.MkdirAll(filepath.Join(dst, d), 0o755); err != nil {
 			return fmt.Errorf("mount point %s: %w", d, err)
 		}
-		if isFile {
-			if err := os.WriteFile(filepath.Join(dst, file), nil, 0o644); err != nil {
-				return fmt.Errorf("mount point %s: %w", file, err)
-			}
+	}
+	for _, f := range p.Files {
+		if err := os.MkdirAll(filepath.Join(dst, filepath.Dir(f)), 0o755); err != nil {
+			return fmt.Errorf("mount point %s: %w", f, err)
+		}
+		if err := touch(filepath.Join(dst, f)); err != nil {
+			return fmt.Errorf("mount point %s: %w", f, err)
+		}
+	}
+	// Masks go last: they sit on top of the binds. The paths were checked
+	// inside the root by maskPlan; the kernel resolves them here again,
+	// below dst only, because every absolute symlink in the skeleton
+	// points into a bind of the same root.
+	for _, d := range p.MaskDirs {
+		if err := unix.Mount("tmpfs", filepath.Join(dst, d), "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=000,size=4096"); err != nil {
+			return fmt.Errorf("mask %s: %w", d, err)
+		}
+	}
+	for _, f := range p.MaskFiles {
+		if err := bindReadOnly(p.EmptyFile, filepath.Join(dst, f)); err != nil {
+			return fmt.Errorf("mask %s: %w", f, err)
 		}
 	}
 	// The skeleton itself is read-only too: the gofer has nothing to write.
 	return unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
+}
+
+func touch(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 func bindReadOnly(from, to string) error {

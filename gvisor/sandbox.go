@@ -30,8 +30,6 @@ type Sandbox struct {
 	recv   *monitor.Receiver
 	cg     cgroups
 	ctl    *controller // set once the sandbox runs
-	// mountPoints are created in the root skeleton (see rootfs.go).
-	mountPoints []string
 
 	execMu  sync.Mutex // one step at a time
 	execSeq int
@@ -141,9 +139,19 @@ func (s *Sandbox) prepare(exe string) error {
 	if err != nil {
 		return err
 	}
-	s.mountPoints = []string{"file:" + initPath[1:]}
+	masks, err := lookupMasks(rootSource(s.cfg), outsideWorkspace(s.cfg, allMasks(s.cfg)))
+	if err != nil {
+		return err
+	}
+	plan := rootPlan{
+		Source: rootSource(s.cfg), Target: filepath.Join(s.dir, "rootfs"),
+		Files: []string{initPath[1:]}, MaskDirs: masks.dirs, MaskFiles: masks.files, EmptyFile: empty,
+	}
 	if ws != "" {
-		s.mountPoints = append(s.mountPoints, ws)
+		plan.Dirs = append(plan.Dirs, ws)
+	}
+	if err := writeJSON(filepath.Join(s.dir, "rootfs.json"), plan); err != nil {
+		return err
 	}
 	spec, err := buildSpec(s.cfg, filepath.Join(s.dir, "rootfs"), exe, empty)
 	if err != nil {
@@ -178,8 +186,7 @@ func (s *Sandbox) start(ctx context.Context) error {
 	// the rootfs helper, in a mount namespace of its own that the sandbox
 	// inherits (see rootfs.go).
 	cmd := s.runsc.command(ctx, "run", "--detach", "--bundle="+filepath.Join(s.dir, "bundle"), s.cfg.ID)
-	helper := append([]string{rootHelperArg0, rootSource(s.cfg), filepath.Join(s.dir, "rootfs")}, s.mountPoints...)
-	cmd.Args = append(append(helper, "--"), cmd.Args[1:]...)
+	cmd.Args = append([]string{rootHelperArg0, filepath.Join(s.dir, "rootfs.json"), "--"}, cmd.Args[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
 	cmd.Stdout, cmd.Stderr = errFile, errFile
 	if err := cmd.Run(); err != nil {

@@ -23,10 +23,15 @@ func TestSecretsAreMasked(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("s3cr3t-extra-mask"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sb := newTestSandbox(t, func(c *Config) {
-		asRoot(c)
-		c.ExtraMasks = []string{secretDir}
-	})
+	cfg := testConfig(t)
+	asRoot(&cfg)
+	os.Chown(cfg.Workspace, 0, 0)
+	// A secret the runner keeps in the workspace, masked by the caller.
+	if err := os.WriteFile(filepath.Join(cfg.Workspace, "runner.env"), []byte("s3cr3t-in-workspace"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.ExtraMasks = []string{secretDir, "/workspace/runner.env"}
+	sb := startSandbox(t, cfg)
 	for _, tc := range []struct{ name, script string }{
 		{"shadow", "cat /etc/shadow"},
 		{"gshadow", "cat /etc/gshadow"},
@@ -34,6 +39,7 @@ func TestSecretsAreMasked(t *testing.T) {
 		{"root home", "ls -A /root; cat /root/.bash_history /root/.ssh/* /root/.config/*/* 2>/dev/null"},
 		{"home", "ls -AR /home"},
 		{"extra mask", "cat " + secret + "; ls -A " + secretDir},
+		{"mask in workspace", "cat /workspace/runner.env"},
 		{"airlock state", "ls -AR /run"},
 		{"docker socket", "ls -l /var/run/docker.sock /run/docker.sock"},
 	} {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
+	"path"
 	"strconv"
 	"strings"
 
@@ -37,7 +37,6 @@ func rootSource(c Config) string {
 // of the binary that serves as init; emptyFile is an empty, mode-0 host
 // file used to mask files.
 func buildSpec(c Config, skeleton, exe, emptyFile string) (*specs.Spec, error) {
-	root := rootSource(c)
 	rl := rlimits(c.Limits)
 	spec := &specs.Spec{
 		Version: specs.Version,
@@ -74,12 +73,51 @@ func buildSpec(c Config, skeleton, exe, emptyFile string) (*specs.Spec, error) {
 		Destination: initPath, Type: "bind", Source: exe,
 		Options: []string{"bind", "ro", "nosuid", "nodev"},
 	})
-	masks, err := maskMounts(root, append(append([]string{}, DefaultMasks...), c.ExtraMasks...), emptyFile)
+	// Masks inside the workspace must be sandbox mounts on top of the
+	// workspace mount; masks in the root are done in the skeleton.
+	wsMasks, err := lookupMasks(c.Workspace, inWorkspace(c, allMasks(c)))
 	if err != nil {
 		return nil, err
 	}
-	spec.Mounts = append(spec.Mounts, masks...)
+	for _, d := range wsMasks.dirs {
+		spec.Mounts = append(spec.Mounts, maskDir(path.Join(c.WorkspaceMount, d)))
+	}
+	for _, f := range wsMasks.files {
+		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: path.Join(c.WorkspaceMount, f), Type: "bind", Source: emptyFile, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+	}
 	return spec, nil
+}
+
+// allMasks is every path to hide, defaults first.
+func allMasks(c Config) []string {
+	return append(append([]string{}, DefaultMasks...), c.ExtraMasks...)
+}
+
+// inWorkspace returns the masks below the workspace mount point, relative
+// to it.
+func inWorkspace(c Config, paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		if rel, ok := strings.CutPrefix(path.Clean(p), c.WorkspaceMount+"/"); ok {
+			out = append(out, rel)
+		}
+	}
+	return out
+}
+
+// outsideWorkspace returns the masks that are in the root: not below the
+// workspace mount point, nor below a directory the sandbox gets fresh
+// (/tmp, /run, ...), where nothing of the host shows anyway.
+func outsideWorkspace(c Config, paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		p = path.Clean(p)
+		top, _, _ := strings.Cut(strings.TrimPrefix(p, "/"), "/")
+		if p != c.WorkspaceMount && !strings.HasPrefix(p, c.WorkspaceMount+"/") && !freshTopDirs[top] {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func baseMounts(c Config) []specs.Mount {
@@ -99,42 +137,48 @@ func baseMounts(c Config) []specs.Mount {
 	}
 }
 
-// maskMounts replaces each existing path with an empty, unreadable
-// directory (tmpfs, mode 0) or file (the empty host file, read-only).
-// Paths are looked up inside root without following symlinks out of it; a
-// path that is itself a symlink is skipped (its target, if secret, is in the
-// list itself or lies under the fresh /run).
-func maskMounts(root string, paths []string, emptyFile string) ([]specs.Mount, error) {
+// maskSet is what exists of a list of paths to mask, split by kind,
+// relative to the directory they were looked up in.
+type maskSet struct {
+	dirs, files []string
+}
+
+// lookupMasks finds which paths exist under root. They are looked up
+// inside root without following symlinks out of it; a path that is itself
+// a symlink is skipped (its target, if secret, is in the list itself or
+// lies under the fresh /run), and so is one whose parents leave the root.
+// A path that exists but cannot be examined is masked as a directory
+// rather than risk exposing it.
+func lookupMasks(root string, paths []string) (maskSet, error) {
+	var m maskSet
+	if len(paths) == 0 {
+		return m, nil
+	}
 	r, err := os.OpenRoot(root)
 	if err != nil {
-		return nil, fmt.Errorf("open rootfs %s: %w", root, err)
+		return m, fmt.Errorf("open %s: %w", root, err)
 	}
 	defer r.Close()
 	seen := map[string]bool{}
-	var out []specs.Mount
 	for _, p := range paths {
-		p = filepath.Clean(p)
-		if seen[p] || p == "/" {
+		rel := strings.TrimPrefix(path.Clean("/"+p), "/")
+		if seen[rel] || rel == "" {
 			continue
 		}
-		seen[p] = true
-		fi, err := r.Lstat(strings.TrimPrefix(p, "/"))
+		seen[rel] = true
+		fi, err := r.Lstat(rel)
 		switch {
 		case errors.Is(err, fs.ErrNotExist), err != nil && strings.Contains(err.Error(), "path escapes"):
-			continue
 		case err != nil:
-			// Unreadable by root or a broken component: still mask, as a
-			// directory, rather than risk exposing it.
-			out = append(out, maskDir(p))
+			m.dirs = append(m.dirs, rel)
 		case fi.Mode()&fs.ModeSymlink != 0:
-			continue
 		case fi.IsDir():
-			out = append(out, maskDir(p))
+			m.dirs = append(m.dirs, rel)
 		default:
-			out = append(out, specs.Mount{Destination: p, Type: "bind", Source: emptyFile, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+			m.files = append(m.files, rel)
 		}
 	}
-	return out, nil
+	return m, nil
 }
 
 func maskDir(p string) specs.Mount {
