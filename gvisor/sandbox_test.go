@@ -18,7 +18,13 @@ var asRoot = func(c *Config) { c.User = &User{UID: 0, GID: 0} }
 // Secret-bearing host paths must show nothing, even to uid 0 inside (which
 // would pass the owner permission bits of root's files).
 func TestSecretsAreMasked(t *testing.T) {
-	secretDir := t.TempDir()
+	// Not under /tmp: the sandbox's /tmp is fresh, so only a path in the
+	// visible host root proves the mask works.
+	secretDir, err := os.MkdirTemp("/var/tmp", "airlock-secret-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(secretDir) })
 	secret := filepath.Join(secretDir, "token")
 	if err := os.WriteFile(secret, []byte("s3cr3t-extra-mask"), 0o644); err != nil {
 		t.Fatal(err)
