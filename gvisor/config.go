@@ -111,6 +111,8 @@ var (
 	ErrNoSelfExe    = errors.New("/proc/self/exe is not available: mount /proc (airlock re-executes itself to run gVisor)")
 	ErrNoWorkspace  = errors.New("workspace not found")
 	ErrStartFailure = errors.New("sandbox failed to start")
+	// ErrHostUnsupported: the kernel lacks what gVisor needs.
+	ErrHostUnsupported = errors.New("this kernel cannot run gVisor sandboxes")
 	// ErrInvalidConfig wraps every error about the caller's configuration.
 	ErrInvalidConfig = errors.New("invalid sandbox configuration")
 )

@@ -104,9 +104,43 @@ func (k *controller) kill(pid int32) {
 	k.c.SignalProcess(unix.SIGKILL, pid)
 }
 
-// killAll sends SIGKILL to every process in the sandbox.
+// taskCount is how many tasks (threads) the sandbox runs, the unit of
+// RLIMIT_NPROC; -1 when it cannot be read.
+func (k *controller) taskCount() int {
+	procs, err := k.c.Processes()
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, p := range procs {
+		n += max(1, len(p.Threads))
+	}
+	return n
+}
+
+// killAll sends SIGKILL to every process in the sandbox but its init
+// (pid 1, airlock's reaper): killing init would end the sandbox. Processes
+// forked while it runs are caught by the next round.
 func (k *controller) killAll() error {
-	return k.c.SignalContainer(unix.SIGKILL, true)
+	// Killed processes linger until init has reaped them: give it time.
+	for round := 0; round < 100; round++ {
+		procs, err := k.c.Processes()
+		if err != nil {
+			return fmt.Errorf("list processes: %w", err)
+		}
+		left := 0
+		for _, p := range procs {
+			if p.PID != 1 {
+				left++
+				k.c.SignalProcess(unix.SIGKILL, int32(p.PID))
+			}
+		}
+		if left == 0 {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("processes still there 5s after SIGKILL")
 }
 
 // destroy stops the sandbox and removes its runsc state and cgroup.

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/runsc/cli/maincli"
@@ -45,7 +46,14 @@ func sandboxHelper(args []string) int {
 	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGCHLD)
-	for range sigs {
+	// SIGCHLDs coalesce and one can arrive before Notify is in place: the
+	// ticker makes sure no zombie waits long.
+	tick := time.NewTicker(500 * time.Millisecond)
+	for {
+		select {
+		case <-sigs:
+		case <-tick.C:
+		}
 		for {
 			var ws unix.WaitStatus
 			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
@@ -54,7 +62,6 @@ func sandboxHelper(args []string) int {
 			}
 		}
 	}
-	return 0
 }
 
 // fsUsage is what the statfs helper reports per path.

@@ -252,6 +252,11 @@ func (s *Sandbox) detectLimit(ctx context.Context, exitCode int, forkBefore, oom
 	if s.record.ForkRefused() > forkBefore {
 		return LimitPids
 	}
+	// Under a flood of events the sentry may drop the refused forks; a
+	// failed step that leaves the sandbox at its process limit hit it.
+	if exitCode != 0 && s.cfg.Limits.Pids > 0 && s.ctl.taskCount() >= s.cfg.Limits.Pids*9/10 {
+		return LimitPids
+	}
 	if exitCode != 0 && s.diskFull(ctx) {
 		return LimitDisk
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-ci/airlock/internal/leakcheck"
 )
 
 // testStateBase holds the state roots of all sandboxes these tests create,
@@ -22,7 +24,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	if os.Geteuid() == 0 {
-		if left := leftovers(testStateBase); left != "" {
+		if left := leakcheck.Report(testStateBase, testJobIDPrefix); left != "" {
 			fmt.Fprintf(os.Stderr, "FAIL: the tests left resources behind:\n%s", left)
 			code = 1
 		}
@@ -113,34 +115,3 @@ func sh(t *testing.T, sb *Sandbox, script string, mutate ...func(*Step)) (string
 const testJobIDPrefix = "gvt-"
 
 func testJobID() string { return testJobIDPrefix + newID() }
-
-// leftovers lists runsc processes, mounts and cgroups that belong to
-// sandboxes under base (or that name airlock at all, for mounts).
-func leftovers(base string) string {
-	var b strings.Builder
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(cmdline, []byte(base+"/")) {
-			fmt.Fprintf(&b, "- process %s: %s\n", e.Name(), bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
-		}
-	}
-	if mounts, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		for _, line := range strings.Split(string(mounts), "\n") {
-			if strings.Contains(line, base) || (strings.Contains(line, "airlock") && !strings.Contains(line, "null-netns")) {
-				fmt.Fprintf(&b, "- mount: %s\n", line)
-			}
-		}
-	}
-	for _, d := range cgroupsFor("x").dirs {
-		matches, _ := filepath.Glob(filepath.Join(filepath.Dir(d), "airlock-"+testJobIDPrefix+"*"))
-		for _, m := range matches {
-			fmt.Fprintf(&b, "- cgroup: %s\n", m)
-		}
-	}
-	jobs, _ := filepath.Glob(filepath.Join(base, "*", "jobs", "*"))
-	for _, j := range jobs {
-		fmt.Fprintf(&b, "- job directory: %s\n", j)
-	}
-	return b.String()
-}

@@ -62,11 +62,8 @@ func newID() string {
 // Create makes and starts the job sandbox. On any error everything created
 // so far is removed again.
 func Create(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
-	if os.Geteuid() != 0 {
-		return nil, ErrNotRoot
-	}
-	if _, err := os.Stat("/proc/self/exe"); err != nil {
-		return nil, ErrNoSelfExe
+	if err := checkHost(); err != nil {
+		return nil, err
 	}
 	c, err := cfg.withDefaults()
 	if err != nil {
@@ -221,6 +218,15 @@ func (s *Sandbox) markDead(why string) {
 		s.dead = why
 	}
 	s.mu.Unlock()
+}
+
+// Kill sends SIGKILL to every process in the sandbox: running steps and
+// their background processes. The sandbox itself stays up for later steps.
+func (s *Sandbox) Kill() error {
+	if err := s.ctl.killAll(); err != nil {
+		return fmt.Errorf("kill processes in sandbox %s: %w", s.cfg.ID, err)
+	}
+	return nil
 }
 
 // Destroy stops the sandbox and removes everything the job created on the

@@ -1,6 +1,7 @@
 package gvisor
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -335,5 +336,60 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 			t.Fatalf("condition not met within %s", d)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A directory rootfs (an unpacked image) replaces the host root entirely:
+// the step sees the image's files and none of the host's.
+func TestDirectoryRootFS(t *testing.T) {
+	cfg := testConfig(t)
+	rootfs := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(rootfs, "image-marker"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg.RootFS = rootfs
+	sb := startSandbox(t, cfg)
+	var out bytes.Buffer
+	// The image has no shell: run airlock's own in-sandbox helper.
+	res, err := sb.Exec(context.Background(), Step{Args: []string{initPath, "statfs", "/image-marker", "/usr/bin", "/etc"}, Stdout: &out})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec: %v %+v", err, res)
+	}
+	got := out.String()
+	if !strings.Contains(got, `"/image-marker"`) || strings.Contains(got, "/usr/bin") || strings.Contains(got, `"/etc"`) {
+		t.Errorf("step did not see the image root: %s", got)
+	}
+	if entries, _ := os.ReadDir(rootfs); len(entries) != 1 {
+		t.Errorf("the image directory was modified: %v", entries)
+	}
+}
+
+// The CPU quota reaches the host cgroup of the sandbox.
+func TestCPUQuota(t *testing.T) {
+	sb := newTestSandbox(t, func(c *Config) { c.Limits.CPUs = 0.5 })
+	for _, d := range sb.cg.dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cpu.cfs_quota_us"))
+		if err != nil {
+			continue
+		}
+		if got := strings.TrimSpace(string(b)); got != "50000" {
+			t.Fatalf("cpu.cfs_quota_us = %s, want 50000", got)
+		}
+		return
+	}
+	t.Skip("no cgroup v1 cpu controller on this host")
+}
+
+// Kill stops every process of the sandbox, background ones included, and
+// the sandbox keeps serving steps.
+func TestKill(t *testing.T) {
+	sb := newTestSandbox(t, nil)
+	sh(t, sb, "sleep 300 >/dev/null 2>&1 & echo $! > /tmp/bg.pid")
+	if err := sb.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	out, _, res := sh(t, sb, "kill -0 $(cat /tmp/bg.pid) 2>/dev/null && echo alive || echo gone")
+	if res.ExitCode != 0 || strings.TrimSpace(out) != "gone" {
+		t.Fatalf("background process after Kill: %q %+v", out, res)
 	}
 }

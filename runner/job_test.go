@@ -3,6 +3,7 @@ package runner
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,11 +11,16 @@ import (
 	"time"
 
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/leakcheck"
 )
 
 func TestMain(m *testing.M) {
 	gvisor.Dispatch()
 	code := m.Run()
+	if left := leakcheck.Report(testStateBase, ""); left != "" {
+		fmt.Fprintf(os.Stderr, "FAIL: the tests left resources behind:\n%s", left)
+		code = 1
+	}
 	os.RemoveAll(testStateBase)
 	os.Exit(code)
 }

@@ -15,7 +15,7 @@ const (
 	exitOK          = 0
 	exitUsage       = 64  // bad flags, arguments or steps file
 	exitNoInput     = 66  // the workspace or another input does not exist
-	exitUnavailable = 69  // the sandbox could not be started on this host
+	exitUnavailable = 69  // the sandbox could not be started on this host (no /proc/self/exe, unsupported kernel, runsc failed)
 	exitInternal    = 70  // an airlock bug or an unexpected host failure
 	exitNoPerm      = 77  // not root
 	exitInterrupted = 130 // SIGINT or SIGTERM: the job was cancelled
@@ -43,7 +43,7 @@ func exitCodeFor(err error, stderr io.Writer) int {
 		return exitNoPerm
 	case errors.Is(err, gvisor.ErrNoWorkspace):
 		return exitNoInput
-	case errors.Is(err, gvisor.ErrNoSelfExe), errors.Is(err, gvisor.ErrStartFailure):
+	case errors.Is(err, gvisor.ErrNoSelfExe), errors.Is(err, gvisor.ErrStartFailure), errors.Is(err, gvisor.ErrHostUnsupported):
 		return exitUnavailable
 	}
 	return exitInternal

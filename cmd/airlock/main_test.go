@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/leakcheck"
 )
 
 // cliEnv makes the test binary behave as the airlock binary, so tests can
@@ -25,8 +27,17 @@ func TestMain(m *testing.M) {
 	if os.Getenv(cliEnv) != "" {
 		os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if left := leakcheck.Report(cliStateBase, ""); left != "" {
+		fmt.Fprintf(os.Stderr, "FAIL: the tests left resources behind:\n%s", left)
+		code = 1
+	}
+	os.RemoveAll(cliStateBase)
+	os.Exit(code)
 }
+
+// cliStateBase holds the state directories of these tests' jobs.
+const cliStateBase = "/run/airlock-test-cli"
 
 func workspace(t *testing.T) string {
 	t.Helper()
@@ -39,7 +50,7 @@ func workspace(t *testing.T) string {
 
 func stateDir(t *testing.T) string {
 	t.Helper()
-	d := filepath.Join("/run/airlock-test-cli", filepath.Base(t.TempDir()))
+	d := filepath.Join(cliStateBase, filepath.Base(t.TempDir()))
 	t.Cleanup(func() {
 		// Whatever a failed test left running is cleaned like after a crash.
 		gvisor.Reap(context.Background(), d)

@@ -1,0 +1,32 @@
+# Everything is built static: runsc re-executes this binary inside its own
+# chroot, where no ELF interpreter exists. Tests too (they start sandboxes).
+export CGO_ENABLED := 0
+
+GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+VERSION    ?= dev
+LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(GIT_COMMIT)
+
+.PHONY: build sample test vet bench clean
+
+build:
+	go build -ldflags "$(LDFLAGS)" -o bin/airlock ./cmd/airlock
+
+# The main job on the included sample pull request (needs root).
+sample: build
+	./bin/airlock run --workspace testdata/sample-pr --steps testdata/sample-pr/ci.yaml
+
+# The whole test suite (needs root: the tests start real sandboxes).
+test:
+	go test -count=1 -timeout 30m ./...
+
+vet:
+	gofmt -l . | (! grep .)
+	go vet ./...
+
+# See BENCHMARKS.md.
+bench:
+	go test -run XXX -bench 'ColdStart|IdleMemory' -benchtime 20x ./gvisor/
+	go test -run XXX -bench Workload -benchtime 1x ./gvisor/
+
+clean:
+	rm -rf bin

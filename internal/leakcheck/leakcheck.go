@@ -1,0 +1,57 @@
+// Package leakcheck finds what tests that start sandboxes left behind on
+// the host: processes, mounts, cgroups and job directories. Test binaries
+// call Report at the end of TestMain and fail when it finds anything.
+package leakcheck
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Report lists leftovers of the sandboxes whose state lives under base:
+// processes whose command line names it, mounts below it, job directories
+// in it, and cgroups named airlock-<cgroupPrefix>... (only when the prefix
+// is not empty: job ids are random unless the tests choose them). It
+// returns "" when nothing is left.
+func Report(base, cgroupPrefix string) string {
+	var b strings.Builder
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(cmdline, []byte(base+"/")) {
+			fmt.Fprintf(&b, "- process %s: %s\n", e.Name(), bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
+		}
+	}
+	if mounts, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(mounts), "\n") {
+			if strings.Contains(line, base+"/") {
+				fmt.Fprintf(&b, "- mount: %s\n", line)
+			}
+		}
+	}
+	jobs, _ := filepath.Glob(filepath.Join(base, "*", "jobs", "*"))
+	more, _ := filepath.Glob(filepath.Join(base, "jobs", "*"))
+	for _, j := range append(jobs, more...) {
+		fmt.Fprintf(&b, "- job directory: %s\n", j)
+	}
+	if cgroupPrefix != "" {
+		filepath.WalkDir("/sys/fs/cgroup", func(path string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			if strings.HasPrefix(d.Name(), "airlock-"+cgroupPrefix) {
+				fmt.Fprintf(&b, "- cgroup: %s\n", path)
+				return fs.SkipDir
+			}
+			if strings.Count(path, "/") > 7 {
+				return fs.SkipDir
+			}
+			return nil
+		})
+	}
+	return b.String()
+}
