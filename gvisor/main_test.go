@@ -3,7 +3,6 @@ package gvisor
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,12 +22,7 @@ func TestMain(m *testing.M) {
 		os.Exit(runHelper())
 	}
 	code := m.Run()
-	if os.Geteuid() == 0 {
-		if left := leakcheck.Report(testStateBase, testJobIDPrefix); left != "" {
-			fmt.Fprintf(os.Stderr, "FAIL: the tests left resources behind:\n%s", left)
-			code = 1
-		}
-	}
+	code = leakcheck.Exit(code, testStateBase, testJobIDPrefix)
 	os.RemoveAll(testStateBase)
 	os.Exit(code)
 }

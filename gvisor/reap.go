@@ -15,7 +15,9 @@ import (
 type Reaped struct {
 	ID        string `json:"id"`
 	Workspace string `json:"workspace"`
-	OwnerPID  int    `json:"ownerPid"`
+	// SandboxUID is the identity the job's workload ran as.
+	SandboxUID uint32 `json:"sandboxUid"`
+	OwnerPID   int    `json:"ownerPid"`
 }
 
 // Reap removes the job directories under stateRoot whose owner is gone (its
@@ -77,5 +79,5 @@ func reapOne(ctx context.Context, dir, id string) (Reaped, bool, error) {
 	if rmErr := os.RemoveAll(dir); rmErr != nil {
 		err = errors.Join(err, fmt.Errorf("remove %s: %w", dir, rmErr))
 	}
-	return Reaped{ID: id, Workspace: own.Workspace, OwnerPID: own.PID}, true, err
+	return Reaped{ID: id, Workspace: own.Workspace, SandboxUID: own.UID, OwnerPID: own.PID}, true, err
 }

@@ -47,8 +47,10 @@ type owner struct {
 	PID       int       `json:"pid"`
 	Created   time.Time `json:"created"`
 	Workspace string    `json:"workspace"`
-	RunscPath string    `json:"runscPath"`
-	Cgroups   []string  `json:"cgroups"`
+	// UID is the identity the workload ran as, for tidying the workspace.
+	UID       uint32   `json:"uid"`
+	RunscPath string   `json:"runscPath"`
+	Cgroups   []string `json:"cgroups"`
 }
 
 func newID() string {
@@ -158,7 +160,7 @@ func (s *Sandbox) prepare(exe string) error {
 		return err
 	}
 	s.cg = cgroupsFor("airlock-" + s.cfg.ID)
-	own := owner{ID: s.cfg.ID, PID: os.Getpid(), Created: time.Now().UTC(), Workspace: s.cfg.Workspace, RunscPath: s.cfg.RunscPath, Cgroups: s.cg.dirs}
+	own := owner{ID: s.cfg.ID, PID: os.Getpid(), Created: time.Now().UTC(), Workspace: s.cfg.Workspace, UID: s.cfg.User.UID, RunscPath: s.cfg.RunscPath, Cgroups: s.cg.dirs}
 	if err := writeJSON(filepath.Join(s.dir, "owner.json"), own); err != nil {
 		return err
 	}

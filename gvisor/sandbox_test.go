@@ -38,6 +38,9 @@ func TestSecretsAreMasked(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.ExtraMasks = []string{secretDir, "/workspace/runner.env"}
+	// A state root outside /run is visible in the host root unless masked.
+	cfg.StateRoot = "/var/lib/airlock-test-state"
+	t.Cleanup(func() { os.RemoveAll(cfg.StateRoot) })
 	sb := startSandbox(t, cfg)
 	for _, tc := range []struct{ name, script string }{
 		{"shadow", "cat /etc/shadow"},
@@ -48,6 +51,7 @@ func TestSecretsAreMasked(t *testing.T) {
 		{"extra mask", "cat " + secret + "; ls -A " + secretDir},
 		{"mask in workspace", "cat /workspace/runner.env"},
 		{"airlock state", "ls -AR /run"},
+		{"airlock state root", "ls -A " + cfg.StateRoot + "; ls -A /var/lib/airlock-test-state"},
 		{"docker socket", "ls -l /var/run/docker.sock /run/docker.sock"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -88,9 +88,10 @@ func buildSpec(c Config, skeleton, exe, emptyFile string) (*specs.Spec, error) {
 	return spec, nil
 }
 
-// allMasks is every path to hide, defaults first.
+// allMasks is every path to hide: the defaults, airlock's own state root
+// (wherever the caller put it), and the caller's.
 func allMasks(c Config) []string {
-	return append(append([]string{}, DefaultMasks...), c.ExtraMasks...)
+	return append(append(append([]string{}, DefaultMasks...), c.StateRoot), c.ExtraMasks...)
 }
 
 // inWorkspace returns the masks below the workspace mount point, relative

@@ -117,7 +117,7 @@ func Run(ctx context.Context, job Job, runtime string) (res Result, err error) {
 	for _, r := range reaped {
 		fmt.Fprintf(job.Log, "airlock: cleaned up job %s left by airlock pid %d\n", r.ID, r.OwnerPID)
 		if r.Workspace != "" {
-			if _, err := workspace.Tidy(r.Workspace, 0); err != nil {
+			if _, err := workspace.Tidy(r.Workspace, r.SandboxUID); err != nil {
 				slog.Warn("tidying workspace of a leftover job", "workspace", r.Workspace, "err", err)
 			}
 		}

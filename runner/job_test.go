@@ -3,7 +3,6 @@ package runner
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,10 +16,7 @@ import (
 func TestMain(m *testing.M) {
 	gvisor.Dispatch()
 	code := m.Run()
-	if left := leakcheck.Report(testStateBase, ""); left != "" {
-		fmt.Fprintf(os.Stderr, "FAIL: the tests left resources behind:\n%s", left)
-		code = 1
-	}
+	code = leakcheck.Exit(code, testStateBase, "")
 	os.RemoveAll(testStateBase)
 	os.Exit(code)
 }

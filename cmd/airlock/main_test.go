@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -28,10 +27,7 @@ func TestMain(m *testing.M) {
 		os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	code := m.Run()
-	if left := leakcheck.Report(cliStateBase, ""); left != "" {
-		fmt.Fprintf(os.Stderr, "FAIL: the tests left resources behind:\n%s", left)
-		code = 1
-	}
+	code = leakcheck.Exit(code, cliStateBase, "")
 	os.RemoveAll(cliStateBase)
 	os.Exit(code)
 }

@@ -55,3 +55,17 @@ func Report(base, cgroupPrefix string) string {
 	}
 	return b.String()
 }
+
+// Exit is for the end of TestMain: it prints what the tests left behind
+// under base and turns a passing exit code into a failing one if anything
+// was left.
+func Exit(code int, base, cgroupPrefix string) int {
+	if os.Geteuid() != 0 {
+		return code
+	}
+	if left := Report(base, cgroupPrefix); left != "" {
+		fmt.Fprintf(os.Stderr, "FAIL: the tests left resources behind:\n%s", left)
+		return 1
+	}
+	return code
+}
