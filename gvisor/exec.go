@@ -240,7 +240,7 @@ func (s *Sandbox) detectLimit(ctx context.Context, exitCode int, forkBefore, oom
 		return LimitOOM
 	}
 	// A step that exited 0 ran in a live sandbox; only a failure can
-	// mean the sandbox itself died (asking runsc costs a process start).
+	// mean the sandbox itself died.
 	if exitCode != 0 && !s.ctl.running() {
 		if _, hits := s.cg.oomKills(); hits > 0 {
 			s.markDead("killed by the host after hitting the memory limit")

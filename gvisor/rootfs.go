@@ -28,7 +28,7 @@ var freshTopDirs = map[string]bool{"proc": true, "sys": true, "dev": true, "tmp"
 // is a small tmpfs at <job>/rootfs holding one read-only bind mount per
 // top-level entry of the real root, plus empty directories for the mount
 // points. All of this happens in a private mount namespace of the process
-// that then becomes runsc create: the sandbox and gofer inherit it, and the
+// that then becomes runsc (run --detach): the sandbox and gofer inherit it, and the
 // kernel drops every one of these mounts when the last of them exits, even
 // after a SIGKILL of airlock. Nothing is mounted in the host's namespace
 // and nothing is created in the host's root.

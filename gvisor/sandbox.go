@@ -179,8 +179,8 @@ func (s *Sandbox) start(ctx context.Context) error {
 		return fmt.Errorf("create log file: %w", err)
 	}
 	defer errFile.Close()
-	// The init's stdio is inherited from runsc create; a file (not a pipe)
-	// keeps Wait from blocking on a sandbox that holds it open.
+	// The init's stdio is inherited from runsc; a file (not a pipe) keeps
+	// Wait from blocking on a sandbox that holds it open.
 	// run --detach is create and start in one runsc process. It runs as
 	// the rootfs helper, in a mount namespace of its own that the sandbox
 	// inherits (see rootfs.go).
