@@ -235,3 +235,47 @@ func TestNotRoot(t *testing.T) {
 		t.Errorf("exit %d, output %q; want %d and a clear sentence", cmd.ProcessState.ExitCode(), out, exitNoPerm)
 	}
 }
+
+// SIGKILL leaves airlock no chance to clean up: the sandbox outlives it.
+// The next airlock run with the same state directory removes it first.
+func TestNextRunReapsAfterSIGKILL(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	state := stateDir(t)
+	ws := workspace(t)
+	cmd := cli(t, "run", "-w", ws, "--state-dir", state, "--", "sh", "-c", "touch started; exec sleep 600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(ws, "started")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatal("step never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if !processNamed(state) {
+		t.Fatal("expected the orphaned sandbox to outlive airlock")
+	}
+	var out, errb bytes.Buffer
+	if code := execute([]string{"run", "-w", workspace(t), "--state-dir", state, "--", "true"}, &out, &errb); code != 0 {
+		t.Fatalf("next run: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(errb.String(), "cleaned up job") {
+		t.Errorf("next run did not report the cleanup: %s", errb.String())
+	}
+	if processNamed(state) {
+		t.Error("orphaned sandbox survives the next run")
+	}
+	if jobs, _ := filepath.Glob(filepath.Join(state, "jobs", "*")); len(jobs) != 0 {
+		t.Errorf("job state survives: %v", jobs)
+	}
+}
