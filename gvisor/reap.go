@@ -75,7 +75,7 @@ func reapOne(ctx context.Context, dir, id string) (Reaped, bool, error) {
 	if _, err := os.Stat(exe); err != nil {
 		r.exe = "/proc/self/exe"
 	}
-	err = destroyJob(ctx, r, id, dir, cgroups{dirs: own.Cgroups})
+	err = destroyJob(r, id, dir, cgroups{dirs: own.Cgroups})
 	if rmErr := os.RemoveAll(dir); rmErr != nil {
 		err = errors.Join(err, fmt.Errorf("remove %s: %w", dir, rmErr))
 	}

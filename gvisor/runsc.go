@@ -1,9 +1,7 @@
 package gvisor
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,18 +53,6 @@ func (r runsc) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd.Args[0] = "runsc"
 	cmd.Env = []string{"PATH=" + defaultPath}
 	return cmd
-}
-
-// run executes a short runsc command and returns a useful error with its
-// output when it fails.
-func (r runsc) run(ctx context.Context, args ...string) error {
-	cmd := r.command(ctx, args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("runsc %s: %w: %s", args[0], err, lastLines(out.String(), 5))
-	}
-	return nil
 }
 
 // logTail returns the last lines of runsc's own log, for error messages.

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -236,16 +235,7 @@ func (s *Sandbox) Kill() error {
 func (s *Sandbox) Destroy(ctx context.Context) error {
 	s.destroy.Do(func() {
 		s.markDead("destroyed")
-		if s.ctl != nil {
-			if err := s.ctl.destroy(); err != nil {
-				s.destErr = fmt.Errorf("destroy sandbox %s: %w", s.cfg.ID, err)
-			}
-		}
-		// Whatever runsc's own destroy left (or all of it, when the
-		// sandbox never fully started) goes the same way as after a crash.
-		if err := destroyJob(ctx, s.runsc, s.cfg.ID, s.dir, s.cg); err != nil && s.destErr == nil {
-			s.destErr = err
-		}
+		s.destErr = destroyJob(s.runsc, s.cfg.ID, s.dir, s.cg)
 		if s.recv != nil {
 			s.recv.Close()
 		}
@@ -262,17 +252,24 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 // destroyJob kills the sandbox, deletes its runsc state, kills any process
 // still naming the job directory and removes its cgroups. Shared by Destroy
 // and Reap, so a crashed airlock's leftovers get exactly the same cleanup.
-func destroyJob(ctx context.Context, r runsc, id, dir string, cg cgroups) error {
-	// Bounded: a wedged runsc must not keep airlock from finishing.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
+func destroyJob(r runsc, id, dir string, cg cgroups) error {
 	var errs []error
-	if _, err := os.Stat(filepath.Join(dir, "runsc")); err == nil {
-		if err := r.run(ctx, "delete", "--force", id); err != nil && !isNotExist(err) {
-			errs = append(errs, err)
+	// runsc's own destroy, in-process, when its state is there: it kills
+	// the sandbox and gofer and removes their cgroup and state files.
+	destroyed := false
+	if ctl, err := newController(r, id); err == nil {
+		if err := ctl.destroy(); err != nil {
+			errs = append(errs, fmt.Errorf("destroy sandbox %s: %w", id, err))
+		} else {
+			destroyed = true
 		}
 	}
-	killProcessesUsing(dir)
+	if !destroyed {
+		// No runsc state (airlock died while the sandbox was being
+		// created) or a failed destroy: find the processes by their
+		// command line, which names the job directory.
+		killProcessesUsing(dir)
+	}
 	if err := cg.remove(); err != nil {
 		errs = append(errs, err)
 	}
@@ -280,10 +277,6 @@ func destroyJob(ctx context.Context, r runsc, id, dir string, cg cgroups) error 
 	return errors.Join(errs...)
 }
 
-func isNotExist(err error) bool {
-	s := err.Error()
-	return strings.Contains(s, "does not exist") || strings.Contains(s, "not found")
-}
 
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
