@@ -277,7 +277,6 @@ func destroyJob(r runsc, id, dir string, cg cgroups) error {
 	return errors.Join(errs...)
 }
 
-
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {

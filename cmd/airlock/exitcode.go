@@ -14,6 +14,7 @@ import (
 const (
 	exitOK          = 0
 	exitUsage       = 64  // bad flags, arguments or steps file
+	exitDataErr     = 65  // an invalid policy
 	exitNoInput     = 66  // the workspace or another input does not exist
 	exitUnavailable = 69  // the sandbox could not be started on this host (no /proc/self/exe, unsupported kernel, runsc failed)
 	exitInternal    = 70  // an airlock bug or an unexpected host failure

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/airlock-ci/airlock/policies"
+)
+
+// DefaultOrgPolicyDir is where a runner host keeps its organisation policy.
+const defaultOrgPolicyDir = "/etc/airlock"
+
+// policyOptions are the flags of `airlock policy eval`.
+type policyOptions struct {
+	orgDir string
+	repo   string
+	base   string
+	head   string
+	asJSON bool
+}
+
+func (o *policyOptions) addFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.orgDir, "org", "", "organisation policy directory (*.cue); default "+defaultOrgPolicyDir+" when it exists")
+	f.StringVar(&o.repo, "repo", "", "git repository whose "+policies.RepoPolicyPath+" applies")
+	f.StringVar(&o.base, "base", "", "the pull request's base commit: the repository policy is read from it")
+	f.StringVar(&o.head, "head", "", "the pull request's head commit: report whether it changes the policy")
+	f.BoolVar(&o.asJSON, "json", false, "print the effective policy and its sources as JSON")
+}
+
+func newPolicyCmd(code *int) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "policy",
+		Short: "Validate and evaluate airlock policies (CUE)",
+	}
+	cmd.AddCommand(newPolicyVetCmd(code), newPolicyEvalCmd(code))
+	return cmd
+}
+
+func newPolicyVetCmd(code *int) *cobra.Command {
+	var orgDir string
+	cmd := &cobra.Command{
+		Use:   "vet FILE...",
+		Short: "Check policy files against the schema (and the organisation policy with --org)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var org []policies.Source
+			if orgDir != "" {
+				var err error
+				if org, err = policies.LoadOrgDir(orgDir); err != nil {
+					return usageError{err}
+				}
+			}
+			bad := 0
+			for _, f := range args {
+				srcs, err := policies.ReadFiles([]string{f}, policies.KindRepo)
+				if err == nil {
+					_, err = policies.Load(cmd.Context(), append(append([]policies.Source{}, org...), srcs...))
+				}
+				if err != nil {
+					bad++
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", f, err)
+					continue
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "ok %s\n", f)
+			}
+			if bad > 0 {
+				*code = exitDataErr
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&orgDir, "org", "", "also unify with this organisation policy directory")
+	return cmd
+}
+
+func newPolicyEvalCmd(code *int) *cobra.Command {
+	o := &policyOptions{}
+	cmd := &cobra.Command{
+		Use:   "eval",
+		Short: "Print the effective policy: schema, organisation policy and the repository's policy at the base commit",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out, err := o.evaluate(cmd)
+			if err != nil {
+				var perr *policies.Error
+				if errors.As(err, &perr) {
+					fmt.Fprintln(cmd.ErrOrStderr(), err)
+					*code = exitDataErr
+					return nil
+				}
+				return err
+			}
+			if o.asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(out)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "// effective policy %s\n", out.Effective.Digest)
+			for _, s := range out.Effective.Sources {
+				fmt.Fprintf(cmd.OutOrStdout(), "// source %s %s%s sha256:%s\n", s.Kind, s.Path, atCommit(s.Commit), s.SHA256)
+			}
+			if out.Change != nil && out.Change.Changed {
+				fmt.Fprintf(cmd.OutOrStdout(), "// the head commit changes %s: that change does not apply to this run\n", policies.RepoPolicyPath)
+			}
+			fmt.Fprint(cmd.OutOrStdout(), out.Effective.CUE)
+			return nil
+		},
+	}
+	o.addFlags(cmd.Flags())
+	return cmd
+}
+
+// evalResult is what `policy eval --json` prints.
+type evalResult struct {
+	Effective *policies.Effective    `json:"effective"`
+	Change    *policies.PolicyChange `json:"headChangesPolicy,omitempty"`
+}
+
+func (o *policyOptions) evaluate(cmd *cobra.Command) (evalResult, error) {
+	var res evalResult
+	orgDir := o.orgDir
+	if orgDir == "" {
+		if fi, err := os.Stat(defaultOrgPolicyDir); err == nil && fi.IsDir() {
+			orgDir = defaultOrgPolicyDir
+		}
+	}
+	var srcs []policies.Source
+	if orgDir != "" {
+		org, err := policies.LoadOrgDir(orgDir)
+		if err != nil {
+			return res, usageError{err}
+		}
+		srcs = org
+	}
+	if (o.repo == "") != (o.base == "") {
+		return res, usagef("--repo and --base go together: the repository policy is read from the base commit")
+	}
+	if o.repo != "" {
+		src, err := policies.FromCommit(cmd.Context(), o.repo, o.base)
+		if err != nil {
+			return res, usageError{err}
+		}
+		if src != nil {
+			srcs = append(srcs, *src)
+		}
+		if o.head != "" {
+			c, err := policies.CompareCommits(cmd.Context(), o.repo, o.base, o.head)
+			if err != nil {
+				return res, usageError{err}
+			}
+			res.Change = &c
+		}
+	}
+	eff, err := policies.Load(cmd.Context(), srcs)
+	if err != nil {
+		return res, err
+	}
+	res.Effective = eff
+	return res, nil
+}
+
+func atCommit(c string) string {
+	if c == "" {
+		return ""
+	}
+	return "@" + c
+}

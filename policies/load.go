@@ -1,0 +1,265 @@
+package policies
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"cuelang.org/go/cue"
+	"cuelang.org/go/cue/cuecontext"
+	cueerrors "cuelang.org/go/cue/errors"
+	"cuelang.org/go/cue/format"
+	"cuelang.org/go/cue/parser"
+)
+
+//go:embed schema.cue
+var schemaCUE []byte
+
+// Bounds on policy input. A policy is a few kilobytes; anything near these
+// is a mistake or an attack.
+const (
+	MaxFileSize  = 256 << 10
+	MaxTotalSize = 1 << 20
+	MaxFiles     = 64
+	// EvalTimeout bounds unification and validation.
+	EvalTimeout = 5 * time.Second
+)
+
+// Source kinds.
+const (
+	KindOrg  = "org"
+	KindRepo = "repo"
+)
+
+// Source is one policy file.
+type Source struct {
+	// Kind is KindOrg or KindRepo.
+	Kind string `json:"kind"`
+	// Path names the file in errors and results (for a repository file,
+	// its path in the repository).
+	Path string `json:"path"`
+	// Commit is the commit a repository file was read from.
+	Commit string `json:"commit,omitempty"`
+	// SHA256 of Data, filled in by Load.
+	SHA256 string `json:"sha256"`
+	Data   []byte `json:"-"`
+}
+
+// Effective is the unified, validated policy.
+type Effective struct {
+	Policy  Policy   `json:"policy"`
+	Sources []Source `json:"sources"`
+	// Digest is the sha256 of the effective policy's canonical JSON.
+	Digest string `json:"digest"`
+	// CUE is the effective policy as CUE text.
+	CUE string `json:"-"`
+}
+
+// Error is a policy error: one message per problem, each with the
+// positions (file:line:column) involved.
+type Error struct {
+	Problems []string
+}
+
+func (e *Error) Error() string {
+	return "invalid policy:\n  " + strings.Join(e.Problems, "\n  ")
+}
+
+// LoadOrgDir reads every *.cue file of an organisation policy directory,
+// in name order.
+func LoadOrgDir(dir string) ([]Source, error) {
+	names, err := filepath.Glob(filepath.Join(dir, "*.cue"))
+	if err != nil {
+		return nil, fmt.Errorf("organisation policy %s: %w", dir, err)
+	}
+	if len(names) > MaxFiles {
+		return nil, fmt.Errorf("organisation policy %s: %d files, at most %d", dir, len(names), MaxFiles)
+	}
+	sort.Strings(names)
+	var out []Source
+	for _, n := range names {
+		src, err := readFile(n, KindOrg)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, src)
+	}
+	return out, nil
+}
+
+// ReadFile reads one policy file from disk, refusing oversized ones
+// before reading them.
+func readFile(path, kind string) (Source, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return Source{}, fmt.Errorf("policy file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return Source{}, fmt.Errorf("policy file %s: not a regular file", path)
+	}
+	if fi.Size() > MaxFileSize {
+		return Source{}, fmt.Errorf("policy file %s: %d bytes, at most %d", path, fi.Size(), MaxFileSize)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Source{}, fmt.Errorf("policy file: %w", err)
+	}
+	return Source{Kind: kind, Path: path, Data: b}, nil
+}
+
+// ReadFiles reads policy files named on the command line.
+func ReadFiles(paths []string, kind string) ([]Source, error) {
+	var out []Source
+	for _, p := range paths {
+		src, err := readFile(p, kind)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, src)
+	}
+	return out, nil
+}
+
+// Load unifies the schema with every source, in order (organisation files
+// first, then the repository's), validates that the result is complete
+// and decodes it. Nothing in the sources can make it run longer than
+// EvalTimeout or read more than MaxTotalSize.
+func Load(ctx context.Context, sources []Source) (*Effective, error) {
+	total := 0
+	for i := range sources {
+		s := &sources[i]
+		if len(s.Data) > MaxFileSize {
+			return nil, fmt.Errorf("policy file %s: %d bytes, at most %d", s.Path, len(s.Data), MaxFileSize)
+		}
+		total += len(s.Data)
+		sum := sha256.Sum256(s.Data)
+		s.SHA256 = hex.EncodeToString(sum[:])
+	}
+	if total > MaxTotalSize || len(sources) > MaxFiles {
+		return nil, fmt.Errorf("policy: %d files with %d bytes in all; at most %d files and %d bytes", len(sources), total, MaxFiles, MaxTotalSize)
+	}
+	ctx, cancel := context.WithTimeout(ctx, EvalTimeout)
+	defer cancel()
+	type result struct {
+		eff *Effective
+		err error
+	}
+	done := make(chan result, 1)
+	// CUE evaluation cannot be interrupted: it runs on its own goroutine
+	// and is abandoned (not waited for) when the deadline passes.
+	go func() {
+		eff, err := evaluate(sources)
+		done <- result{eff, err}
+	}()
+	select {
+	case r := <-done:
+		return r.eff, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("policy evaluation took longer than %s (pathological disjunctions or recursion?): %w", EvalTimeout, ctx.Err())
+	}
+}
+
+func evaluate(sources []Source) (*Effective, error) {
+	cctx := cuecontext.New()
+	schema := cctx.CompileBytes(schemaCUE, cue.Filename("airlock:schema.cue"))
+	if err := schema.Err(); err != nil {
+		return nil, fmt.Errorf("embedded schema: %w", err)
+	}
+	v := schema.LookupPath(cue.ParsePath("#Policy"))
+	var problems []string
+	for _, s := range sources {
+		fv, err := compile(cctx, s)
+		if err != nil {
+			problems = append(problems, describe(err)...)
+			continue
+		}
+		v = v.Unify(fv)
+	}
+	if len(problems) > 0 {
+		return nil, &Error{Problems: problems}
+	}
+	if err := v.Validate(cue.Concrete(true), cue.Final()); err != nil {
+		return nil, &Error{Problems: describe(err)}
+	}
+	var p Policy
+	if err := v.Decode(&p); err != nil {
+		return nil, &Error{Problems: describe(err)}
+	}
+	canon, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("encode effective policy: %w", err)
+	}
+	sum := sha256.Sum256(canon)
+	text, err := format.Node(v.Syntax(cue.Final(), cue.Concrete(true)))
+	if err != nil {
+		return nil, fmt.Errorf("format effective policy: %w", err)
+	}
+	return &Effective{Policy: p, Sources: sources, Digest: hex.EncodeToString(sum[:]), CUE: string(text)}, nil
+}
+
+// compile parses one file and refuses what a policy must not contain.
+func compile(cctx *cue.Context, s Source) (cue.Value, error) {
+	if !utf8.Valid(s.Data) {
+		line := 1 + strings.Count(string(s.Data[:firstInvalidUTF8(s.Data)]), "\n")
+		return cue.Value{}, fmt.Errorf("%s:%d: not valid UTF-8", s.Path, line)
+	}
+	f, err := parser.ParseFile(s.Path, s.Data)
+	if err != nil {
+		return cue.Value{}, err
+	}
+	for imp := range f.ImportSpecs() {
+		return cue.Value{}, fmt.Errorf("%s: imports %s: a policy may not import packages; write the values out", imp.Pos(), imp.Path.Value)
+	}
+	v := cctx.BuildFile(f)
+	return v, v.Err()
+}
+
+func firstInvalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
+}
+
+// describe turns a CUE error into one line per problem, each naming every
+// position involved (both sides of a conflict).
+func describe(err error) []string {
+	var ce cueerrors.Error
+	if !errors.As(err, &ce) {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, e := range cueerrors.Errors(err) {
+		var pos []string
+		for _, p := range cueerrors.Positions(e) {
+			pos = append(pos, p.String())
+		}
+		format, args := e.Msg()
+		msg := fmt.Sprintf(format, args...)
+		if path := strings.TrimPrefix(strings.Join(e.Path(), "."), "#Policy."); path != "" && path != "#Policy" {
+			msg = path + ": " + msg
+		}
+		if len(pos) > 0 {
+			msg += " (" + strings.Join(pos, ", ") + ")"
+		}
+		out = append(out, msg)
+	}
+	if len(out) == 0 {
+		out = append(out, err.Error())
+	}
+	return out
+}

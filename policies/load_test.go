@@ -1,0 +1,205 @@
+package policies
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func org(t *testing.T) []Source {
+	t.Helper()
+	srcs, err := LoadOrgDir("examples/org")
+	if err != nil || len(srcs) == 0 {
+		t.Fatalf("org examples: %v", err)
+	}
+	return srcs
+}
+
+func repo(text string) Source {
+	return Source{Kind: KindRepo, Path: ".github/airlock.cue", Data: []byte(text)}
+}
+
+// Every shipped example is a valid policy, alone and under the example
+// organisation policy.
+func TestExamplesVet(t *testing.T) {
+	files, _ := filepath.Glob("examples/*.cue")
+	if len(files) < 5 {
+		t.Fatalf("expected the five example policies, found %v", files)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			srcs, err := ReadFiles([]string{f}, KindRepo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Load(context.Background(), srcs); err != nil {
+				t.Errorf("alone: %v", err)
+			}
+			if _, err := Load(context.Background(), append(org(t), srcs...)); err != nil {
+				t.Errorf("under the organisation policy: %v", err)
+			}
+		})
+	}
+}
+
+// The defaults are the safe choice.
+func TestDefaults(t *testing.T) {
+	eff, err := Load(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := eff.Policy
+	if p.Egress.Default != "deny" || len(p.Egress.Allow) != 0 {
+		t.Errorf("egress = %+v, want deny with no allow rules", p.Egress)
+	}
+	for _, c := range []string{"git-hooks", "git-config", "ci"} {
+		if p.Trust.Categories[c] != "fail" {
+			t.Errorf("trust %s = %q, want fail", c, p.Trust.Categories[c])
+		}
+	}
+	if p.Sandbox.Limits.Pids != 1024 || p.Sandbox.Limits.Memory != "4G" || p.Agents.Humans != "sandbox" {
+		t.Errorf("defaults = %+v %+v", p.Sandbox.Limits, p.Agents)
+	}
+	if len(eff.Digest) != 64 {
+		t.Errorf("digest %q", eff.Digest)
+	}
+}
+
+// A repository may tighten what the organisation set; loosening it is a
+// conflict that names both files and lines; so is overriding a schema
+// default that the organisation pinned.
+func TestOrgAndRepo(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		repo    string
+		wantErr []string
+		check   func(*testing.T, Policy)
+	}{
+		{
+			name: "tighten limits",
+			repo: "sandbox: limits: {pids: 512, cpus: 1}\n",
+			check: func(t *testing.T, p Policy) {
+				if p.Sandbox.Limits.Pids != 512 || p.Sandbox.Limits.CPUs != 1 {
+					t.Errorf("limits = %+v", p.Sandbox.Limits)
+				}
+			},
+		},
+		{name: "raise pids past the org bound", repo: "sandbox: limits: pids: 4096\n", wantErr: []string{"sandbox.limits.pids", "org.cue:", ".github/airlock.cue:1:"}},
+		{name: "open egress the org pinned", repo: "egress: default: \"allow\"\n", wantErr: []string{"egress.default", "conflicting values", "org.cue:8:", ".github/airlock.cue:1:"}},
+		{name: "relax a pinned trust action", repo: "trust: categories: \"git-hooks\": \"warn\"\n", wantErr: []string{`trust.categories."git-hooks"`, "org.cue:", ".github/airlock.cue:1:"}},
+		{name: "relax an unpinned default", repo: "trust: categories: \"build-entry\": \"allow\"\n", check: func(t *testing.T, p Policy) {
+			if p.Trust.Categories["build-entry"] != "allow" {
+				t.Errorf("build-entry = %q", p.Trust.Categories["build-entry"])
+			}
+		}},
+		{name: "exempt humans the org sandboxes", repo: "agents: humans: \"none\"\n", wantErr: []string{"agents.humans", "org.cue:"}},
+		{name: "unknown field", repo: "sandbox: limit: memory: \"1G\"\n", wantErr: []string{"sandbox.limit: field not allowed", ".github/airlock.cue:1:10"}},
+		{name: "type error", repo: "sandbox: limits: pids: \"many\"\n", wantErr: []string{"sandbox.limits.pids", ".github/airlock.cue:1:24"}},
+		{name: "syntax error", repo: "sandbox: {limits: \n", wantErr: []string{"expected operand", ".github/airlock.cue:1:"}},
+		{name: "import", repo: "import \"strings\"\negress: default: strings.ToLower(\"DENY\")\n", wantErr: []string{"may not import", ".github/airlock.cue:1:8"}},
+		{name: "not UTF-8", repo: "egress: default: \"deny\"\n// \xff\xfe\n", wantErr: []string{".github/airlock.cue:2: not valid UTF-8"}},
+		{name: "relative mount path", repo: "sandbox: masks: [\"../etc\"]\n", wantErr: []string{"sandbox.masks.0"}},
+		{name: "bad egress host", repo: "egress: allow: [{host: \"evil.com/x\"}]\n", wantErr: []string{"egress.allow.0.host"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eff, err := Load(context.Background(), append(org(t), repo(tc.repo)))
+			if tc.wantErr != nil {
+				if err == nil {
+					t.Fatalf("loaded %+v, want an error", eff.Policy)
+				}
+				for _, w := range tc.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error lacks %q:\n%v", w, err)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, eff.Policy)
+		})
+	}
+}
+
+// Oversized, deeply nested and pathological input fails within bounded
+// time with a clear error.
+func TestHostileInput(t *testing.T) {
+	deep := strings.Repeat("{a: ", 5000) + "1" + strings.Repeat("}", 5000)
+	var disj strings.Builder
+	disj.WriteString("x: ")
+	for i := 0; i < 40; i++ {
+		disj.WriteString("(1 | 2 | 3) & ")
+	}
+	disj.WriteString("int\n")
+	for _, tc := range []struct {
+		name, data, want string
+	}{
+		{"50 MB", strings.Repeat("// x\n", 10<<20), "bytes, at most"},
+		{"deep nesting", "sandbox: x: " + deep + "\n", "field not allowed"},
+		{"disjunctions", disj.String(), ""},
+		{"recursion", "a: b\nb: a\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			_, err := Load(context.Background(), []Source{repo(tc.data)})
+			if err == nil {
+				t.Fatal("loaded hostile input")
+			}
+			if tc.want != "" && !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v lacks %q", err, tc.want)
+			}
+			if took := time.Since(start); took > EvalTimeout+2*time.Second {
+				t.Errorf("took %s", took)
+			}
+		})
+	}
+}
+
+func TestReadFileRefusesOversized(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "big.cue")
+	if err := os.WriteFile(p, make([]byte, MaxFileSize+1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadFiles([]string{p}, KindOrg); err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func BenchmarkLoadExamples(b *testing.B) {
+	orgSrc, err := LoadOrgDir("examples/org")
+	if err != nil {
+		b.Fatal(err)
+	}
+	files, _ := filepath.Glob("examples/*.cue")
+	var repos []Source
+	for _, f := range files {
+		s, err := ReadFiles([]string{f}, KindRepo)
+		if err != nil {
+			b.Fatal(err)
+		}
+		repos = append(repos, s...)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r := repos[i%len(repos)]
+		if _, err := Load(context.Background(), append(append([]Source{}, orgSrc...), r)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func FuzzLoad(f *testing.F) {
+	files, _ := filepath.Glob("examples/*.cue")
+	for _, p := range append(files, "examples/org/org.cue") {
+		b, _ := os.ReadFile(p)
+		f.Add(b)
+	}
+	f.Add([]byte("egress: default: \"allow\"\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		Load(context.Background(), []Source{repo(string(data))})
+	})
+}

@@ -1,0 +1,103 @@
+package policies
+
+// Policy is the effective policy, decoded from CUE. Field meanings are
+// documented in schema.cue and README.md.
+type Policy struct {
+	Agents  Agents            `json:"agents"`
+	Sandbox Sandbox           `json:"sandbox"`
+	Egress  Egress            `json:"egress"`
+	Trust   Trust             `json:"trust"`
+	Attest  Attest            `json:"attest"`
+	Steps   map[string][]Step `json:"steps"`
+}
+
+// Agents decides which pull requests are an agent's.
+type Agents struct {
+	Logins             []string `json:"logins"`
+	BotSuffix          bool     `json:"botSuffix"`
+	Labels             []string `json:"labels"`
+	HeadBranchPrefixes []string `json:"headBranchPrefixes"`
+	Humans             string   `json:"humans"`
+}
+
+// Sandbox is the job sandbox's filesystem, identity and limits.
+type Sandbox struct {
+	RootFS         string   `json:"rootfs"`
+	WorkspaceMount string   `json:"workspaceMount"`
+	Mounts         []Mount  `json:"mounts"`
+	Masks          []string `json:"masks"`
+	User           *User    `json:"user,omitempty"`
+	Capabilities   []string `json:"capabilities"`
+	Limits         Limits   `json:"limits"`
+}
+
+// Mount is an extra host path in the sandbox.
+type Mount struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+	ReadOnly    bool   `json:"readOnly"`
+}
+
+// User is a numeric identity.
+type User struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+}
+
+// Limits as written in the policy: durations like "30m", sizes like "4G".
+type Limits struct {
+	JobTimeout  string  `json:"jobTimeout"`
+	StepTimeout string  `json:"stepTimeout"`
+	Memory      string  `json:"memory"`
+	Pids        int     `json:"pids"`
+	CPUs        float64 `json:"cpus"`
+	Overlay     string  `json:"overlay"`
+	Tmp         string  `json:"tmp"`
+	Output      string  `json:"output"`
+}
+
+// Egress is the network policy.
+type Egress struct {
+	Default    string       `json:"default"`
+	Allow      []EgressRule `json:"allow"`
+	DenyCIDRs  []string     `json:"denyCIDRs"`
+	AllowCIDRs []string     `json:"allowCIDRs"`
+	Secrets    []Secret     `json:"secrets"`
+}
+
+// EgressRule allows one destination.
+type EgressRule struct {
+	Host         string   `json:"host"`
+	Ports        []int    `json:"ports"`
+	Methods      []string `json:"methods"`
+	PathPrefixes []string `json:"pathPrefixes"`
+}
+
+// Secret is injected by the gateway into requests to Host.
+type Secret struct {
+	Host    string `json:"host"`
+	Header  string `json:"header"`
+	FromEnv string `json:"fromEnv"`
+}
+
+// Trust sets the action per category of trust-sensitive files.
+type Trust struct {
+	Categories map[string]string   `json:"categories"`
+	Globs      map[string][]string `json:"globs"`
+}
+
+// Attest configures signing.
+type Attest struct {
+	Key      string   `json:"key,omitempty"`
+	Subjects []string `json:"subjects"`
+}
+
+// Step is one step of a named job.
+type Step struct {
+	Name             string            `json:"name"`
+	Run              string            `json:"run"`
+	Shell            string            `json:"shell"`
+	Env              map[string]string `json:"env"`
+	WorkingDirectory string            `json:"workingDirectory,omitempty"`
+	Timeout          string            `json:"timeout,omitempty"`
+}
