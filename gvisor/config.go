@@ -64,6 +64,13 @@ func DefaultLimits() Limits {
 	}
 }
 
+// Mount is an extra host directory in the sandbox.
+type Mount struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+	ReadOnly    bool   `json:"readOnly"`
+}
+
 // User is the identity the workload runs as inside the sandbox.
 type User struct {
 	UID uint32 `json:"uid"`
@@ -86,6 +93,8 @@ type Config struct {
 	WorkspaceMount string
 	// ExtraMasks are masked in addition to DefaultMasks.
 	ExtraMasks []string
+	// Mounts are extra host directories in the sandbox.
+	Mounts []Mount
 	// User runs the workload. Nil: the workspace owner, see DefaultUser.
 	User *User
 	// Capabilities the workload keeps (e.g. "CAP_NET_BIND_SERVICE").
@@ -185,6 +194,16 @@ func (c Config) withDefaults() (Config, error) {
 			return c, err
 		}
 		c.User = &u
+	}
+	for i, m := range c.Mounts {
+		fi, err := os.Stat(m.Source)
+		if err != nil || !fi.IsDir() {
+			return c, fmt.Errorf("%w: mount source %s: not a directory on the host", ErrInvalidConfig, m.Source)
+		}
+		if !filepath.IsAbs(m.Destination) || filepath.Clean(m.Destination) == "/" {
+			return c, fmt.Errorf("%w: mount destination %q: must be an absolute path other than /", ErrInvalidConfig, m.Destination)
+		}
+		c.Mounts[i].Source, c.Mounts[i].Destination = filepath.Clean(m.Source), filepath.Clean(m.Destination)
 	}
 	for _, m := range c.ExtraMasks {
 		if !filepath.IsAbs(m) {

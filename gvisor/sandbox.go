@@ -148,6 +148,15 @@ func (s *Sandbox) prepare(exe string) error {
 	if ws != "" {
 		plan.Dirs = append(plan.Dirs, ws)
 	}
+	for _, m := range s.cfg.Mounts {
+		dir, err := checkMountPoint(rootSource(s.cfg), m.Destination)
+		if err != nil {
+			return err
+		}
+		if dir != "" {
+			plan.Dirs = append(plan.Dirs, dir)
+		}
+	}
 	if err := writeJSON(filepath.Join(s.dir, "rootfs.json"), plan); err != nil {
 		return err
 	}

@@ -397,3 +397,27 @@ func TestKill(t *testing.T) {
 		t.Fatalf("background process after Kill: %q %+v", out, res)
 	}
 }
+
+// Extra mounts: a read-only one cannot be written, a read-write one can,
+// and both show the host directory's content.
+func TestExtraMounts(t *testing.T) {
+	cfg := testConfig(t)
+	ro, rw := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(ro, "tool.txt"), []byte("cached"), 0o644)
+	os.Chown(rw, 1000, 1000)
+	cfg.Mounts = []Mount{{Source: ro, Destination: "/tools/ro", ReadOnly: true}, {Source: rw, Destination: "/cache"}}
+	sb := startSandbox(t, cfg)
+	out, _, _ := sh(t, sb, "cat /tools/ro/tool.txt; echo; touch /tools/ro/x 2>/dev/null && echo wrote-ro; echo data > /cache/out && echo wrote-rw")
+	if out != "cached\nwrote-rw\n" {
+		t.Errorf("output %q", out)
+	}
+	if _, err := os.Stat(filepath.Join(ro, "x")); err == nil {
+		t.Error("write through a read-only mount reached the host")
+	}
+	if b, _ := os.ReadFile(filepath.Join(rw, "out")); string(b) != "data\n" {
+		t.Errorf("read-write mount: host sees %q", b)
+	}
+	if _, err := os.Stat("/tools"); err == nil {
+		t.Error("a mount point was created in the host's root")
+	}
+}

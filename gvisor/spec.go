@@ -69,6 +69,13 @@ func buildSpec(c Config, skeleton, exe, emptyFile string) (*specs.Spec, error) {
 			Resources:   resources(c.Limits),
 		},
 	}
+	for _, m := range c.Mounts {
+		opts := []string{"bind", "rw", "nosuid", "nodev"}
+		if m.ReadOnly {
+			opts[1] = "ro"
+		}
+		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: opts})
+	}
 	spec.Mounts = append(spec.Mounts, specs.Mount{
 		Destination: initPath, Type: "bind", Source: exe,
 		Options: []string{"bind", "ro", "nosuid", "nodev"},

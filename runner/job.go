@@ -31,6 +31,8 @@ type Job struct {
 	Stdout, Stderr io.Writer
 	// Log receives airlock's own progress lines. Nil: Stderr.
 	Log io.Writer
+	// Policy describes the policy that set this job up, for the result.
+	Policy *PolicyInfo
 }
 
 // Step statuses in a Result.
@@ -78,6 +80,7 @@ type Result struct {
 	Processes monitor.Snapshot `json:"processes"`
 	Workspace workspace.Report `json:"workspaceTidy"`
 	Reaped    []gvisor.Reaped  `json:"reaped,omitempty"`
+	Policy    *PolicyInfo      `json:"policy,omitempty"`
 }
 
 // Run executes the job. The returned Result is complete on every path that
@@ -93,7 +96,7 @@ func Run(ctx context.Context, job Job, runtime string) (res Result, err error) {
 	if job.Log == nil {
 		job.Log = io.Discard
 	}
-	res = Result{Job: job.Name, Start: time.Now().UTC(), Steps: []StepOutcome{}}
+	res = Result{Job: job.Name, Start: time.Now().UTC(), Steps: []StepOutcome{}, Policy: job.Policy}
 	// Deferred in this order so the end time is taken after the sandbox
 	// is destroyed (deferred calls run last-in first-out).
 	defer func() {

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/policies"
 )
 
 // Exit codes of airlock's own failures. A failing step exits with its own
@@ -37,7 +38,11 @@ func exitCodeFor(err error, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "airlock: %v\n", err)
 	var u usageError
+	var pe policyError
+	var invalid *policies.Error
 	switch {
+	case errors.As(err, &pe), errors.As(err, &invalid):
+		return exitDataErr
 	case errors.As(err, &u), errors.Is(err, gvisor.ErrInvalidConfig):
 		return exitUsage
 	case errors.Is(err, gvisor.ErrNotRoot):

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -85,5 +86,91 @@ func TestPolicyCommands(t *testing.T) {
 	last := res.Effective.Sources[len(res.Effective.Sources)-1]
 	if len(res.Effective.Digest) != 64 || last.Kind != "repo" || last.Commit != base || !res.HeadChangesPolicy.Changed {
 		t.Errorf("json = %+v", res)
+	}
+}
+
+// airlock run in policy mode: the job, limits and masks come from the
+// organisation policy and the repository's policy at the base commit; the
+// head's edit of the policy and the agent decision are in the result;
+// flags may tighten but not loosen.
+func TestRunWithPolicy(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	repo := t.TempDir()
+	git := func(args ...string) string {
+		cmd := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	os.MkdirAll(filepath.Join(repo, ".github"), 0o755)
+	os.WriteFile(filepath.Join(repo, ".github", "airlock.cue"), []byte(`sandbox: limits: pids: 300
+steps: ci: [{name: "hello", run: "echo from-policy; id -u"}]
+`), 0o644)
+	git("init", "-q")
+	git("add", "-A")
+	git("commit", "-q", "-m", "base")
+	base := git("rev-parse", "HEAD")
+	os.WriteFile(filepath.Join(repo, ".github", "airlock.cue"), []byte("steps: ci: [{name: \"evil\", run: \"echo pwned\"}]\n"), 0o644)
+	git("commit", "-q", "-am", "agent edits the policy")
+	head := git("rev-parse", "HEAD")
+	event := filepath.Join(t.TempDir(), "event.json")
+	os.WriteFile(event, []byte(`{"action":"opened","number":7,"pull_request":{"number":7,"user":{"login":"Copilot","type":"Bot"},
+"head":{"ref":"copilot/x","sha":"`+head+`","repo":{"full_name":"acme/app"}},"base":{"ref":"main","sha":"`+base+`","repo":{"full_name":"acme/app"}}}}`), 0o644)
+	org := "../../policies/examples/org"
+	state := stateDir(t)
+
+	var out, errb bytes.Buffer
+	code := execute([]string{"run", "-w", repo, "--state-dir", state, "--org", org, "--event", event, "--job", "ci", "--json"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(errb.String(), "from-policy") || strings.Contains(errb.String(), "pwned") {
+		t.Errorf("ran the wrong job: %s", errb.String())
+	}
+	var res struct {
+		Sandbox struct {
+			Limits struct{ Pids int } `json:"limits"`
+		} `json:"sandbox"`
+		Policy struct {
+			Digest            string
+			HeadChangesPolicy struct{ Changed bool } `json:"headChangesPolicy"`
+			Agent             struct {
+				Agent  bool
+				Reason string
+			} `json:"agent"`
+		} `json:"policy"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Sandbox.Limits.Pids != 300 || !res.Policy.HeadChangesPolicy.Changed || !res.Policy.Agent.Agent || len(res.Policy.Digest) != 64 {
+		t.Errorf("result = %+v", res)
+	}
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"loosen a limit", []string{"--pids", "5000"}, exitUsage, "can only tighten"},
+		{"add a capability", []string{"--cap", "CAP_NET_RAW"}, exitUsage, "does not grant it"},
+		{"unknown job", []string{"--job", "deploy"}, exitUsage, `no job "deploy"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			args := append([]string{"run", "-w", repo, "--state-dir", state, "--org", org, "--base", base}, tc.args...)
+			if !slices.Contains(tc.args, "--job") {
+				args = append(args, "--job", "ci")
+			}
+			if code := execute(args, &out, &errb); code != tc.code || !strings.Contains(errb.String(), tc.want) {
+				t.Errorf("exit %d (want %d), stderr %s", code, tc.code, errb.String())
+			}
+		})
 	}
 }

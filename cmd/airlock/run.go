@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
 )
 
@@ -42,6 +43,12 @@ type runOptions struct {
 	asJSON         bool
 	resultFile     string
 	runscFlags     []string
+	// Policy mode.
+	orgDir        string
+	base          string
+	head          string
+	eventFile     string
+	jobFromPolicy string
 }
 
 func (o *runOptions) addFlags(f *pflag.FlagSet) {
@@ -66,6 +73,11 @@ func (o *runOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.outputLimit, "output-limit", sizeString(d.Output), "cap on stdout+stderr captured per step")
 	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON on stdout (step output goes to stderr)")
 	f.StringVar(&o.resultFile, "result", "", "also write the JSON result to this file")
+	f.StringVar(&o.orgDir, "org", "", "organisation policy directory (default "+defaultOrgPolicyDir+" when it exists); turns on policy mode")
+	f.StringVar(&o.base, "base", "", "pull request base commit: the workspace's "+policies.RepoPolicyPath+" is read from it")
+	f.StringVar(&o.head, "head", "", "pull request head commit: report whether it edits the policy")
+	f.StringVar(&o.eventFile, "event", "", "pull request event payload (JSON, as in GITHUB_EVENT_PATH): agent detection, base and head")
+	f.StringVar(&o.jobFromPolicy, "job", "", "run the policy's steps.NAME job")
 	f.StringArrayVar(&o.runscFlags, "runsc-flag", nil, "extra global runsc flag, e.g. --runsc-flag=--directfs=false (experts)")
 	f.MarkHidden("runsc-flag")
 }
@@ -85,6 +97,9 @@ step in the workspace, or --steps FILE with a list of steps.`,
 			if err != nil {
 				return err
 			}
+			if err := o.applyPolicy(cmd.Context(), cmd.Flags(), &job); err != nil {
+				return err
+			}
 			c, err := runJob(cmd.Context(), job, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			*code = c
 			return err
@@ -98,8 +113,8 @@ step in the workspace, or --steps FILE with a list of steps.`,
 func (o *runOptions) job(args []string) (runner.Job, error) {
 	var job runner.Job
 	switch {
-	case o.stepsFile != "" && len(args) > 0:
-		return job, usagef("give either --steps FILE or a command after --, not both")
+	case o.stepsFile != "" && len(args) > 0, o.jobFromPolicy != "" && (o.stepsFile != "" || len(args) > 0):
+		return job, usagef("give one of --steps FILE, --job NAME or a command after --")
 	case o.stepsFile != "":
 		steps, err := runner.LoadSteps(o.stepsFile)
 		if err != nil {
@@ -108,6 +123,8 @@ func (o *runOptions) job(args []string) (runner.Job, error) {
 		job.Steps = steps
 	case len(args) > 0:
 		job.Steps = []runner.StepSpec{{Name: "run", Run: shellJoin(args)}}
+	case o.jobFromPolicy != "":
+		// Steps come from the policy, in applyPolicy.
 	default:
 		return job, usagef("nothing to run: give a command after -- (airlock run -- make test) or --steps FILE")
 	}
@@ -165,7 +182,7 @@ func (o *runOptions) limits() (gvisor.Limits, error) {
 		{"--tmp-size", o.tmpSize, &l.Tmp},
 		{"--output-limit", o.outputLimit, &l.Output},
 	} {
-		n, err := parseSize(s.val)
+		n, err := policies.ParseSize(s.val)
 		if err != nil {
 			return l, usagef("%s %q: %v", s.flag, s.val, err)
 		}
@@ -250,33 +267,6 @@ func parseUser(s string) (gvisor.User, error) {
 		}
 	}
 	return gvisor.User{UID: uint32(uid), GID: uint32(gid)}, nil
-}
-
-// parseSize reads 1024, 512K, 512M, 4G, 4GiB (binary units).
-func parseSize(s string) (int64, error) {
-	t := strings.TrimSpace(strings.ToUpper(s))
-	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
-	mult := int64(1)
-	if t != "" {
-		switch t[len(t)-1] {
-		case 'K':
-			mult = 1 << 10
-		case 'M':
-			mult = 1 << 20
-		case 'G':
-			mult = 1 << 30
-		case 'T':
-			mult = 1 << 40
-		}
-		if mult > 1 {
-			t = t[:len(t)-1]
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("want a size such as 512M or 4G")
-	}
-	return n * mult, nil
 }
 
 func sizeString(n int64) string {

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+
+	"github.com/spf13/pflag"
+
+	"github.com/airlock-ci/airlock/policies"
+	"github.com/airlock-ci/airlock/runner"
+)
+
+// policyMode says whether this run is governed by a policy: any policy
+// flag, or an organisation policy installed on the host.
+func (o *runOptions) policyMode() bool {
+	if o.orgDir != "" || o.base != "" || o.eventFile != "" || o.jobFromPolicy != "" {
+		return true
+	}
+	fi, err := os.Stat(defaultOrgPolicyDir)
+	return err == nil && fi.IsDir()
+}
+
+// applyPolicy loads the effective policy (organisation files, then the
+// repository's file at the base commit) and sets the job's sandbox from
+// it. Flags may only tighten what the policy sets.
+func (o *runOptions) applyPolicy(ctx context.Context, flags *pflag.FlagSet, job *runner.Job) error {
+	if !o.policyMode() {
+		return nil
+	}
+	orgDir := o.orgDir
+	if orgDir == "" {
+		if fi, err := os.Stat(defaultOrgPolicyDir); err == nil && fi.IsDir() {
+			orgDir = defaultOrgPolicyDir
+		}
+	}
+	var srcs []policies.Source
+	if orgDir != "" {
+		org, err := policies.LoadOrgDir(orgDir)
+		if err != nil {
+			return usageError{err}
+		}
+		srcs = org
+	}
+	info := &runner.PolicyInfo{}
+	base, head := o.base, o.head
+	var payload []byte
+	if o.eventFile != "" {
+		var err error
+		if payload, err = readCapped(o.eventFile, policies.MaxEventSize); err != nil {
+			return usageError{err}
+		}
+		// First pass for the commits; the decision itself needs the
+		// effective policy's rules, below.
+		d, err := policies.DetectAgent(policies.Agents{}, payload)
+		if err != nil {
+			return usageError{fmt.Errorf("--event %s: %w", o.eventFile, err)}
+		}
+		if base == "" {
+			base = d.BaseSHA
+		}
+		if head == "" {
+			head = d.HeadSHA
+		}
+	}
+	if base != "" {
+		src, err := policies.FromCommit(ctx, o.workspace, base)
+		if err != nil {
+			return usageError{fmt.Errorf("repository policy: %w", err)}
+		}
+		if src != nil {
+			srcs = append(srcs, *src)
+		}
+		if head != "" {
+			c, err := policies.CompareCommits(ctx, o.workspace, base, head)
+			if err != nil {
+				return usageError{fmt.Errorf("compare policy at base and head: %w", err)}
+			}
+			info.HeadChangesPolicy = &c
+		}
+	}
+	eff, err := policies.Load(ctx, srcs)
+	if err != nil {
+		return policyError{err}
+	}
+	info.Digest, info.Sources = eff.Digest, eff.Sources
+	if payload != nil {
+		d, err := policies.DetectAgent(eff.Policy.Agents, payload)
+		if err != nil {
+			return usageError{err}
+		}
+		info.Agent = &d
+	}
+	job.Policy = info
+
+	cfg, err := runner.SandboxFromPolicy(eff.Policy.Sandbox)
+	if err != nil {
+		return policyError{err}
+	}
+	if flags.Changed("rootfs") && o.rootfs != cfg.RootFS {
+		return usagef("--rootfs: the policy sets the root filesystem (sandbox.rootfs)")
+	}
+	if flags.Changed("workspace-mount") && o.workspaceMount != cfg.WorkspaceMount {
+		return usagef("--workspace-mount: the policy sets it (sandbox.workspaceMount)")
+	}
+	for _, c := range o.caps {
+		if !slices.Contains(cfg.Capabilities, c) {
+			return usagef("--cap %s: the policy does not grant it (sandbox.capabilities); a flag can only tighten the policy", c)
+		}
+	}
+	if flags.Changed("cap") {
+		cfg.Capabilities = o.caps
+	}
+	if o.user != "" {
+		u, err := parseUser(o.user)
+		if err != nil {
+			return err
+		}
+		if cfg.User != nil && *cfg.User != u {
+			return usagef("--user: the policy sets the identity (sandbox.user)")
+		}
+		cfg.User = &u
+	}
+	asked, err := o.limits()
+	if err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	for _, n := range []string{"timeout", "step-timeout", "memory", "pids", "cpus", "overlay-size", "tmp-size", "output-limit"} {
+		set[n] = flags.Changed(n)
+	}
+	if cfg.Limits, err = runner.TightenLimits(cfg.Limits, asked, set); err != nil {
+		return usageError{err}
+	}
+	cfg.ExtraMasks = append(cfg.ExtraMasks, o.masks...)
+	cfg.StateRoot, cfg.Workspace, cfg.RunscFlags = o.stateDir, o.workspace, o.runscFlags
+	job.Sandbox = cfg
+	if o.jobFromPolicy != "" {
+		if job.Steps, err = runner.StepsFromPolicy(eff.Policy, o.jobFromPolicy); err != nil {
+			return usageError{err}
+		}
+		if job.Name == "" {
+			job.Name = o.jobFromPolicy
+		}
+	}
+	return nil
+}
+
+// policyError marks an invalid policy (exit 65).
+type policyError struct{ err error }
+
+func (p policyError) Error() string { return p.err.Error() }
+func (p policyError) Unwrap() error { return p.err }
+
+func readCapped(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
+	}
+	return b, nil
+}
