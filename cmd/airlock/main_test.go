@@ -77,7 +77,7 @@ func TestExitCodes(t *testing.T) {
 		{"unknown flag", []string{"run", "--bogus"}, exitUsage, "unknown flag", ""},
 		{"bad size", []string{"run", "-w", ws, "--memory", "lots", "--", "true"}, exitUsage, "--memory", ""},
 		{"bad user", []string{"run", "-w", ws, "--user", "root", "--", "true"}, exitUsage, "numeric UID", ""},
-		{"steps and command", []string{"run", "-w", ws, "--steps", goodSteps, "--", "true"}, exitUsage, "not both", ""},
+		{"steps and command", []string{"run", "-w", ws, "--steps", goodSteps, "--", "true"}, exitUsage, "give one of", ""},
 		{"bad steps file", []string{"run", "-w", ws, "--steps", badSteps}, exitUsage, "`run` is empty", ""},
 		{"missing workspace", []string{"run", "-w", "/nonexistent/ws", "--", "true"}, exitNoInput, "does not exist", ""},
 		{"bad mount point", []string{"run", "-w", ws, "--workspace-mount", "/proc/x", "--", "true"}, exitUsage, "replaced inside the sandbox", ""},
