@@ -37,7 +37,7 @@ func newPolicyCmd(code *int) *cobra.Command {
 		Use:   "policy",
 		Short: "Validate and evaluate airlock policies (CUE)",
 	}
-	cmd.AddCommand(newPolicyVetCmd(code), newPolicyEvalCmd(code))
+	cmd.AddCommand(newPolicyVetCmd(code), newPolicyEvalCmd(code), newPolicyTestCmd(code))
 	return cmd
 }
 
@@ -169,4 +169,28 @@ func atCommit(c string) string {
 		return ""
 	}
 	return "@" + c
+}
+
+func newPolicyTestCmd(code *int) *cobra.Command {
+	return &cobra.Command{
+		Use:   "test [DIR]",
+		Short: "Run the policy test cases (*.txtar) in DIR (default: .github/airlock-tests)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := ".github/airlock-tests"
+			if len(args) == 1 {
+				dir = args[0]
+			}
+			results, err := policies.RunTests(cmd.Context(), dir, cmd.OutOrStdout())
+			if err != nil {
+				return usageError{err}
+			}
+			for _, r := range results {
+				if r.Failed {
+					*code = 1
+				}
+			}
+			return nil
+		},
+	}
 }
