@@ -63,6 +63,19 @@ type Effective struct {
 	Digest string `json:"digest"`
 	// CUE is the effective policy as CUE text.
 	CUE string `json:"-"`
+	// Explain says, for each value, which files set it.
+	Explain []Origin `json:"-"`
+}
+
+// Origin is where one value of the effective policy came from.
+type Origin struct {
+	// Path is the value's path, such as sandbox.limits.pids.
+	Path string `json:"path"`
+	// Value is its effective value, as CUE.
+	Value string `json:"value"`
+	// SetBy lists file:line:column (kind) of every source that sets or
+	// bounds it; empty means the schema's default.
+	SetBy []string `json:"setBy"`
 }
 
 // Error is a policy error: one message per problem, each with the
@@ -177,12 +190,14 @@ func evaluate(sources []Source) (*Effective, error) {
 	}
 	v := schema.LookupPath(cue.ParsePath("#Policy"))
 	var problems []string
-	for _, s := range sources {
+	compiled := make([]cue.Value, len(sources))
+	for i, s := range sources {
 		fv, err := compile(cctx, s)
 		if err != nil {
 			problems = append(problems, describe(err)...)
 			continue
 		}
+		compiled[i] = fv
 		v = v.Unify(fv)
 	}
 	if len(problems) > 0 {
@@ -204,7 +219,42 @@ func evaluate(sources []Source) (*Effective, error) {
 	if err != nil {
 		return nil, fmt.Errorf("format effective policy: %w", err)
 	}
-	return &Effective{Policy: p, Sources: sources, Digest: hex.EncodeToString(sum[:]), CUE: string(text)}, nil
+	return &Effective{Policy: p, Sources: sources, Digest: hex.EncodeToString(sum[:]), CUE: string(text), Explain: explain(v, sources, compiled)}, nil
+}
+
+// explain walks the effective value's leaves (scalars and lists) and, for
+// each, finds the sources that mention the same path.
+func explain(v cue.Value, sources []Source, compiled []cue.Value) []Origin {
+	var out []Origin
+	var walk func(cue.Value, []cue.Selector)
+	walk = func(v cue.Value, sels []cue.Selector) {
+		if v.IncompleteKind() == cue.StructKind {
+			it, err := v.Fields(cue.Final())
+			if err != nil {
+				return
+			}
+			for it.Next() {
+				walk(it.Value(), append(append([]cue.Selector{}, sels...), it.Selector()))
+			}
+			return
+		}
+		path := cue.MakePath(sels...)
+		o := Origin{Path: path.String()}
+		if b, err := format.Node(v.Syntax(cue.Final(), cue.Concrete(true))); err == nil {
+			o.Value = string(b)
+		}
+		for i, fv := range compiled {
+			if !fv.Exists() {
+				continue
+			}
+			if sv := fv.LookupPath(path); sv.Exists() {
+				o.SetBy = append(o.SetBy, fmt.Sprintf("%s (%s)", sv.Pos(), sources[i].Kind))
+			}
+		}
+		out = append(out, o)
+	}
+	walk(v, nil)
+	return out
 }
 
 // compile parses one file and refuses what a policy must not contain.

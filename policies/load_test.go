@@ -203,3 +203,36 @@ func FuzzLoad(f *testing.F) {
 		Load(context.Background(), []Source{repo(string(data))})
 	})
 }
+
+func TestExplain(t *testing.T) {
+	eff, err := Load(context.Background(), append(org(t), repo("sandbox: limits: pids: 256\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Origin{}
+	for _, o := range eff.Explain {
+		got[o.Path] = o
+	}
+	for _, tc := range []struct {
+		path, value string
+		setBy       []string
+	}{
+		{"sandbox.limits.pids", "256", []string{"org.cue:", "(org)", ".github/airlock.cue:1:18 (repo)"}},
+		{"egress.default", `"deny"`, []string{"org.cue:8:", "(org)"}},
+		{"sandbox.limits.memory", `"4G"`, nil},
+	} {
+		o, ok := got[tc.path]
+		if !ok {
+			t.Fatalf("no origin for %s", tc.path)
+		}
+		by := strings.Join(o.SetBy, "; ")
+		if o.Value != tc.value || (tc.setBy == nil) != (by == "") {
+			t.Errorf("%s = %q set by %q", tc.path, o.Value, by)
+		}
+		for _, w := range tc.setBy {
+			if !strings.Contains(by, w) {
+				t.Errorf("%s: set by %q, want %q in it", tc.path, by, w)
+			}
+		}
+	}
+}

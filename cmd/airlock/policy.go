@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -17,11 +18,12 @@ const defaultOrgPolicyDir = "/etc/airlock"
 
 // policyOptions are the flags of `airlock policy eval`.
 type policyOptions struct {
-	orgDir string
-	repo   string
-	base   string
-	head   string
-	asJSON bool
+	orgDir  string
+	repo    string
+	base    string
+	head    string
+	asJSON  bool
+	explain bool
 }
 
 func (o *policyOptions) addFlags(f *pflag.FlagSet) {
@@ -30,6 +32,7 @@ func (o *policyOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.base, "base", "", "the pull request's base commit: the repository policy is read from it")
 	f.StringVar(&o.head, "head", "", "the pull request's head commit: report whether it changes the policy")
 	f.BoolVar(&o.asJSON, "json", false, "print the effective policy and its sources as JSON")
+	f.BoolVar(&o.explain, "explain", false, "print each value with the files that set it (schema default when none)")
 }
 
 func newPolicyCmd(code *int) *cobra.Command {
@@ -94,6 +97,16 @@ func newPolicyEvalCmd(code *int) *cobra.Command {
 					return nil
 				}
 				return err
+			}
+			if o.explain {
+				for _, e := range out.Effective.Explain {
+					by := "schema default"
+					if len(e.SetBy) > 0 {
+						by = strings.Join(e.SetBy, "; ")
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\t# %s\n", e.Path, e.Value, by)
+				}
+				return nil
 			}
 			if o.asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
