@@ -101,7 +101,13 @@ func TestOrgAndRepo(t *testing.T) {
 		{name: "syntax error", repo: "sandbox: {limits: \n", wantErr: []string{"expected operand", ".github/airlock.cue:1:"}},
 		{name: "import", repo: "import \"strings\"\negress: default: strings.ToLower(\"DENY\")\n", wantErr: []string{"may not import", ".github/airlock.cue:1:8"}},
 		{name: "not UTF-8", repo: "egress: default: \"deny\"\n// \xff\xfe\n", wantErr: []string{".github/airlock.cue:2: not valid UTF-8"}},
-		{name: "relative mount path", repo: "sandbox: masks: [\"../etc\"]\n", wantErr: []string{"sandbox.masks.0"}},
+		{name: "relative mask path", repo: "sandbox: masks: {\"../etc\": true}\n", wantErr: []string{`sandbox.masks."../etc": field not allowed`}},
+		{name: "lift an org mask", repo: "sandbox: masks: {\"/etc/runner-credentials\": false}\n", wantErr: []string{"sandbox.masks", "conflicting values", "org.cue:"}},
+		{name: "add a mask and a deny range", repo: "sandbox: masks: {\"/srv/keys\": true}\negress: denyCIDRs: {\"10.0.0.0/8\": true}\n", check: func(t *testing.T, p Policy) {
+			if !p.Sandbox.Masks["/srv/keys"] || !p.Sandbox.Masks["/etc/runner-credentials"] || !p.Egress.DenyCIDRs["10.0.0.0/8"] || !p.Egress.DenyCIDRs["169.254.0.0/16"] {
+				t.Errorf("sets did not add up: %v %v", p.Sandbox.Masks, p.Egress.DenyCIDRs)
+			}
+		}},
 		{name: "bad egress host", repo: "egress: allow: [{host: \"evil.com/x\"}]\n", wantErr: []string{"egress.allow.0.host"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -22,13 +22,14 @@ type Agents struct {
 
 // Sandbox is the job sandbox's filesystem, identity and limits.
 type Sandbox struct {
-	RootFS         string   `json:"rootfs"`
-	WorkspaceMount string   `json:"workspaceMount"`
-	Mounts         []Mount  `json:"mounts"`
-	Masks          []string `json:"masks"`
-	User           *User    `json:"user,omitempty"`
-	Capabilities   []string `json:"capabilities"`
-	Limits         Limits   `json:"limits"`
+	RootFS         string  `json:"rootfs"`
+	WorkspaceMount string  `json:"workspaceMount"`
+	Mounts         []Mount `json:"mounts"`
+	// Masks is a set: path -> true.
+	Masks        map[string]bool `json:"masks"`
+	User         *User           `json:"user,omitempty"`
+	Capabilities []string        `json:"capabilities"`
+	Limits       Limits          `json:"limits"`
 }
 
 // Mount is an extra host path in the sandbox.
@@ -58,11 +59,12 @@ type Limits struct {
 
 // Egress is the network policy.
 type Egress struct {
-	Default    string       `json:"default"`
-	Allow      []EgressRule `json:"allow"`
-	DenyCIDRs  []string     `json:"denyCIDRs"`
-	AllowCIDRs []string     `json:"allowCIDRs"`
-	Secrets    []Secret     `json:"secrets"`
+	Default string       `json:"default"`
+	Allow   []EgressRule `json:"allow"`
+	// DenyCIDRs is a set: range -> true.
+	DenyCIDRs  map[string]bool `json:"denyCIDRs"`
+	AllowCIDRs []string        `json:"allowCIDRs"`
+	Secrets    []Secret        `json:"secrets"`
 }
 
 // EgressRule allows one destination.
@@ -82,8 +84,9 @@ type Secret struct {
 
 // Trust sets the action per category of trust-sensitive files.
 type Trust struct {
-	Categories map[string]string   `json:"categories"`
-	Globs      map[string][]string `json:"globs"`
+	Categories    map[string]string   `json:"categories"`
+	Globs         map[string][]string `json:"globs"`
+	GitConfigKeys []string            `json:"gitConfigKeys"`
 }
 
 // Attest configures signing.

@@ -30,7 +30,7 @@ func SandboxFromPolicy(p policies.Sandbox) (gvisor.Config, error) {
 		c.RootFS = p.RootFS
 	}
 	c.WorkspaceMount = p.WorkspaceMount
-	c.ExtraMasks = append([]string{}, p.Masks...)
+	c.ExtraMasks = slices.Sorted(maps.Keys(p.Masks))
 	c.Capabilities = append([]string{}, p.Capabilities...)
 	for _, m := range p.Mounts {
 		c.Mounts = append(c.Mounts, gvisor.Mount{Source: m.Source, Destination: m.Destination, ReadOnly: m.ReadOnly})
