@@ -77,12 +77,14 @@ func (k *controller) start(p specs.Process, stdout, stderr *os.File) (int32, err
 		FilePayload:      control.NewFilePayload(map[int]*os.File{0: devNull, 1: stdout, 2: stderr}, nil),
 	}
 	// Right after a step hit the process limit, its killed processes take
-	// a moment to be reaped and new ones fail with EAGAIN: retry briefly.
-	// (The error crosses urpc as text, so it is matched as text.)
+	// a moment to be reaped and new ones fail with EAGAIN; a sentry busy
+	// tearing down a fork bomb may also drop the control connection.
+	// Retry briefly. (Errors cross urpc as text, so they are matched as
+	// text.)
 	var pid int32
 	for wait := 20 * time.Millisecond; ; wait *= 2 {
 		pid, err = k.c.Execute(k.conf, args)
-		if err == nil || !isEAGAIN(err) || wait > 2*time.Second {
+		if err == nil || !isTransient(err) || wait > 2*time.Second {
 			break
 		}
 		time.Sleep(wait)
@@ -157,9 +159,14 @@ func (k *controller) running() bool {
 	return c.Status == container.Running && c.IsSandboxRunning()
 }
 
-// isEAGAIN recognises EAGAIN in an error that crossed urpc as text (the
-// sentry spells it "try again").
-func isEAGAIN(err error) bool {
+// isTransient recognises, in an error that crossed urpc as text, EAGAIN
+// (the sentry spells it "try again") and a dropped control connection.
+func isTransient(err error) bool {
 	msg := err.Error()
-	return strings.Contains(msg, "try again") || strings.Contains(msg, unix.EAGAIN.Error())
+	for _, s := range []string{"try again", unix.EAGAIN.Error(), "connection reset", "connection refused", "broken pipe"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
