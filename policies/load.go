@@ -110,7 +110,7 @@ func LoadOrgDir(dir string) ([]Source, error) {
 	return out, nil
 }
 
-// ReadFile reads one policy file from disk, refusing oversized ones
+// readFile reads one policy file from disk, refusing oversized ones
 // before reading them.
 func readFile(path, kind string) (Source, error) {
 	fi, err := os.Stat(path)

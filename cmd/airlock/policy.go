@@ -13,7 +13,7 @@ import (
 	"github.com/airlock-ci/airlock/policies"
 )
 
-// DefaultOrgPolicyDir is where a runner host keeps its organisation policy.
+// defaultOrgPolicyDir is where a runner host keeps its organisation policy.
 const defaultOrgPolicyDir = "/etc/airlock"
 
 // policyOptions are the flags of `airlock policy eval`.
