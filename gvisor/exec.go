@@ -10,6 +10,7 @@ import (
 	"hash"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -151,7 +152,7 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 		stdoutR.Close()
 		stderrR.Close()
 		if !s.ctl.running() {
-			s.markDead("the sandbox exited unexpectedly")
+			s.markDead(s.crashReason())
 		}
 		return StepResult{}, fmt.Errorf("start step in sandbox %s: %w", s.cfg.ID, err)
 	}
@@ -207,10 +208,39 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 	if limit != "" {
 		res.Message = limitMessage(limit, s.cfg.Limits, timeout)
 	}
+	if why := s.Dead(); why != "" && res.Message == "" {
+		res.Message = why
+	}
 	if ex.err != nil && res.Message == "" {
 		res.Message = "lost track of the step: " + ex.err.Error()
 	}
 	return res, nil
+}
+
+// crashReason explains a sandbox that stopped on its own, with what runsc
+// and the sentry last said about it.
+func (s *Sandbox) crashReason() string {
+	why := "the sandbox exited unexpectedly"
+	var lines []string
+	for _, f := range []string{"runsc.log", "create.err"} {
+		b, err := os.ReadFile(filepath.Join(s.dir, f))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			low := strings.ToLower(l)
+			if strings.Contains(low, "panic") || strings.Contains(low, "fatal") || strings.Contains(low, "killed") {
+				lines = append(lines, strings.TrimSpace(l))
+			}
+		}
+	}
+	if len(lines) > 3 {
+		lines = lines[len(lines)-3:]
+	}
+	if len(lines) > 0 {
+		why += ": " + strings.Join(lines, " | ")
+	}
+	return why
 }
 
 // exit is how waiting for a step's process ended.
@@ -246,7 +276,7 @@ func (s *Sandbox) detectLimit(ctx context.Context, exitCode int, forkBefore, oom
 			s.markDead("killed by the host after hitting the memory limit")
 			return LimitOOM
 		}
-		s.markDead("the sandbox exited unexpectedly")
+		s.markDead(s.crashReason())
 		return ""
 	}
 	if s.record.ForkRefused() > forkBefore {
