@@ -160,21 +160,7 @@ func TestSignalCancelsAndCleansUp(t *testing.T) {
 			cmd := cli(t, "run", "-w", ws, "--state-dir", state, "--", "sh", "-c", "touch started; exec sleep 600")
 			var errb bytes.Buffer
 			cmd.Stderr = &errb
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				if _, err := os.Stat(filepath.Join(ws, "started")); err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					cmd.Process.Kill()
-					cmd.Wait()
-					t.Fatalf("step never started: %s", errb.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			startAndWaitFor(t, cmd, filepath.Join(ws, "started"))
 			start := time.Now()
 			cmd.Process.Signal(sig)
 			err := cmd.Wait()
@@ -245,21 +231,7 @@ func TestNextRunReapsAfterSIGKILL(t *testing.T) {
 	state := stateDir(t)
 	ws := workspace(t)
 	cmd := cli(t, "run", "-w", ws, "--state-dir", state, "--", "sh", "-c", "touch started; exec sleep 600")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(ws, "started")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatal("step never started")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	startAndWaitFor(t, cmd, filepath.Join(ws, "started"))
 	cmd.Process.Kill()
 	cmd.Wait()
 	if !processNamed(state) {
@@ -277,5 +249,26 @@ func TestNextRunReapsAfterSIGKILL(t *testing.T) {
 	}
 	if jobs, _ := filepath.Glob(filepath.Join(state, "jobs", "*")); len(jobs) != 0 {
 		t.Errorf("job state survives: %v", jobs)
+	}
+}
+
+// startAndWaitFor starts an airlock process and waits until its step has
+// created file, so a signal lands while the step runs.
+func startAndWaitFor(t *testing.T, cmd *exec.Cmd, file string) {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(file); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("step never started (no %s)", file)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -136,19 +136,9 @@ type evalResult struct {
 
 func (o *policyOptions) evaluate(cmd *cobra.Command) (evalResult, error) {
 	var res evalResult
-	orgDir := o.orgDir
-	if orgDir == "" {
-		if fi, err := os.Stat(defaultOrgPolicyDir); err == nil && fi.IsDir() {
-			orgDir = defaultOrgPolicyDir
-		}
-	}
-	var srcs []policies.Source
-	if orgDir != "" {
-		org, err := policies.LoadOrgDir(orgDir)
-		if err != nil {
-			return res, usageError{err}
-		}
-		srcs = org
+	srcs, err := loadOrgPolicy(o.orgDir)
+	if err != nil {
+		return res, err
 	}
 	if (o.repo == "") != (o.base == "") {
 		return res, usagef("--repo and --base go together: the repository policy is read from the base commit")
@@ -206,4 +196,27 @@ func newPolicyTestCmd(code *int) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// loadOrgPolicy reads the organisation policy from dir, or from
+// defaultOrgPolicyDir when dir is empty and that exists. No directory: no
+// organisation policy.
+func loadOrgPolicy(dir string) ([]policies.Source, error) {
+	if dir == "" {
+		if !hostHasOrgPolicy() {
+			return nil, nil
+		}
+		dir = defaultOrgPolicyDir
+	}
+	srcs, err := policies.LoadOrgDir(dir)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return srcs, nil
+}
+
+// hostHasOrgPolicy reports whether defaultOrgPolicyDir exists.
+func hostHasOrgPolicy() bool {
+	fi, err := os.Stat(defaultOrgPolicyDir)
+	return err == nil && fi.IsDir()
 }

@@ -12,19 +12,7 @@ import (
 )
 
 func TestPolicyCommands(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
-	repo := t.TempDir()
-	git := func(args ...string) string {
-		cmd := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v %s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	repo, git := newRepo(t)
 	write := func(text string) {
 		os.MkdirAll(filepath.Join(repo, ".github"), 0o755)
 		os.WriteFile(filepath.Join(repo, ".github", "airlock.cue"), []byte(text), 0o644)
@@ -97,16 +85,7 @@ func TestRunWithPolicy(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	repo := t.TempDir()
-	git := func(args ...string) string {
-		cmd := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v %s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	repo, git := newRepo(t)
 	os.MkdirAll(filepath.Join(repo, ".github"), 0o755)
 	os.WriteFile(filepath.Join(repo, ".github", "airlock.cue"), []byte(`sandbox: limits: pids: 300
 steps: ci: [{name: "hello", run: "echo from-policy; id -u"}]
@@ -172,5 +151,24 @@ steps: ci: [{name: "hello", run: "echo from-policy; id -u"}]
 				t.Errorf("exit %d (want %d), stderr %s", code, tc.code, errb.String())
 			}
 		})
+	}
+}
+
+// newRepo makes an empty directory for a git repository and a function
+// that runs git in it, failing the test on error.
+func newRepo(t *testing.T) (string, func(args ...string) string) {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	repo := t.TempDir()
+	return repo, func(args ...string) string {
+		cmd := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
 	}
 }

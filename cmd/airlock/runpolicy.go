@@ -16,11 +16,7 @@ import (
 // policyMode says whether this run is governed by a policy: any policy
 // flag, or an organisation policy installed on the host.
 func (o *runOptions) policyMode() bool {
-	if o.orgDir != "" || o.base != "" || o.eventFile != "" || o.jobFromPolicy != "" {
-		return true
-	}
-	fi, err := os.Stat(defaultOrgPolicyDir)
-	return err == nil && fi.IsDir()
+	return o.orgDir != "" || o.base != "" || o.eventFile != "" || o.jobFromPolicy != "" || hostHasOrgPolicy()
 }
 
 // applyPolicy loads the effective policy (organisation files, then the
@@ -30,19 +26,9 @@ func (o *runOptions) applyPolicy(ctx context.Context, flags *pflag.FlagSet, job 
 	if !o.policyMode() {
 		return nil
 	}
-	orgDir := o.orgDir
-	if orgDir == "" {
-		if fi, err := os.Stat(defaultOrgPolicyDir); err == nil && fi.IsDir() {
-			orgDir = defaultOrgPolicyDir
-		}
-	}
-	var srcs []policies.Source
-	if orgDir != "" {
-		org, err := policies.LoadOrgDir(orgDir)
-		if err != nil {
-			return usageError{err}
-		}
-		srcs = org
+	srcs, err := loadOrgPolicy(o.orgDir)
+	if err != nil {
+		return err
 	}
 	info := &runner.PolicyInfo{}
 	base, head := o.base, o.head
