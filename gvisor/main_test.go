@@ -21,10 +21,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(runHelper())
 	}
-	code := m.Run()
-	code = leakcheck.Exit(code, testStateBase, testJobIDPrefix)
-	os.RemoveAll(testStateBase)
-	os.Exit(code)
+	leakcheck.Run(m, testStateBase, testJobIDPrefix)
 }
 
 // requireRoot skips tests that need real sandboxes when not root.

@@ -215,6 +215,9 @@ func (s *Sandbox) Config() Config { return s.cfg }
 // Record returns the process record so far.
 func (s *Sandbox) Record() monitor.Snapshot { return s.record.Snapshot() }
 
+// ExecCount is how many execs the record holds so far (cheap, no copy).
+func (s *Sandbox) ExecCount() int { return s.record.ExecCount() }
+
 // Dead returns why the sandbox stopped running, or "" while it runs.
 func (s *Sandbox) Dead() string {
 	s.mu.Lock()

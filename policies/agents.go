@@ -33,44 +33,76 @@ type Detection struct {
 	Fork    bool   `json:"fork"`
 }
 
-// DetectAgent reads a pull_request or pull_request_target event payload
-// (what a runner finds at GITHUB_EVENT_PATH) and applies the agents rules.
-func DetectAgent(rules Agents, payload []byte) (Detection, error) {
-	var d Detection
+// PullRequest is what airlock needs of a pull request event.
+type PullRequest struct {
+	Author     string
+	AuthorType string
+	Labels     []string
+	HeadRef    string
+	BaseSHA    string
+	HeadSHA    string
+	Number     int
+	Fork       bool
+}
+
+// ParsePullRequest reads a pull_request or pull_request_target event
+// payload (what a runner finds at GITHUB_EVENT_PATH).
+func ParsePullRequest(payload []byte) (PullRequest, error) {
+	var p PullRequest
 	if len(payload) > MaxEventSize {
-		return d, fmt.Errorf("event payload is %d bytes, at most %d", len(payload), MaxEventSize)
+		return p, fmt.Errorf("event payload is %d bytes, at most %d", len(payload), MaxEventSize)
 	}
 	var ev github.PullRequestEvent
 	if err := json.Unmarshal(payload, &ev); err != nil {
-		return d, fmt.Errorf("event payload is not a GitHub event (JSON): %w", err)
+		return p, fmt.Errorf("event payload is not a GitHub event (JSON): %w", err)
 	}
 	pr := ev.GetPullRequest()
 	if pr == nil {
-		return d, errors.New("event payload has no pull_request: airlock decides on pull_request and pull_request_target events")
+		return p, errors.New("event payload has no pull_request: airlock decides on pull_request and pull_request_target events")
 	}
-	d.Author = pr.GetUser().GetLogin()
-	d.HeadRef = pr.GetHead().GetRef()
-	d.BaseSHA = pr.GetBase().GetSHA()
-	d.HeadSHA = pr.GetHead().GetSHA()
-	d.Number = pr.GetNumber()
-	d.Fork = pr.GetHead().GetRepo().GetFork() ||
-		(pr.GetHead().GetRepo().GetFullName() != "" && pr.GetHead().GetRepo().GetFullName() != pr.GetBase().GetRepo().GetFullName())
-	if d.Author == "" || d.BaseSHA == "" || d.HeadSHA == "" {
-		return d, errors.New("event payload lacks the pull request's author, base or head commit")
+	p = PullRequest{
+		Author:     pr.GetUser().GetLogin(),
+		AuthorType: pr.GetUser().GetType(),
+		HeadRef:    pr.GetHead().GetRef(),
+		BaseSHA:    pr.GetBase().GetSHA(),
+		HeadSHA:    pr.GetHead().GetSHA(),
+		Number:     pr.GetNumber(),
+		Fork: pr.GetHead().GetRepo().GetFork() ||
+			(pr.GetHead().GetRepo().GetFullName() != "" && pr.GetHead().GetRepo().GetFullName() != pr.GetBase().GetRepo().GetFullName()),
 	}
+	for _, l := range pr.Labels {
+		p.Labels = append(p.Labels, l.GetName())
+	}
+	if p.Author == "" || p.BaseSHA == "" || p.HeadSHA == "" {
+		return p, errors.New("event payload lacks the pull request's author, base or head commit")
+	}
+	return p, nil
+}
 
+// DetectAgent parses an event payload and applies the agents rules.
+func DetectAgent(rules Agents, payload []byte) (Detection, error) {
+	pr, err := ParsePullRequest(payload)
+	if err != nil {
+		return Detection{}, err
+	}
+	return Decide(rules, pr), nil
+}
+
+// Decide applies the agents rules to a pull request.
+func Decide(rules Agents, pr PullRequest) Detection {
+	d := Detection{Author: pr.Author, HeadRef: pr.HeadRef, BaseSHA: pr.BaseSHA, HeadSHA: pr.HeadSHA, Number: pr.Number, Fork: pr.Fork}
 	switch {
 	case slices.Contains(rules.Logins, d.Author):
 		d.Agent, d.Reason = true, fmt.Sprintf("author %q is listed in agents.logins", d.Author)
 	case rules.BotSuffix && strings.HasSuffix(d.Author, "[bot]"):
 		d.Agent, d.Reason = true, fmt.Sprintf("author %q ends in [bot] (agents.botSuffix)", d.Author)
-	case rules.BotSuffix && pr.GetUser().GetType() == "Bot":
+	case rules.BotSuffix && pr.AuthorType == "Bot":
 		d.Agent, d.Reason = true, fmt.Sprintf("author %q is a GitHub bot account (agents.botSuffix)", d.Author)
 	}
 	if !d.Agent {
 		for _, l := range pr.Labels {
-			if slices.Contains(rules.Labels, l.GetName()) {
-				d.Agent, d.Reason = true, fmt.Sprintf("label %q is listed in agents.labels", l.GetName())
+			if slices.Contains(rules.Labels, l) {
+				d.Agent, d.Reason = true, fmt.Sprintf("label %q is listed in agents.labels", l)
 				break
 			}
 		}
@@ -92,5 +124,5 @@ func DetectAgent(rules Agents, payload []byte) (Detection, error) {
 	if d.Fork {
 		d.Reason += "; from a fork"
 	}
-	return d, nil
+	return d
 }

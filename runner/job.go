@@ -171,7 +171,7 @@ func Run(ctx context.Context, job Job, runtime string) (res Result, err error) {
 		}
 		stdout := newPrefixWriter(&outMu, orDiscard(job.Stdout), prefix)
 		stderr := newPrefixWriter(&outMu, orDiscard(job.Stderr), prefix)
-		before := len(sb.Record().Execs)
+		before := sb.ExecCount()
 		sr, err := sb.Exec(ctx, gvisor.Step{
 			Args:    spec.argv(),
 			Env:     append(append([]string{}, job.Env...), envList(spec.Env)...),
@@ -183,7 +183,7 @@ func Run(ctx context.Context, job Job, runtime string) (res Result, err error) {
 		stdout.Flush()
 		stderr.Flush()
 		out.StepResult = sr
-		out.Processes = len(sb.Record().Execs) - before
+		out.Processes = sb.ExecCount() - before
 		switch {
 		case err != nil:
 			out.Status = StatusError

@@ -15,10 +15,7 @@ import (
 
 func TestMain(m *testing.M) {
 	gvisor.Dispatch()
-	code := m.Run()
-	code = leakcheck.Exit(code, testStateBase, "")
-	os.RemoveAll(testStateBase)
-	os.Exit(code)
+	leakcheck.Run(m, testStateBase, "")
 }
 
 const testStateBase = "/run/airlock-test-runner"

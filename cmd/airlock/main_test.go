@@ -26,10 +26,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(cliEnv) != "" {
 		os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	code := m.Run()
-	code = leakcheck.Exit(code, cliStateBase, "")
-	os.RemoveAll(cliStateBase)
-	os.Exit(code)
+	leakcheck.Run(m, cliStateBase, "")
 }
 
 // cliStateBase holds the state directories of these tests' jobs.

@@ -32,23 +32,22 @@ func (o *runOptions) applyPolicy(ctx context.Context, flags *pflag.FlagSet, job 
 	}
 	info := &runner.PolicyInfo{}
 	base, head := o.base, o.head
-	var payload []byte
+	var pr *policies.PullRequest
 	if o.eventFile != "" {
-		var err error
-		if payload, err = readCapped(o.eventFile, policies.MaxEventSize); err != nil {
+		payload, err := readCapped(o.eventFile, policies.MaxEventSize)
+		if err != nil {
 			return usageError{err}
 		}
-		// First pass for the commits; the decision itself needs the
-		// effective policy's rules, below.
-		d, err := policies.DetectAgent(policies.Agents{}, payload)
+		p, err := policies.ParsePullRequest(payload)
 		if err != nil {
 			return usageError{fmt.Errorf("--event %s: %w", o.eventFile, err)}
 		}
+		pr = &p
 		if base == "" {
-			base = d.BaseSHA
+			base = p.BaseSHA
 		}
 		if head == "" {
-			head = d.HeadSHA
+			head = p.HeadSHA
 		}
 	}
 	if base != "" {
@@ -72,11 +71,8 @@ func (o *runOptions) applyPolicy(ctx context.Context, flags *pflag.FlagSet, job 
 		return policyError{err}
 	}
 	info.Digest, info.Sources = eff.Digest, eff.Sources
-	if payload != nil {
-		d, err := policies.DetectAgent(eff.Policy.Agents, payload)
-		if err != nil {
-			return usageError{err}
-		}
+	if pr != nil {
+		d := policies.Decide(eff.Policy.Agents, *pr)
 		info.Agent = &d
 	}
 	job.Policy = info

@@ -119,6 +119,13 @@ func (r *Record) Snapshot() Snapshot {
 	return s
 }
 
+// ExecCount returns how many execs the record holds, without copying it.
+func (r *Record) ExecCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.snap.Execs)
+}
+
 // ForkRefused returns how many fork-like calls were refused with EAGAIN so
 // far. Comparing it before and after a step tells whether the step hit the
 // process limit.

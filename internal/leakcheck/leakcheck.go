@@ -1,6 +1,6 @@
 // Package leakcheck finds what tests that start sandboxes left behind on
 // the host: processes, mounts, cgroups and job directories. Test binaries
-// call Report at the end of TestMain and fail when it finds anything.
+// end TestMain with Run, which fails them when anything is left.
 package leakcheck
 
 import (
@@ -56,16 +56,17 @@ func Report(base, cgroupPrefix string) string {
 	return b.String()
 }
 
-// Exit is for the end of TestMain: it prints what the tests left behind
-// under base and turns a passing exit code into a failing one if anything
-// was left.
-func Exit(code int, base, cgroupPrefix string) int {
-	if os.Geteuid() != 0 {
-		return code
+// Run is the end of TestMain for packages whose tests start sandboxes:
+// it runs the tests, fails the binary if they left anything behind under
+// base (see Report), removes base and exits.
+func Run(m interface{ Run() int }, base, cgroupPrefix string) {
+	code := m.Run()
+	if os.Geteuid() == 0 {
+		if left := Report(base, cgroupPrefix); left != "" {
+			fmt.Fprintf(os.Stderr, "FAIL: the tests left resources behind:\n%s", left)
+			code = 1
+		}
 	}
-	if left := Report(base, cgroupPrefix); left != "" {
-		fmt.Fprintf(os.Stderr, "FAIL: the tests left resources behind:\n%s", left)
-		return 1
-	}
-	return code
+	os.RemoveAll(base)
+	os.Exit(code)
 }

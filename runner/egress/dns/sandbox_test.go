@@ -20,10 +20,7 @@ const testStateBase = "/run/airlock-test-dns"
 
 func TestMain(m *testing.M) {
 	gvisor.Dispatch()
-	code := m.Run()
-	code = leakcheck.Exit(code, testStateBase, "")
-	os.RemoveAll(testStateBase)
-	os.Exit(code)
+	leakcheck.Run(m, testStateBase, "")
 }
 
 // query.py sends one raw DNS query over UDP from inside the sandbox and

@@ -19,10 +19,7 @@ const testStateBase = "/run/airlock-test-netns"
 
 func TestMain(m *testing.M) {
 	gvisor.Dispatch()
-	code := m.Run()
-	code = leakcheck.Exit(code, testStateBase, "")
-	os.RemoveAll(testStateBase)
-	os.Exit(code)
+	leakcheck.Run(m, testStateBase, "")
 }
 
 // A sandbox on the pair reaches the gateway's address and nothing else:
