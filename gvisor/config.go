@@ -71,6 +71,13 @@ type Mount struct {
 	ReadOnly    bool   `json:"readOnly"`
 }
 
+// File is a read-only file the sandbox sees at Path instead of the
+// root's own.
+type File struct {
+	Path string
+	Data []byte
+}
+
 // User is the identity the workload runs as inside the sandbox.
 type User struct {
 	UID uint32 `json:"uid"`
@@ -102,6 +109,9 @@ type Config struct {
 	Capabilities []string
 	// Limits bound the job.
 	Limits Limits
+	// Files are small read-only files placed over paths of the root
+	// (such as /etc/resolv.conf), without touching the host's copy.
+	Files []File
 	// NetNS is the path of a network namespace to hand to the sandbox
 	// (its interfaces are taken over by gVisor's netstack). Empty: the
 	// sandbox has loopback only.

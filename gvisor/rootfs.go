@@ -49,6 +49,15 @@ type rootPlan struct {
 	MaskDirs  []string `json:"maskDirs"`
 	MaskFiles []string `json:"maskFiles"`
 	EmptyFile string   `json:"emptyFile"`
+	// Overlays are files bound read-only over existing regular files of
+	// the root (Config.Files).
+	Overlays []overlay `json:"overlays"`
+}
+
+// overlay is one Config.File placed in the skeleton.
+type overlay struct {
+	Path   string `json:"path"`
+	Source string `json:"source"`
 }
 
 // rootHelper runs as argv[0] rootHelperArg0 in a fresh mount namespace (the
@@ -147,6 +156,11 @@ func buildRootSkeleton(p rootPlan) error {
 			return fmt.Errorf("mask %s: %w", f, err)
 		}
 	}
+	for _, o := range p.Overlays {
+		if err := bindReadOnly(o.Source, filepath.Join(dst, o.Path)); err != nil {
+			return fmt.Errorf("file %s: %w", o.Path, err)
+		}
+	}
 	// The skeleton itself is read-only too: the gofer has nothing to write.
 	return unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
 }
@@ -198,4 +212,47 @@ func checkMountPoint(root, dest string) (string, error) {
 		return rel, nil
 	}
 	return "", fmt.Errorf("%w: mount point %s does not exist in the rootfs and would have to be created inside its /%s; choose a path that exists or whose first component does not (such as /workspace)", ErrInvalidConfig, dest, top)
+}
+
+// placeFile decides how Config.File dest reaches the sandbox. A regular
+// file of the root is covered in the skeleton (relPath); a symlink into a
+// directory the sandbox gets fresh (/etc/resolv.conf -> /run/...) is
+// followed and the file is mounted at its target inside the sandbox
+// (sandboxPath), where runsc creates it in its own tmpfs. Anything else
+// would need the host's root changed and is refused.
+func placeFile(root, dest string) (relPath, sandboxPath string, err error) {
+	rel := strings.TrimPrefix(filepath.Clean(dest), "/")
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return "", "", fmt.Errorf("open rootfs %s: %w", root, err)
+	}
+	defer r.Close()
+	fi, err := r.Lstat(rel)
+	switch {
+	case err == nil && fi.Mode().IsRegular():
+		return rel, "", nil
+	case err == nil && fi.Mode()&fs.ModeSymlink != 0:
+		target, err := r.Readlink(rel)
+		if err != nil {
+			return "", "", fmt.Errorf("%w: file %s: %v", ErrInvalidConfig, dest, err)
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join("/", filepath.Dir(rel), target)
+		}
+		target = filepath.Clean(target)
+		top, _, _ := strings.Cut(strings.TrimPrefix(target, "/"), "/")
+		if freshTopDirs[top] {
+			return "", target, nil
+		}
+		return "", "", fmt.Errorf("%w: file %s is a symlink to %s in the rootfs; airlock can replace it only when it is a regular file or points into /run or /tmp", ErrInvalidConfig, dest, target)
+	case errors.Is(err, fs.ErrNotExist):
+		top, _, _ := strings.Cut(rel, "/")
+		if freshTopDirs[top] {
+			return "", "/" + rel, nil
+		}
+		return "", "", fmt.Errorf("%w: file %s does not exist in the rootfs; airlock does not create files in the host's root", ErrInvalidConfig, dest)
+	case err != nil:
+		return "", "", fmt.Errorf("%w: file %s: %v", ErrInvalidConfig, dest, err)
+	}
+	return "", "", fmt.Errorf("%w: file %s exists in the rootfs but is not a regular file", ErrInvalidConfig, dest)
 }

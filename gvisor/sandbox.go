@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-ci/airlock/gvisor/monitor"
@@ -157,6 +158,22 @@ func (s *Sandbox) prepare(exe string) error {
 			plan.Dirs = append(plan.Dirs, dir)
 		}
 	}
+	var fileMounts []specs.Mount
+	for i, f := range s.cfg.Files {
+		src := filepath.Join(s.dir, fmt.Sprintf("file-%d", i))
+		if err := os.WriteFile(src, f.Data, 0o644); err != nil {
+			return fmt.Errorf("write file for %s: %w", f.Path, err)
+		}
+		rel, inSandbox, err := placeFile(rootSource(s.cfg), f.Path)
+		if err != nil {
+			return err
+		}
+		if rel != "" {
+			plan.Overlays = append(plan.Overlays, overlay{Path: rel, Source: src})
+		} else {
+			fileMounts = append(fileMounts, specs.Mount{Destination: inSandbox, Type: "bind", Source: src, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+		}
+	}
 	if err := writeJSON(filepath.Join(s.dir, "rootfs.json"), plan); err != nil {
 		return err
 	}
@@ -164,6 +181,7 @@ func (s *Sandbox) prepare(exe string) error {
 	if err != nil {
 		return err
 	}
+	spec.Mounts = append(spec.Mounts, fileMounts...)
 	if err := writeJSON(filepath.Join(s.dir, "bundle", "config.json"), spec); err != nil {
 		return err
 	}

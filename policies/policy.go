@@ -65,6 +65,16 @@ type Egress struct {
 	DenyCIDRs  map[string]bool `json:"denyCIDRs"`
 	AllowCIDRs []string        `json:"allowCIDRs"`
 	Secrets    []Secret        `json:"secrets"`
+	// Resolve pins names to addresses on the host side.
+	Resolve map[string]string `json:"resolve"`
+	Network EgressNetwork     `json:"network"`
+}
+
+// EgressNetwork sets the gateway's addresses.
+type EgressNetwork struct {
+	Link      string `json:"link"`
+	Pool      string `json:"pool"`
+	ProxyPort int    `json:"proxyPort"`
 }
 
 // EgressRule allows one destination.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/gvisor/monitor"
+	"github.com/airlock-ci/airlock/runner/egress"
 	"github.com/airlock-ci/airlock/runner/workspace"
 )
 
@@ -33,6 +34,9 @@ type Job struct {
 	Log io.Writer
 	// Policy describes the policy that set this job up, for the result.
 	Policy *PolicyInfo
+	// Egress, when set, gives the sandbox a network through an egress
+	// gateway that enforces it. Nil: loopback only.
+	Egress *egress.Config
 }
 
 // Step statuses in a Result.
@@ -81,6 +85,9 @@ type Result struct {
 	Workspace workspace.Report `json:"workspaceTidy"`
 	Reaped    []gvisor.Reaped  `json:"reaped,omitempty"`
 	Policy    *PolicyInfo      `json:"policy,omitempty"`
+	// Egress is every DNS query and connection attempt, when the job had
+	// a gateway.
+	Egress *egress.Report `json:"egress,omitempty"`
 }
 
 // Run executes the job. The returned Result is complete on every path that
@@ -131,6 +138,20 @@ func Run(ctx context.Context, job Job, runtime string) (res Result, err error) {
 		ctx, cancel = context.WithTimeout(ctx, job.Sandbox.Limits.JobTimeout)
 		defer cancel()
 	}
+	var gw *egress.Egress
+	if job.Egress != nil {
+		if gw, err = egress.Start(*job.Egress); err != nil {
+			err = fmt.Errorf("start the egress gateway: %w", err)
+			res.Error = err.Error()
+			return res, err
+		}
+		// Closed after the sandbox is destroyed (deferred calls run last
+		// first), so the last connections are recorded.
+		defer gw.Close()
+		job.Sandbox.NetNS = gw.NetNS()
+		job.Sandbox.Files = append(job.Sandbox.Files, gvisor.File{Path: "/etc/resolv.conf", Data: gw.ResolvConf()})
+		job.Env = append(gw.Env(), job.Env...)
+	}
 	sb, err := gvisor.Create(ctx, job.Sandbox)
 	if err != nil {
 		res.Error = err.Error()
@@ -142,12 +163,19 @@ func Run(ctx context.Context, job Job, runtime string) (res Result, err error) {
 		Workspace: cfg.Workspace, WorkspaceMount: cfg.WorkspaceMount, User: *cfg.User,
 		Limits: cfg.Limits, Network: networkName(cfg.NetNS),
 	}
+	if gw != nil {
+		res.Sandbox.Network = "egress gateway " + gw.GatewayAddr().String()
+	}
 	// Destroy on every path, with a context that outlives cancellation.
 	defer func() {
 		if err := sb.Destroy(context.WithoutCancel(ctx)); err != nil {
 			res.Error = joinMsg(res.Error, "destroy sandbox: "+err.Error())
 		}
 		res.Processes = sb.Record()
+		if gw != nil {
+			rep := gw.Report(res.Processes)
+			res.Egress = &rep
+		}
 		rep, err := workspace.Tidy(cfg.Workspace, cfg.User.UID)
 		if err != nil {
 			res.Error = joinMsg(res.Error, "tidy workspace: "+err.Error())
@@ -172,6 +200,7 @@ func Run(ctx context.Context, job Job, runtime string) (res Result, err error) {
 		stdout := newPrefixWriter(&outMu, orDiscard(job.Stdout), prefix)
 		stderr := newPrefixWriter(&outMu, orDiscard(job.Stderr), prefix)
 		before := sb.ExecCount()
+		stepStart := time.Now()
 		sr, err := sb.Exec(ctx, gvisor.Step{
 			Args:    spec.argv(),
 			Env:     append(append([]string{}, job.Env...), envList(spec.Env)...),
@@ -180,6 +209,12 @@ func Run(ctx context.Context, job Job, runtime string) (res Result, err error) {
 			Stdout:  stdout,
 			Stderr:  stderr,
 		})
+		if gw != nil {
+			// Tell the step (and an agent reading its log) what was
+			// refused and how the policy would allow it.
+			rep := gw.Report(sb.Record())
+			egress.WriteRefusals(stderr, egress.Refusals(rep.Decisions, stepStart))
+		}
 		stdout.Flush()
 		stderr.Flush()
 		out.StepResult = sr

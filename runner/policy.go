@@ -3,10 +3,13 @@ package runner
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/policies"
+	"github.com/airlock-ci/airlock/runner/egress"
+	"github.com/airlock-ci/airlock/runner/egress/rules"
 )
 
 // PolicyInfo is what a job's result says about the policy that governed
@@ -119,4 +122,29 @@ func StepsFromPolicy(p policies.Policy, name string) ([]StepSpec, error) {
 		out = append(out, StepSpec{Name: s.Name, Run: s.Run, Shell: s.Shell, Env: s.Env, WorkingDirectory: s.WorkingDirectory, Timeout: Duration(d)})
 	}
 	return out, nil
+}
+
+// EgressFromPolicy compiles the policy's egress section into the job's
+// gateway configuration. lookupEnv reads airlock's own environment, where
+// the values of the policy's secrets live.
+func EgressFromPolicy(e policies.Egress, lookupEnv func(string) (string, bool)) (*egress.Config, error) {
+	pol, err := rules.Compile(e, lookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &egress.Config{Policy: pol, ProxyPort: e.Network.ProxyPort}
+	for _, f := range []struct {
+		name, val string
+		dst       *netip.Prefix
+	}{{"link", e.Network.Link, &cfg.Link}, {"pool", e.Network.Pool, &cfg.Pool}} {
+		if f.val == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f.val)
+		if err != nil {
+			return nil, fmt.Errorf("policy egress.network.%s: %q is not a CIDR range", f.name, f.val)
+		}
+		*f.dst = p
+	}
+	return cfg, nil
 }

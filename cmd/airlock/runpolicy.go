@@ -116,6 +116,9 @@ func (o *runOptions) applyPolicy(ctx context.Context, flags *pflag.FlagSet, job 
 	if cfg.Limits, err = runner.TightenLimits(cfg.Limits, asked, set); err != nil {
 		return usageError{err}
 	}
+	if job.Egress, err = runner.EgressFromPolicy(eff.Policy.Egress, os.LookupEnv); err != nil {
+		return policyError{err}
+	}
 	cfg.ExtraMasks = append(cfg.ExtraMasks, o.masks...)
 	cfg.StateRoot, cfg.Workspace, cfg.RunscFlags = o.stateDir, o.workspace, o.runscFlags
 	job.Sandbox = cfg

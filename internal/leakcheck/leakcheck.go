@@ -70,3 +70,25 @@ func Run(m interface{ Run() int }, base, cgroupPrefix string) {
 	os.RemoveAll(base)
 	os.Exit(code)
 }
+
+// NetNamespaces returns the network namespaces (by inode) that some
+// process on the host is in or holds a descriptor to. A test compares the
+// set before and after a job: a namespace the job made and nobody holds
+// any more is gone.
+func NetNamespaces() map[string]bool {
+	out := map[string]bool{}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		dir := filepath.Join("/proc", p.Name())
+		if l, err := os.Readlink(filepath.Join(dir, "ns", "net")); err == nil {
+			out[l] = true
+		}
+		fds, _ := os.ReadDir(filepath.Join(dir, "fd"))
+		for _, fd := range fds {
+			if l, err := os.Readlink(filepath.Join(dir, "fd", fd.Name())); err == nil && strings.HasPrefix(l, "net:[") {
+				out[l] = true
+			}
+		}
+	}
+	return out
+}

@@ -7,53 +7,58 @@ import (
 	"sync"
 )
 
-// Allowlist is a Book built from the policy's allowed hosts: exact names
-// and "*.suffix" wildcards (any name below the suffix, not the suffix
-// itself). Each name gets the next address of the pool on first lookup,
-// and keeps it.
+// Allowlist is a Book over a predicate (the policy's allowed names): each
+// allowed name gets the next address of the pool on first lookup, and
+// keeps it. The pool bounds how many names a job can use, so a wildcard
+// cannot be used to mint unbounded addresses.
 type Allowlist struct {
-	exact    map[string]bool
-	suffixes []string
+	allowed func(name string) bool
 
 	mu    sync.Mutex
 	next  netip.Addr
 	last  netip.Addr
 	names map[string]netip.Addr
+	addrs map[netip.Addr]string
 }
 
-// NewAllowlist returns a book for hosts, handing out addresses first..last.
-func NewAllowlist(hosts []string, first, last netip.Addr) (*Allowlist, error) {
-	if !first.IsValid() || !last.IsValid() || last.Less(first) {
+// NewAllowlist returns a book for the names allowed reports true for,
+// handing out the addresses first..last.
+func NewAllowlist(allowed func(name string) bool, first, last netip.Addr) (*Allowlist, error) {
+	if !first.IsValid() || !last.IsValid() || last.Less(first) || first.Is4() != last.Is4() {
 		return nil, fmt.Errorf("dns: address pool %s-%s is empty", first, last)
 	}
-	a := &Allowlist{exact: map[string]bool{}, next: first, last: last, names: map[string]netip.Addr{}}
+	return &Allowlist{allowed: allowed, next: first, last: last, names: map[string]netip.Addr{}, addrs: map[netip.Addr]string{}}, nil
+}
+
+// HostList is a predicate for NewAllowlist from exact names and
+// "*.suffix" wildcards (any name below the suffix, not the suffix itself).
+func HostList(hosts []string) func(string) bool {
+	exact := map[string]bool{}
+	var suffixes []string
 	for _, h := range hosts {
 		h = strings.TrimSuffix(strings.ToLower(h), ".")
 		if s, ok := strings.CutPrefix(h, "*."); ok {
-			a.suffixes = append(a.suffixes, "."+s)
+			suffixes = append(suffixes, "."+s)
 		} else {
-			a.exact[h] = true
+			exact[h] = true
 		}
 	}
-	return a, nil
-}
-
-// Allowed reports whether the policy allows name.
-func (a *Allowlist) Allowed(name string) bool {
-	if a.exact[name] {
-		return true
-	}
-	for _, s := range a.suffixes {
-		if strings.HasSuffix(name, s) && len(name) > len(s) {
+	return func(name string) bool {
+		if exact[name] {
 			return true
 		}
+		for _, s := range suffixes {
+			if strings.HasSuffix(name, s) && len(name) > len(s) {
+				return true
+			}
+		}
+		return false
 	}
-	return false
 }
 
 // Lookup implements Book.
 func (a *Allowlist) Lookup(name string) (netip.Addr, bool) {
-	if !validName(name) || !a.Allowed(name) {
+	if !validName(name) || !a.allowed(name) {
 		return netip.Addr{}, false
 	}
 	a.mu.Lock()
@@ -61,13 +66,12 @@ func (a *Allowlist) Lookup(name string) (netip.Addr, bool) {
 	if addr, ok := a.names[name]; ok {
 		return addr, true
 	}
-	if a.last.Less(a.next) {
-		// Pool exhausted: a wildcard cannot be used to mint unbounded
-		// addresses.
-		return netip.Addr{}, false
+	if !a.next.IsValid() || a.last.Less(a.next) {
+		return netip.Addr{}, false // pool exhausted
 	}
 	addr := a.next
 	a.names[name] = addr
+	a.addrs[addr] = name
 	a.next = a.next.Next()
 	return addr, true
 }
@@ -76,12 +80,8 @@ func (a *Allowlist) Lookup(name string) (netip.Addr, bool) {
 func (a *Allowlist) Name(addr netip.Addr) (string, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for n, x := range a.names {
-		if x == addr {
-			return n, true
-		}
-	}
-	return "", false
+	n, ok := a.addrs[addr]
+	return n, ok
 }
 
 // validName accepts host names of letters, digits and hyphens in labels of

@@ -5,10 +5,11 @@
 // (`$(cat secret).evil.example`) goes no further than this server, which
 // refuses it and records it.
 //
-// Everything in a query is hostile input: malformed messages get FORMERR,
-// several questions get FORMERR, anything but A (and AAAA, answered
-// empty: the sandbox has no IPv6) is refused, and the record of queries
-// is bounded.
+// A name the policy does not allow gets NXDOMAIN at once (a final answer:
+// no resolver retries or waits). Everything in a query is hostile input:
+// malformed messages get FORMERR, several questions get FORMERR, anything
+// but A (and AAAA, answered empty: the sandbox has no IPv6) for an allowed
+// name is refused, and the record of queries is bounded.
 package dns
 
 import (
@@ -134,8 +135,9 @@ func (s *Server) handle(w mdns.ResponseWriter, req *mdns.Msg) {
 	q.Allowed = ok
 	switch {
 	case !ok:
-		// Not allowed: refused, and never asked of anyone else.
-		resp.SetRcode(req, mdns.RcodeRefused)
+		// Not allowed: the name does not exist for the sandbox, and it
+		// is never asked of anyone else.
+		resp.SetRcode(req, mdns.RcodeNameError)
 	case question.Qtype == mdns.TypeA:
 		resp.Answer = append(resp.Answer, &mdns.A{
 			Hdr: mdns.RR_Header{Name: question.Name, Rrtype: mdns.TypeA, Class: mdns.ClassINET, Ttl: s.ttl},

@@ -12,7 +12,7 @@ import (
 // startServer runs the server on loopback with a small pool.
 func startServer(t *testing.T, hosts []string, first, last string) (*Server, string, *Allowlist) {
 	t.Helper()
-	book, err := NewAllowlist(hosts, netip.MustParseAddr(first), netip.MustParseAddr(last))
+	book, err := NewAllowlist(HostList(hosts), netip.MustParseAddr(first), netip.MustParseAddr(last))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,12 +58,12 @@ func TestAnswers(t *testing.T) {
 		{"PROXY.golang.org", "udp", mdns.TypeA, want{mdns.RcodeSuccess, "198.18.1.10"}},
 		{"proxy.golang.org", "tcp", mdns.TypeA, want{mdns.RcodeSuccess, "198.18.1.10"}},
 		{"raw.githubusercontent.com", "udp", mdns.TypeA, want{mdns.RcodeSuccess, "198.18.1.11"}},
-		{"githubusercontent.com", "udp", mdns.TypeA, want{mdns.RcodeRefused, ""}},
+		{"githubusercontent.com", "udp", mdns.TypeA, want{mdns.RcodeNameError, ""}},
 		{"proxy.golang.org", "udp", mdns.TypeAAAA, want{mdns.RcodeSuccess, ""}},
 		{"proxy.golang.org", "udp", mdns.TypeTXT, want{mdns.RcodeRefused, ""}},
-		{"c2VjcmV0LXRva2Vu.evil.example", "udp", mdns.TypeA, want{mdns.RcodeRefused, ""}},
-		{"_dmarc.githubusercontent.com", "udp", mdns.TypeA, want{mdns.RcodeRefused, ""}},
-		{"metadata.google.internal", "tcp", mdns.TypeA, want{mdns.RcodeRefused, ""}},
+		{"c2VjcmV0LXRva2Vu.evil.example", "udp", mdns.TypeA, want{mdns.RcodeNameError, ""}},
+		{"_dmarc.githubusercontent.com", "udp", mdns.TypeA, want{mdns.RcodeNameError, ""}},
+		{"metadata.google.internal", "tcp", mdns.TypeA, want{mdns.RcodeNameError, ""}},
 	} {
 		t.Run(tc.name+"/"+tc.network+"/"+mdns.TypeToString[tc.qtype], func(t *testing.T) {
 			resp := ask(t, addr, tc.network, tc.name, tc.qtype)

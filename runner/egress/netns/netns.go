@@ -14,12 +14,14 @@ package netns
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"runtime"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // DefaultSubnet is a /30 in 198.18.0.0/15, the range reserved for network
@@ -38,18 +40,33 @@ type Pair struct {
 	// GatewayAddr and SandboxAddr are the two ends' addresses.
 	GatewayAddr, SandboxAddr netip.Addr
 	Prefix                   netip.Prefix
+	// Pool is routed to the gateway and local there (invalid: none).
+	Pool netip.Prefix
 }
 
+// DefaultPool is where the gateway's addresses for allowed names come
+// from: the other half of 198.18.0.0/15.
+var DefaultPool = netip.MustParsePrefix("198.19.0.0/16")
+
 // New creates the pair on subnet (a /30 or larger; the first two host
-// addresses go to the gateway and the sandbox).
-func New(subnet netip.Prefix) (_ *Pair, err error) {
+// addresses go to the gateway and the sandbox). pool, when valid, is
+// routed from the sandbox to the gateway, where every address in it is
+// local (so the gateway can hand them out, one per allowed name, and
+// accept connections to any of them).
+func New(subnet, pool netip.Prefix) (_ *Pair, err error) {
 	if !subnet.Addr().Is4() || subnet.Bits() > 30 {
 		return nil, fmt.Errorf("netns: subnet %s: want an IPv4 prefix of /30 or larger", subnet)
 	}
 	subnet = subnet.Masked()
+	if pool.IsValid() {
+		pool = pool.Masked()
+		if !pool.Addr().Is4() || pool.Overlaps(subnet) {
+			return nil, fmt.Errorf("netns: pool %s: want an IPv4 prefix apart from the link %s", pool, subnet)
+		}
+	}
 	gw := subnet.Addr().Next()
 	sb := gw.Next()
-	p := &Pair{sandbox: -1, gateway: -1, GatewayAddr: gw, SandboxAddr: sb, Prefix: subnet}
+	p := &Pair{sandbox: -1, gateway: -1, GatewayAddr: gw, SandboxAddr: sb, Prefix: subnet, Pool: pool}
 	defer func() {
 		if err != nil {
 			p.Close()
@@ -150,6 +167,26 @@ func (p *Pair) wire() error {
 		if err == nil {
 			side.h.LinkSetUp(lo)
 		}
+	}
+	if !p.Pool.IsValid() {
+		return nil
+	}
+	pool := &net.IPNet{IP: p.Pool.Addr().AsSlice(), Mask: net.CIDRMask(p.Pool.Bits(), 32)}
+	sbLink, err := sbh.LinkByName(SandboxIf)
+	if err != nil {
+		return fmt.Errorf("netns: find %s: %w", SandboxIf, err)
+	}
+	if err := sbh.RouteAdd(&netlink.Route{LinkIndex: sbLink.Attrs().Index, Dst: pool, Gw: p.GatewayAddr.AsSlice()}); err != nil {
+		return fmt.Errorf("netns: route %s via the gateway: %w", p.Pool, err)
+	}
+	// "AnyIP": the whole pool is local in the gateway namespace, so a
+	// listener on 0.0.0.0 accepts connections to any address in it.
+	lo, err := gwh.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("netns: find gateway lo: %w", err)
+	}
+	if err := gwh.RouteAdd(&netlink.Route{LinkIndex: lo.Attrs().Index, Dst: pool, Type: unix.RTN_LOCAL, Table: unix.RT_TABLE_LOCAL, Scope: netlink.SCOPE_HOST}); err != nil {
+		return fmt.Errorf("netns: local route %s in the gateway: %w", p.Pool, err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,7 +29,7 @@ func TestSandboxReachesOnlyTheGateway(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	p, err := New(DefaultSubnet)
+	p, err := New(DefaultSubnet, netip.Prefix{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	}
 	ifsBefore, mountsBefore := hostInterfaces(t), nsMounts(t)
 	for i := 0; i < 5; i++ {
-		p, err := New(DefaultSubnet)
+		p, err := New(DefaultSubnet, netip.Prefix{})
 		if err != nil {
 			t.Fatal(err)
 		}

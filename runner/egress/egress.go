@@ -1,0 +1,170 @@
+// Package egress runs one job's egress gateway: the sandbox and gateway
+// network namespaces (netns), the allowlist DNS server (dns) and the TCP
+// gateway and explicit proxy (gateway), all deciding by the compiled
+// policy (rules). It hands the sandbox its network namespace, its
+// resolv.conf and its proxy variables, and at the end merges what the
+// gateway decided with the runtime-monitoring connect events (attempts
+// that never reached the gateway: direct IPs, UDP, IPv6) into one list of
+// decisions.
+//
+// Nothing here outlives the job: the namespaces exist only through file
+// descriptors (the sandbox's and ours), the listeners live in the gateway
+// namespace, and Close ends every connection.
+package egress
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/airlock-ci/airlock/runner/egress/dns"
+	"github.com/airlock-ci/airlock/runner/egress/gateway"
+	"github.com/airlock-ci/airlock/runner/egress/netns"
+	"github.com/airlock-ci/airlock/runner/egress/rules"
+)
+
+// Config configures a job's egress.
+type Config struct {
+	Policy *rules.Policy
+	// Link is the sandbox-gateway subnet; Pool the addresses handed out
+	// for allowed names. Zero: netns.DefaultSubnet and netns.DefaultPool.
+	Link, Pool netip.Prefix
+	// ProxyPort is the explicit proxy's port on the gateway (3128).
+	ProxyPort int
+	// Resolver resolves allowed names on the host. Nil: the host's.
+	Resolver gateway.Resolver
+	// DNSTTL is the TTL of DNS answers (60 s).
+	DNSTTL time.Duration
+	// Dialer dials upstream (tests watch it). Nil: the gateway's default.
+	Dialer *net.Dialer
+}
+
+// maxNames bounds the pool addresses one job can use.
+const maxNames = 4096
+
+// Egress is a running gateway.
+type Egress struct {
+	pair  *netns.Pair
+	book  *dns.Allowlist
+	dns   *dns.Server
+	gw    *gateway.Gateway
+	log   *rules.Log
+	proxy netip.AddrPort
+	udp   net.PacketConn
+}
+
+// Start creates the namespaces and starts the DNS server and the gateway.
+func Start(cfg Config) (_ *Egress, err error) {
+	if cfg.Policy == nil {
+		return nil, fmt.Errorf("egress: no policy")
+	}
+	if !cfg.Link.IsValid() {
+		cfg.Link = netns.DefaultSubnet
+	}
+	if !cfg.Pool.IsValid() {
+		cfg.Pool = netns.DefaultPool
+	}
+	if cfg.ProxyPort == 0 {
+		cfg.ProxyPort = 3128
+	}
+	if cfg.DNSTTL == 0 {
+		cfg.DNSTTL = time.Minute
+	}
+	pair, err := netns.New(cfg.Link, cfg.Pool)
+	if err != nil {
+		return nil, err
+	}
+	e := &Egress{pair: pair, log: &rules.Log{}, proxy: netip.AddrPortFrom(pair.GatewayAddr, uint16(cfg.ProxyPort))}
+	defer func() {
+		if err != nil {
+			e.Close()
+		}
+	}()
+	first := cfg.Pool.Masked().Addr().Next()
+	last := first
+	for i := 1; i < maxNames && cfg.Pool.Contains(last.Next()); i++ {
+		last = last.Next()
+	}
+	if e.book, err = dns.NewAllowlist(cfg.Policy.NameAllowed, first, last); err != nil {
+		return nil, err
+	}
+	dnsAddr := netip.AddrPortFrom(pair.GatewayAddr, 53)
+	e.gw = gateway.New(gateway.Config{
+		Policy: cfg.Policy, Names: e.book, Proxy: e.proxy, DNS: dnsAddr, Log: e.log, Resolver: cfg.Resolver, Dialer: cfg.Dialer,
+	})
+	ports := append(cfg.Policy.Ports(), 53, cfg.ProxyPort)
+	var listeners []net.Listener
+	err = pair.InGateway(func() error {
+		var err error
+		if e.udp, err = net.ListenPacket("udp4", dnsAddr.String()); err != nil {
+			return fmt.Errorf("egress: DNS socket: %w", err)
+		}
+		seen := map[int]bool{}
+		for _, p := range ports {
+			if seen[p] {
+				continue
+			}
+			seen[p] = true
+			// One listener per port on every address of the gateway
+			// namespace: the gateway address and the whole pool.
+			ln, err := net.Listen("tcp4", net.JoinHostPort("0.0.0.0", strconv.Itoa(p)))
+			if err != nil {
+				return fmt.Errorf("egress: listen on port %d: %w", p, err)
+			}
+			listeners = append(listeners, ln)
+		}
+		return nil
+	})
+	for _, ln := range listeners {
+		e.gw.Serve(ln)
+	}
+	if err != nil {
+		return nil, err
+	}
+	e.dns = dns.New(e.book, cfg.DNSTTL)
+	e.dns.Serve(e.udp, e.gw.DNSListener())
+	return e, nil
+}
+
+// NetNS is the sandbox's network namespace, for gvisor.Config.NetNS.
+func (e *Egress) NetNS() string { return e.pair.SandboxPath() }
+
+// GatewayAddr is the gateway's address as the sandbox sees it.
+func (e *Egress) GatewayAddr() netip.Addr { return e.pair.GatewayAddr }
+
+// ProxyURL is the explicit proxy's URL.
+func (e *Egress) ProxyURL() string { return "http://" + e.proxy.String() }
+
+// Env is what the sandbox's processes get: the explicit proxy, in both
+// spellings, with loopback exempt.
+func (e *Egress) Env() []string {
+	u := e.ProxyURL()
+	out := []string{}
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+		out = append(out, k+"="+u)
+	}
+	return append(out, "NO_PROXY=localhost,127.0.0.1", "no_proxy=localhost,127.0.0.1")
+}
+
+// ResolvConf is the sandbox's /etc/resolv.conf: the gateway only. Short
+// timeouts, since the gateway answers at once or not at all.
+func (e *Egress) ResolvConf() []byte {
+	return []byte(fmt.Sprintf("# written by airlock: the egress gateway answers for the names the policy allows\nnameserver %s\noptions timeout:2 attempts:2\n", e.pair.GatewayAddr))
+}
+
+// Close stops the DNS server and the gateway, ends every connection and
+// lets go of the namespaces.
+func (e *Egress) Close() error {
+	if e.dns != nil {
+		e.dns.Shutdown()
+	}
+	if e.udp != nil {
+		e.udp.Close()
+	}
+	if e.gw != nil {
+		e.gw.Close()
+	}
+	return e.pair.Close()
+}

@@ -1,0 +1,483 @@
+// Package gateway is the TCP side of the egress gateway. It accepts the
+// sandbox's connections on the gateway namespace's listeners and decides
+// each one against the compiled policy:
+//
+//   - a connection to a gateway-owned address stands for the name the DNS
+//     server handed that address out for; its port must be allowed for
+//     that name. TLS must carry a matching SNI (else it is fronting) and
+//     plain HTTP a matching Host header, checked request by request with
+//     the rule's methods and paths; anything else is spliced as is.
+//   - a connection to the explicit proxy (HTTP_PROXY/HTTPS_PROXY) is an
+//     HTTP proxy: CONNECT and absolute-URI requests, with the same rules.
+//
+// Allowed traffic is dialled upstream from the host's network by address,
+// after the name's every resolved address passed the deny ranges. Refused
+// raw connections are reset at once; refused HTTP requests get a 403 that
+// names the rule and the policy line that would allow them. Every attempt
+// becomes a rules.Decision.
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-ci/airlock/runner/egress/rules"
+)
+
+// Names maps gateway-owned addresses back to the names they stand for.
+type Names interface {
+	Name(addr netip.Addr) (string, bool)
+}
+
+// Config configures a Gateway. Zero durations and counts take defaults.
+type Config struct {
+	Policy *rules.Policy
+	Names  Names
+	// Proxy is the explicit proxy's address (gateway address and proxy
+	// port); connections to it are served as an HTTP proxy.
+	Proxy netip.AddrPort
+	// DNS is the DNS server's address: TCP connections to it go to
+	// DNSListener.
+	DNS netip.AddrPort
+	// Log receives every decision.
+	Log *rules.Log
+	// Resolver resolves names on the host. Nil: net.DefaultResolver.
+	Resolver Resolver
+	// Dialer dials upstream. Nil: a net.Dialer with a 10 s timeout.
+	Dialer *net.Dialer
+	// ResolveTimeout bounds a host-side lookup (5 s).
+	ResolveTimeout time.Duration
+	// PeekTimeout is how long the gateway waits for a client's first bytes
+	// before treating it as a server-speaks-first protocol (300 ms).
+	PeekTimeout time.Duration
+	// IdleTimeout ends a connection with nothing moving either way (5 m).
+	IdleTimeout time.Duration
+	// MaxDuration ends any connection (1 h).
+	MaxDuration time.Duration
+	// MaxConns bounds connections open at once (4096); more are reset.
+	MaxConns int
+}
+
+func (c *Config) defaults() {
+	if c.Resolver == nil {
+		c.Resolver = net.DefaultResolver
+	}
+	if c.Dialer == nil {
+		c.Dialer = &net.Dialer{Timeout: 10 * time.Second}
+	}
+	if c.ResolveTimeout == 0 {
+		c.ResolveTimeout = 5 * time.Second
+	}
+	if c.PeekTimeout == 0 {
+		c.PeekTimeout = 300 * time.Millisecond
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 5 * time.Minute
+	}
+	if c.MaxDuration == 0 {
+		c.MaxDuration = time.Hour
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = 4096
+	}
+	if c.Log == nil {
+		c.Log = &rules.Log{}
+	}
+}
+
+// Gateway serves the sandbox's TCP connections.
+type Gateway struct {
+	cfg   Config
+	slots chan struct{}
+	ctx   context.Context
+	stop  context.CancelFunc
+
+	mu        sync.Mutex
+	closed    bool
+	listeners []net.Listener
+	conns     map[net.Conn]struct{}
+	wg        sync.WaitGroup
+
+	// httpIn feeds connections found to carry plain HTTP (to a gateway
+	// address or inside a CONNECT tunnel) to one HTTP server; proxyIn
+	// feeds connections to the explicit proxy to another.
+	httpIn, proxyIn, dnsIn *connQueue
+	httpSrv                *http.Server
+	proxySrv               *http.Server
+}
+
+// New returns a gateway; give it listeners with Serve.
+func New(cfg Config) *Gateway {
+	cfg.defaults()
+	ctx, stop := context.WithCancel(context.Background())
+	g := &Gateway{cfg: cfg, slots: make(chan struct{}, cfg.MaxConns), ctx: ctx, stop: stop, conns: map[net.Conn]struct{}{}}
+	g.httpIn, g.proxyIn, g.dnsIn = newConnQueue(), newConnQueue(), newConnQueue()
+	g.httpSrv = g.newHTTPServer(http.HandlerFunc(g.serveDirectHTTP))
+	g.proxySrv = g.newHTTPServer(http.HandlerFunc(g.serveProxy))
+	go g.httpSrv.Serve(g.httpIn)
+	go g.proxySrv.Serve(g.proxyIn)
+	return g
+}
+
+// DNSListener yields the TCP connections to the DNS address, for the DNS
+// server to serve.
+func (g *Gateway) DNSListener() net.Listener { return g.dnsIn }
+
+// Log is where the decisions go.
+func (g *Gateway) Log() *rules.Log { return g.cfg.Log }
+
+// Serve accepts connections on ln until Close. ln is opened by the
+// caller, in the gateway namespace.
+func (g *Gateway) Serve(ln net.Listener) {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		ln.Close()
+		return
+	}
+	g.listeners = append(g.listeners, ln)
+	g.wg.Add(1)
+	g.mu.Unlock()
+	go func() {
+		defer g.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				// EMFILE and friends: back off instead of spinning.
+				slog.Warn("egress gateway: accept", "err", err)
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			g.accept(c)
+		}
+	}()
+}
+
+// Close stops accepting, ends every open connection and waits for the
+// handlers.
+func (g *Gateway) Close() error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil
+	}
+	g.closed = true
+	for _, ln := range g.listeners {
+		ln.Close()
+	}
+	for c := range g.conns {
+		c.Close()
+	}
+	g.mu.Unlock()
+	g.stop()
+	g.httpSrv.Close()
+	g.proxySrv.Close()
+	g.httpIn.Close()
+	g.proxyIn.Close()
+	g.dnsIn.Close()
+	g.wg.Wait()
+	return nil
+}
+
+// track registers a connection to close on Close; it returns false (and
+// closes c) when the gateway is already closed.
+func (g *Gateway) track(c net.Conn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		c.Close()
+		return false
+	}
+	g.conns[c] = struct{}{}
+	return true
+}
+
+func (g *Gateway) untrack(c net.Conn) {
+	g.mu.Lock()
+	delete(g.conns, c)
+	g.mu.Unlock()
+}
+
+// begin counts a handler that Close waits for; false once closed.
+func (g *Gateway) begin() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.wg.Add(1)
+	return true
+}
+
+// accept takes a slot for c or resets it when the gateway is full.
+func (g *Gateway) accept(c net.Conn) {
+	local := addrPort(c.LocalAddr())
+	select {
+	case g.slots <- struct{}{}:
+	default:
+		d := rules.Decision{Time: time.Now().UTC(), Protocol: rules.ProtoTCP, Address: local.Addr().String(), Port: int(local.Port())}
+		d.Apply(rules.Verdict{Rule: "gateway capacity", Reason: fmt.Sprintf("more than %d connections open at once", g.cfg.MaxConns)})
+		g.cfg.Log.Add(d)
+		reset(c)
+		return
+	}
+	if !g.track(c) {
+		<-g.slots
+		return
+	}
+	// Whoever ends up owning the connection (a handler here, or one of
+	// the HTTP servers) closes it, which frees its slot.
+	sc := &slotConn{Conn: c, release: func() { g.untrack(c); <-g.slots }}
+	if !g.begin() {
+		sc.Close()
+		return
+	}
+	go func() {
+		defer g.wg.Done()
+		switch {
+		case local == g.cfg.Proxy:
+			g.proxyIn.Put(sc)
+		case local == g.cfg.DNS:
+			g.dnsIn.Put(sc)
+		case local.Addr() == g.cfg.Proxy.Addr() || local.Addr() == g.cfg.DNS.Addr():
+			d := rules.Decision{Time: time.Now().UTC(), Protocol: rules.ProtoTCP, Address: local.Addr().String(), Port: int(local.Port())}
+			d.Apply(rules.Verdict{Rule: rules.DefaultDeny, Reason: fmt.Sprintf("the gateway's own address serves only DNS (port %d) and the proxy (port %d)", g.cfg.DNS.Port(), g.cfg.Proxy.Port())})
+			g.finish(&d)
+			reset(sc)
+		default:
+			g.serveDirect(sc, local)
+		}
+	}()
+}
+
+// serveDirect handles a connection to a gateway-owned address.
+func (g *Gateway) serveDirect(c net.Conn, local netip.AddrPort) {
+	d := rules.Decision{Time: time.Now().UTC(), Protocol: rules.ProtoTCP, Address: local.Addr().String(), Port: int(local.Port())}
+	name, ok := g.cfg.Names.Name(local.Addr())
+	if !ok {
+		d.Apply(rules.Verdict{Rule: rules.DefaultDeny, Reason: fmt.Sprintf("%s is not an address the gateway's DNS handed out; connect by a name the policy allows", local.Addr())})
+		g.finish(&d)
+		reset(c)
+		return
+	}
+	d.Name = name
+	rule, v := g.cfg.Policy.Connect(name, int(local.Port()))
+	if !v.Allowed {
+		d.Apply(v)
+		g.finish(&d)
+		reset(c)
+		return
+	}
+	g.tunnel(c, bufio.NewReaderSize(c, 1<<14+5), &d, rule)
+}
+
+// tunnel carries an allowed connection to name:port (d.Name, d.Port)
+// upstream, after the client's first bytes passed the SNI and Host
+// checks. c is already accepted (or CONNECT-ed); br reads it.
+func (g *Gateway) tunnel(c net.Conn, br *bufio.Reader, d *rules.Decision, rule rules.Rule) {
+	var up net.Conn
+	var upR *bufio.Reader
+	deny := func(v rules.Verdict) {
+		d.Apply(v)
+		g.finish(d)
+		reset(c)
+		if up != nil {
+			up.Close()
+		}
+	}
+	kind := sniff(c, br, g.cfg.PeekTimeout)
+	if kind == kindUnknown {
+		if rule.HTTPOnly() {
+			kind = sniff(c, br, g.cfg.IdleTimeout)
+		} else {
+			// A silent client: perhaps a protocol whose server speaks
+			// first (SSH, SMTP, a database). Dial, and see who speaks
+			// first. HTTP and TLS servers never do; if the client does,
+			// its bytes are checked as if they had come at once, so
+			// waiting does not get around the SNI and Host checks.
+			var v rules.Verdict
+			var err error
+			if up, v, err = g.dialUpstream(g.ctx, d.Name, d.Port); err != nil {
+				deny(v)
+				return
+			}
+			if !g.track(up) {
+				c.Close()
+				return
+			}
+			defer g.untrack(up)
+			upR = bufio.NewReaderSize(up, 4096)
+			if kind = firstSpeaker(c, br, up, upR, g.cfg.IdleTimeout); kind == kindClient {
+				kind = sniff(c, br, g.cfg.PeekTimeout)
+			}
+		}
+	}
+	switch kind {
+	case kindClosed, kindUnknown:
+		d.Apply(rules.Verdict{Allowed: true, Rule: rule.Name(), Reason: "closed or idle before anything was sent"})
+		g.finish(d)
+		c.Close()
+		if up != nil {
+			up.Close()
+		}
+		return
+	case kindHTTP:
+		if up != nil {
+			up.Close() // the HTTP server dials per request
+		}
+		// Checked request by request (Host, method, path) by the HTTP
+		// server, which records each one.
+		g.httpIn.Put(&slotConn{Conn: &bufConn{Conn: c, r: br}, name: d.Name, port: d.Port, proto: d.Protocol})
+		return
+	case kindTLS:
+		if d.Protocol == rules.ProtoTCP {
+			d.Protocol = rules.ProtoTLS
+		}
+		sni, err := readSNI(c, br, 5*time.Second)
+		switch {
+		case err != nil:
+			deny(rules.Verdict{Rule: rule.Name(), Reason: err.Error()})
+			return
+		case sni != "" && !strings.EqualFold(strings.TrimSuffix(sni, "."), d.Name):
+			deny(rules.Verdict{Rule: "fronting", Reason: fmt.Sprintf("TLS server name %q does not match %s, the name this connection is for (domain fronting)", sni, d.Name)})
+			return
+		}
+	}
+	if rule.HTTPOnly() {
+		deny(rules.Verdict{Rule: rule.Name(), Reason: fmt.Sprintf("%s allows only plain HTTP requests (it lists methods or paths), and this connection is not one", rule.Name()), Suggest: rules.SuggestHost(d.Name, d.Port)})
+		return
+	}
+	if up == nil {
+		var v rules.Verdict
+		var err error
+		if up, v, err = g.dialUpstream(g.ctx, d.Name, d.Port); err != nil {
+			deny(v)
+			return
+		}
+		if !g.track(up) {
+			c.Close()
+			return
+		}
+		defer g.untrack(up)
+		upR = bufio.NewReaderSize(up, 4096)
+	}
+	d.Upstream = up.RemoteAddr().String()
+	d.Apply(rules.Verdict{Allowed: true, Rule: rule.Name()})
+	d.BytesOut, d.BytesIn = pipe(c, br, up, upR, g.cfg.IdleTimeout, g.cfg.MaxDuration)
+	up.Close()
+	c.Close()
+	g.finish(d)
+}
+
+// finish stamps the duration and records d.
+func (g *Gateway) finish(d *rules.Decision) {
+	d.DurationNs = time.Since(d.Time)
+	g.cfg.Log.Add(*d)
+}
+
+func addrPort(a net.Addr) netip.AddrPort {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return netip.AddrPortFrom(ta.AddrPort().Addr().Unmap(), ta.AddrPort().Port())
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return ap
+}
+
+// bufConn is a connection whose first bytes were peeked: reads go through
+// the reader that holds them.
+type bufConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (b *bufConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+func (b *bufConn) CloseWrite() error          { return closeWriteOf(b.Conn) }
+func (b *bufConn) SetLinger(n int) error      { return setLingerOf(b.Conn, n) }
+
+// slotConn is an accepted connection with what the gateway knows of it
+// (the name and port it is for, once decided) and the release of its
+// slot, run once when it is closed.
+type slotConn struct {
+	net.Conn
+	name    string
+	port    int
+	proto   string
+	once    sync.Once
+	release func()
+}
+
+func (s *slotConn) Close() error {
+	err := s.Conn.Close()
+	s.once.Do(func() {
+		if s.release != nil {
+			s.release()
+		}
+	})
+	return err
+}
+func (s *slotConn) CloseWrite() error     { return closeWriteOf(s.Conn) }
+func (s *slotConn) SetLinger(n int) error { return setLingerOf(s.Conn, n) }
+
+func closeWriteOf(c net.Conn) error {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+func setLingerOf(c net.Conn, n int) error {
+	if l, ok := c.(interface{ SetLinger(int) error }); ok {
+		return l.SetLinger(n)
+	}
+	return nil
+}
+
+// connQueue is a net.Listener fed by the gateway: an HTTP server serves
+// the connections put into it.
+type connQueue struct {
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func newConnQueue() *connQueue {
+	return &connQueue{ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+// Put hands c to the server, or closes it when the queue is closed.
+func (q *connQueue) Put(c net.Conn) {
+	select {
+	case q.ch <- c:
+	case <-q.done:
+		c.Close()
+	}
+}
+
+func (q *connQueue) Accept() (net.Conn, error) {
+	select {
+	case c := <-q.ch:
+		return c, nil
+	case <-q.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (q *connQueue) Close() error {
+	q.once.Do(func() { close(q.done) })
+	return nil
+}
+
+func (q *connQueue) Addr() net.Addr { return &net.TCPAddr{} }

@@ -1,0 +1,294 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-ci/airlock/runner/egress/rules"
+)
+
+// DecisionHeader carries a refusal's rule and reason to the client.
+const DecisionHeader = "X-Airlock-Decision"
+
+type connKey struct{}
+
+func (g *Gateway) newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       g.cfg.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
+		// The sandbox's malformed requests are its own business; they are
+		// answered with 400 and need not reach airlock's log.
+		ErrorLog: nil,
+	}
+}
+
+// serveDirectHTTP handles a plain HTTP request sent to a gateway-owned
+// address (or inside a CONNECT tunnel): the Host header must name the
+// address's name, and the request must pass the rule.
+func (g *Gateway) serveDirectHTTP(w http.ResponseWriter, r *http.Request) {
+	sc, _ := r.Context().Value(connKey{}).(*slotConn)
+	if sc == nil {
+		http.Error(w, "airlock: internal error", http.StatusInternalServerError)
+		return
+	}
+	local := addrPort(sc.LocalAddr())
+	proto := rules.ProtoHTTP
+	if sc.proto == rules.ProtoProxyConnect {
+		proto = rules.ProtoProxyConnect
+	}
+	d := rules.Decision{Time: time.Now().UTC(), Protocol: proto, Name: sc.name, Address: local.Addr().String(), Port: sc.port, Method: r.Method, Path: truncate(r.URL.Path, 512)}
+	host := strings.ToLower(strings.TrimSuffix(hostOnly(r.Host), "."))
+	if host != sc.name {
+		g.refuse(w, &d, rules.Verdict{Rule: "fronting", Reason: fmt.Sprintf("HTTP Host %q does not match %s, the name this connection is for", truncate(r.Host, 255), sc.name)})
+		return
+	}
+	g.forward(w, r, &d)
+}
+
+// serveProxy is the explicit proxy (HTTP_PROXY and HTTPS_PROXY in the
+// sandbox).
+func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
+	sc, _ := r.Context().Value(connKey{}).(*slotConn)
+	local := g.cfg.Proxy
+	if sc != nil {
+		local = addrPort(sc.LocalAddr())
+	}
+	d := rules.Decision{Time: time.Now().UTC(), Protocol: rules.ProtoProxyHTTP, Address: local.Addr().String(), Port: int(local.Port()), Method: r.Method}
+	if r.Method == http.MethodConnect {
+		d.Protocol = rules.ProtoProxyConnect
+		g.serveConnect(w, r, &d)
+		return
+	}
+	if !r.URL.IsAbs() || r.URL.Scheme != "http" {
+		d.Path = truncate(r.URL.Path, 512)
+		g.refuse(w, &d, rules.Verdict{Rule: "proxy", Reason: "this is airlock's egress proxy: send CONNECT host:port or an absolute http:// URL"})
+		return
+	}
+	name, port, v := g.target(r.URL.Host, 80)
+	d.Name, d.Port, d.Path = name, port, truncate(r.URL.Path, 512)
+	if !v.Allowed {
+		g.refuse(w, &d, v)
+		return
+	}
+	g.forward(w, r, &d)
+}
+
+// target turns a proxy request's host[:port] into the name it is for. An
+// address literal counts only when it is a gateway-owned address (then it
+// stands for its name); any other address has no name to allow.
+func (g *Gateway) target(hostport string, defPort int) (string, int, rules.Verdict) {
+	host, portStr, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host, portStr = hostport, strconv.Itoa(defPort)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port <= 0 || port > 65535 {
+		return host, 0, rules.Verdict{Rule: "proxy", Reason: fmt.Sprintf("invalid port in %q", truncate(hostport, 255))}
+	}
+	host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
+	if a, err := netip.ParseAddr(host); err == nil {
+		if name, ok := g.cfg.Names.Name(a.Unmap()); ok {
+			return name, port, rules.Verdict{Allowed: true}
+		}
+		return host, port, rules.Verdict{Rule: rules.DefaultDeny, Reason: fmt.Sprintf("%s is an IP address; egress is allowed by name only", host), Suggest: "connect by a host name and add it to egress.allow"}
+	}
+	return host, port, rules.Verdict{Allowed: true}
+}
+
+// serveConnect opens a CONNECT tunnel that then goes through the same
+// checks as a direct connection (SNI, or Host per request).
+func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, d *rules.Decision) {
+	name, port, v := g.target(r.Host, 443)
+	d.Name, d.Port = name, port
+	if !v.Allowed {
+		g.refuse(w, d, v)
+		return
+	}
+	rule, v := g.cfg.Policy.Connect(name, port)
+	if !v.Allowed {
+		g.refuse(w, d, v)
+		return
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "airlock: cannot open a tunnel", http.StatusInternalServerError)
+		return
+	}
+	c, brw, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		c.Close()
+		return
+	}
+	// Requests inside the tunnel are checked against the tunnel's name
+	// and port.
+	inner := &slotConn{Conn: c, name: name, port: port, proto: rules.ProtoProxyConnect}
+	br := brw.Reader
+	if br.Size() < 1<<14+5 {
+		br = bufio.NewReaderSize(br, 1<<14+5)
+	}
+	if !g.begin() {
+		inner.Close()
+		return
+	}
+	defer g.wg.Done()
+	g.tunnel(inner, br, d, rule)
+}
+
+// forward sends an allowed-so-far HTTP request upstream: the rule's
+// methods and paths are checked, the policy's secrets for the name are
+// added, and the response comes back with any echo of a secret blanked.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decision) {
+	v := g.cfg.Policy.Request(d.Name, d.Port, r.Method, r.URL.Path)
+	if !v.Allowed {
+		g.refuse(w, d, v)
+		return
+	}
+	secrets := g.cfg.Policy.SecretsFor(d.Name)
+	for _, s := range secrets {
+		d.SecretsInjected = append(d.SecretsInjected, s.Header)
+	}
+	reqBody := &countingReader{r: r.Body}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = reqBody
+	}
+	cw := &countingWriter{ResponseWriter: w}
+	var upstream string
+	var dialVerdict *rules.Verdict
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = net.JoinHostPort(d.Name, strconv.Itoa(d.Port))
+			pr.Out.Host = r.Host
+			pr.Out.Header.Del("Proxy-Authorization")
+			pr.Out.Header.Del("Proxy-Connection")
+			for _, s := range secrets {
+				pr.Out.Header.Set(s.Header, s.Value)
+			}
+		},
+		Transport: &http.Transport{
+			Proxy: nil,
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				c, v, err := g.dialUpstream(ctx, d.Name, d.Port)
+				if err != nil {
+					dialVerdict = &v
+					return nil, err
+				}
+				upstream = c.RemoteAddr().String()
+				return c, nil
+			},
+			DisableCompression:    true,
+			DisableKeepAlives:     true,
+			ResponseHeaderTimeout: g.cfg.IdleTimeout,
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			if len(secrets) > 0 {
+				redactResponse(resp, secrets)
+			}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			if dialVerdict != nil {
+				g.refuse(w, d, *dialVerdict)
+				return
+			}
+			d.Apply(rules.Verdict{Allowed: true, Rule: v.Rule, Reason: "upstream error: " + err.Error()})
+			w.WriteHeader(http.StatusBadGateway)
+			fmt.Fprintf(w, "airlock: upstream %s:%d: %v\n", d.Name, d.Port, err)
+			g.finish(d)
+		},
+	}
+	rp.ServeHTTP(cw, r)
+	if d.Decision != "" {
+		return // refused or failed, already recorded
+	}
+	d.Apply(v)
+	d.Upstream = upstream
+	d.BytesOut, d.BytesIn = reqBody.n, cw.n
+	g.finish(d)
+}
+
+// refuse answers 403 with the decision in a header and, in the body, the
+// policy line that would allow the request; and records it.
+func (g *Gateway) refuse(w http.ResponseWriter, d *rules.Decision, v rules.Verdict) {
+	d.Apply(v)
+	g.finish(d)
+	w.Header().Set(DecisionHeader, headerSafe(fmt.Sprintf("denied; rule=%q; reason=%q", v.Rule, v.Reason)))
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Connection", "close")
+	w.WriteHeader(http.StatusForbidden)
+	fmt.Fprintf(w, "airlock egress: denied %s:%d\nrule: %s\nreason: %s\n", d.Name, d.Port, v.Rule, v.Reason)
+	if v.Suggest != "" {
+		fmt.Fprintf(w, "to allow it: %s\n", v.Suggest)
+	}
+}
+
+// headerSafe drops bytes that cannot go in a header value.
+func headerSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r > 0x7e {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+func hostOnly(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return strings.Trim(h, "[]")
+	}
+	return hostport
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+type countingReader struct {
+	r io.ReadCloser
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingReader) Close() error { return c.r.Close() }
+
+type countingWriter struct {
+	http.ResponseWriter
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingWriter) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}

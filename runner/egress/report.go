@@ -1,0 +1,244 @@
+package egress
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlock-ci/airlock/gvisor/monitor"
+	"github.com/airlock-ci/airlock/runner/egress/dns"
+	"github.com/airlock-ci/airlock/runner/egress/rules"
+)
+
+// Report is a job's egress record (part of `airlock run --json`).
+type Report struct {
+	Gateway   string           `json:"gateway"`
+	Proxy     string           `json:"proxy"`
+	Decisions []rules.Decision `json:"decisions"`
+	Allowed   int              `json:"allowed"`
+	Denied    int              `json:"denied"`
+	// Dropped counts decisions not kept because the record was full.
+	Dropped uint64 `json:"dropped"`
+}
+
+// Report merges the DNS queries, the gateway's decisions and the
+// sandbox's connect events into one time-ordered list, and attributes
+// each decision to a process where a connect event matches it.
+func (e *Egress) Report(snap monitor.Snapshot) Report {
+	gw, dropped := e.log.Snapshot()
+	queries, qdropped := e.dns.Log()
+	var all []rules.Decision
+	for _, q := range queries {
+		all = append(all, fromQuery(q, e.pair.GatewayAddr))
+	}
+	all = append(all, gw...)
+	all = append(all, e.unmatched(all, snap.Connects)...)
+	attribute(all, int(e.proxy.Port()), snap)
+	slices.SortStableFunc(all, func(a, b rules.Decision) int { return a.Time.Compare(b.Time) })
+	r := Report{Gateway: e.pair.GatewayAddr.String(), Proxy: e.ProxyURL(), Decisions: all, Dropped: dropped + qdropped + snap.DroppedConnects}
+	if r.Decisions == nil {
+		r.Decisions = []rules.Decision{}
+	}
+	for _, d := range all {
+		if d.Decision == rules.Allowed {
+			r.Allowed++
+		} else {
+			r.Denied++
+		}
+	}
+	return r
+}
+
+func fromQuery(q dns.Query, gw netip.Addr) rules.Decision {
+	d := rules.Decision{Time: q.Time, Protocol: rules.ProtoDNS, Transport: q.Transport, Name: strings.TrimSuffix(q.Name, "."), Address: gw.String(), Port: 53, QueryType: q.Type, Answer: q.Answer, Rule: "egress.allow"}
+	if d.Answer == "" {
+		d.Answer = q.Rcode
+	}
+	if q.Allowed {
+		d.Decision = rules.Allowed
+		return d
+	}
+	d.Decision = rules.Denied
+	d.Rule = rules.DefaultDeny
+	switch {
+	case q.Type == "invalid":
+		d.Reason = "malformed DNS message"
+	case q.Name == "":
+		d.Reason = "empty name"
+	default:
+		d.Reason = fmt.Sprintf("%s is not in egress.allow; the gateway answers NXDOMAIN and asks no one else", d.Name)
+		d.Suggest = rules.SuggestHost(d.Name, 443)
+	}
+	return d
+}
+
+// matchWindow is how long before the gateway's record of an attempt the
+// sandbox's connect event for it may be; clockSkew how long after (the
+// two clocks are the host's, read in different places).
+const (
+	matchWindow = 3 * time.Second
+	clockSkew   = 100 * time.Millisecond
+)
+
+// unmatched turns the connect events that no gateway decision accounts
+// for into decisions: connects to addresses outside the gateway (no
+// route: they failed in the sandbox), to gateway ports nothing listens
+// on, and UDP "connects" the gateway never sees.
+func (e *Egress) unmatched(known []rules.Decision, connects []monitor.Connect) []rules.Decision {
+	used := make([]bool, len(connects))
+	for _, d := range known {
+		if i := closestConnect(d, int(e.proxy.Port()), connects, used); i >= 0 && d.Protocol != rules.ProtoDNS {
+			used[i] = true
+		}
+	}
+	var out []rules.Decision
+	for i, c := range connects {
+		if used[i] || (c.Family != "inet" && c.Family != "inet6") {
+			continue
+		}
+		addr, err := netip.ParseAddr(c.Address)
+		if err != nil {
+			continue
+		}
+		addr = addr.Unmap()
+		d := rules.Decision{Time: c.Time, PID: c.PID, Protocol: rules.ProtoDirect, Address: c.Address, Port: c.Port, Decision: rules.Denied, Rule: rules.DefaultDeny}
+		switch {
+		case addr.IsLoopback() || addr.IsUnspecified():
+			if c.Result == "ok" || c.Result == "in progress" {
+				continue // the sandbox talking to itself: not egress
+			}
+			d.Reason = fmt.Sprintf("loopback inside the sandbox (%s): nothing listens there", c.Result)
+		case addr == e.pair.GatewayAddr && (c.Port == int(e.proxy.Port()) || c.Port == 53):
+			continue // reached the proxy or the DNS server, which record their own decisions
+		case addr == e.pair.GatewayAddr:
+			d.Reason = fmt.Sprintf("the gateway serves only DNS (53) and the proxy (%d) at its own address (%s)", e.proxy.Port(), c.Result)
+		case e.pair.Pool.Contains(addr):
+			name, _ := e.book.Name(addr)
+			d.Name = name
+			if c.Result == "ok" || c.Result == "in progress" {
+				d.Reason = "no TCP connection reached the gateway (UDP is not carried)"
+			} else {
+				d.Reason = fmt.Sprintf("port %d is not allowed for %s (%s)", c.Port, name, c.Result)
+			}
+			if name != "" {
+				d.Suggest = rules.SuggestHost(name, c.Port)
+			}
+		default:
+			d.Reason = fmt.Sprintf("direct connection to an address, not through the gateway: there is no route (%s)", c.Result)
+			if c.Result == "ok" {
+				d.Decision = rules.Allowed
+				d.Rule = "none"
+				d.Reason = "connected outside the gateway: report this as an airlock bug"
+			}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// closestConnect finds the connect event that most likely made d: to the
+// same address and port, shortly before it, the latest such. Events a TCP
+// decision already took (used) are skipped; DNS decisions share theirs
+// (a resolver sends several queries on one connected socket). A proxied
+// attempt's connect went to the proxy port, whatever port it asked for.
+func closestConnect(d rules.Decision, proxyPort int, connects []monitor.Connect, used []bool) int {
+	port := d.Port
+	if d.Protocol == rules.ProtoProxyHTTP || d.Protocol == rules.ProtoProxyConnect {
+		port = proxyPort
+	}
+	best, bestGap := -1, matchWindow+1
+	for i, c := range connects {
+		if used[i] || c.Address != d.Address || c.Port != port {
+			continue
+		}
+		gap := d.Time.Sub(c.Time)
+		if gap < -clockSkew || gap > matchWindow {
+			continue
+		}
+		if gap < 0 {
+			gap = -gap
+		}
+		if gap < bestGap {
+			best, bestGap = i, gap
+		}
+	}
+	return best
+}
+
+// attribute fills PID and Binary from the connect events and execs.
+func attribute(ds []rules.Decision, proxyPort int, snap monitor.Snapshot) {
+	used := make([]bool, len(snap.Connects))
+	for i := range ds {
+		d := &ds[i]
+		if d.PID == 0 {
+			if j := closestConnect(*d, proxyPort, snap.Connects, used); j >= 0 {
+				used[j] = d.Protocol != rules.ProtoDNS
+				d.PID = snap.Connects[j].PID
+			}
+		}
+		if d.PID != 0 {
+			d.Binary = binaryOf(d.PID, d.Time, snap.Execs)
+		}
+	}
+}
+
+// binaryOf is the last program pid exec'd before t.
+func binaryOf(pid int32, t time.Time, execs []monitor.Exec) string {
+	bin := ""
+	for _, x := range execs {
+		if x.PID == pid && !x.Time.After(t) {
+			bin = x.Binary
+		}
+	}
+	return bin
+}
+
+// Refusals returns the denied decisions at or after since, one per
+// destination and reason.
+func Refusals(ds []rules.Decision, since time.Time) []rules.Decision {
+	seen := map[string]bool{}
+	var out []rules.Decision
+	for _, d := range ds {
+		if d.Decision != rules.Denied || d.Time.Before(since) {
+			continue
+		}
+		k := fmt.Sprintf("%s|%s|%d|%s", d.Name, d.Address, d.Port, d.Reason)
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, d)
+	}
+	return out
+}
+
+// WriteRefusals prints the block a step's stderr gets when egress was
+// refused during it: each destination, why, and the policy line that
+// would allow it.
+func WriteRefusals(w io.Writer, ds []rules.Decision) {
+	if len(ds) == 0 {
+		return
+	}
+	const most = 20
+	fmt.Fprintf(w, "airlock: network egress refused during this step (%d):\n", len(ds))
+	for i, d := range ds {
+		if i == most {
+			fmt.Fprintf(w, "  ... and %d more (see the egress section of airlock run --json)\n", len(ds)-most)
+			break
+		}
+		dest := d.Address
+		if d.Name != "" {
+			dest = d.Name
+		}
+		if d.Port != 0 && d.Protocol != rules.ProtoDNS {
+			dest = fmt.Sprintf("%s:%d", dest, d.Port)
+		}
+		fmt.Fprintf(w, "  - %s (%s): %s\n", dest, d.Protocol, d.Reason)
+		if d.Suggest != "" {
+			fmt.Fprintf(w, "    to allow it: %s\n", d.Suggest)
+		}
+	}
+}

@@ -1,0 +1,104 @@
+package rules
+
+import (
+	"sync"
+	"time"
+)
+
+// Protocols of a Decision.
+const (
+	ProtoDNS          = "dns"           // a query to the gateway's DNS server
+	ProtoTCP          = "tcp"           // a connection to a gateway address, neither TLS nor HTTP
+	ProtoTLS          = "tls"           // a TLS connection to a gateway address
+	ProtoHTTP         = "http"          // a plain HTTP request to a gateway address
+	ProtoProxyConnect = "proxy-connect" // a CONNECT through the explicit proxy
+	ProtoProxyHTTP    = "proxy-http"    // a plain HTTP request through the explicit proxy
+	ProtoDirect       = "direct"        // a connect(2) that did not go to the gateway
+)
+
+// Decision is one egress attempt and what the gateway did with it.
+type Decision struct {
+	Time time.Time `json:"time"`
+	// PID and Binary name the sandboxed process, when the runtime
+	// monitoring events attribute the attempt.
+	PID    int32  `json:"pid,omitempty"`
+	Binary string `json:"binary,omitempty"`
+	// Protocol is one of the Proto* constants; Transport is udp or tcp
+	// for DNS.
+	Protocol  string `json:"protocol"`
+	Transport string `json:"transport,omitempty"`
+	// Name is the host name asked for; Address and Port where the
+	// sandbox sent it (a gateway address, or the direct destination).
+	Name    string `json:"name,omitempty"`
+	Address string `json:"address,omitempty"`
+	Port    int    `json:"port,omitempty"`
+	// Method and Path of an HTTP request; QueryType of a DNS query.
+	Method    string `json:"method,omitempty"`
+	Path      string `json:"path,omitempty"`
+	QueryType string `json:"queryType,omitempty"`
+	// Decision is "allowed" or "denied".
+	Decision string `json:"decision"`
+	Rule     string `json:"rule"`
+	Reason   string `json:"reason,omitempty"`
+	Suggest  string `json:"suggest,omitempty"`
+	// Upstream is the address dialled on the host side.
+	Upstream string `json:"upstream,omitempty"`
+	// Answer is what DNS answered (a gateway address), or the rcode.
+	Answer string `json:"answer,omitempty"`
+	// SecretsInjected names headers the gateway added.
+	SecretsInjected []string `json:"secretsInjected,omitempty"`
+	// BytesOut went from the sandbox upstream, BytesIn came back.
+	BytesOut   int64         `json:"bytesOut"`
+	BytesIn    int64         `json:"bytesIn"`
+	DurationNs time.Duration `json:"durationNs"`
+}
+
+// Decision values.
+const (
+	Allowed = "allowed"
+	Denied  = "denied"
+)
+
+// Apply copies a verdict into the decision.
+func (d *Decision) Apply(v Verdict) {
+	d.Decision = Denied
+	if v.Allowed {
+		d.Decision = Allowed
+	}
+	d.Rule, d.Reason, d.Suggest = v.Rule, v.Reason, v.Suggest
+}
+
+// MaxLog bounds the decisions kept per job; later ones are counted.
+const MaxLog = 20000
+
+// Log is a bounded, concurrency-safe list of decisions.
+type Log struct {
+	mu      sync.Mutex
+	items   []Decision
+	dropped uint64
+}
+
+// Add appends d, or counts it when the log is full.
+func (l *Log) Add(d Decision) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.items) >= MaxLog {
+		l.dropped++
+		return
+	}
+	l.items = append(l.items, d)
+}
+
+// Snapshot returns a copy of the decisions and how many were dropped.
+func (l *Log) Snapshot() ([]Decision, uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]Decision(nil), l.items...), l.dropped
+}
+
+// Len is how many decisions are kept.
+func (l *Log) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.items)
+}

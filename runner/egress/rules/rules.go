@@ -1,0 +1,254 @@
+// Package rules turns a policy's egress section into the decisions the
+// egress gateway takes: which names the sandbox may resolve, which
+// (name, port, method, path) it may reach, and which upstream addresses a
+// name may be dialled at (never loopback, private, link-local, metadata,
+// multicast or the host's own addresses unless the policy allows that
+// range). Every refusal names the rule at work and the policy line that
+// would allow the attempt, so an agent reading a log can fix its policy
+// request instead of retrying blindly.
+package rules
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/airlock-ci/airlock/policies"
+)
+
+// Rule is one entry of egress.allow.
+type Rule struct {
+	// Index is the rule's position in egress.allow.
+	Index        int
+	Host         string
+	Ports        []int
+	Methods      []string
+	PathPrefixes []string
+}
+
+// Name is how decisions cite the rule.
+func (r Rule) Name() string { return fmt.Sprintf("egress.allow[%d] (%s)", r.Index, r.Host) }
+
+// HTTPOnly reports whether the rule only allows HTTP requests (it names
+// methods or paths, which only an HTTP request has).
+func (r Rule) HTTPOnly() bool { return len(r.Methods) > 0 || len(r.PathPrefixes) > 0 }
+
+// matchHost reports whether the rule's host (exact or "*.suffix") covers
+// name (lower-case, no trailing dot).
+func (r Rule) matchHost(name string) bool {
+	if s, ok := strings.CutPrefix(r.Host, "*."); ok {
+		return strings.HasSuffix(name, "."+s)
+	}
+	return name == r.Host
+}
+
+// Secret is a header the gateway adds to requests for Host.
+type Secret struct {
+	Host   string
+	Header string
+	// Value is read from airlock's environment; it never enters the
+	// sandbox.
+	Value string
+}
+
+// Policy is the compiled egress section.
+type Policy struct {
+	// AllowAll is egress.default "allow": every name resolves and may be
+	// reached on DefaultPorts and the ports of explicit rules. The deny
+	// ranges still apply.
+	AllowAll bool
+	Rules    []Rule
+	// Ranges decides which upstream addresses may be dialled.
+	Ranges Ranges
+	// Pinned maps names to upstream addresses without asking a resolver.
+	Pinned  map[string]netip.Addr
+	Secrets []Secret
+}
+
+// DefaultPorts are the ports egress.default "allow" opens.
+var DefaultPorts = []int{80, 443}
+
+// Compile checks and compiles a policy's egress section. lookupEnv reads
+// airlock's own environment for secrets (os.LookupEnv).
+func Compile(e policies.Egress, lookupEnv func(string) (string, bool)) (*Policy, error) {
+	p := &Policy{AllowAll: e.Default == "allow", Pinned: map[string]netip.Addr{}}
+	for i, a := range e.Allow {
+		ports := a.Ports
+		if len(ports) == 0 {
+			ports = []int{443}
+		}
+		p.Rules = append(p.Rules, Rule{Index: i, Host: strings.ToLower(strings.TrimSuffix(a.Host, ".")), Ports: ports, Methods: a.Methods, PathPrefixes: a.PathPrefixes})
+	}
+	var err error
+	if p.Ranges, err = NewRanges(e.AllowCIDRs, keys(e.DenyCIDRs)); err != nil {
+		return nil, err
+	}
+	for name, a := range e.Resolve {
+		addr, err := netip.ParseAddr(a)
+		if err != nil {
+			return nil, fmt.Errorf("egress.resolve[%q]: %q is not an IP address", name, a)
+		}
+		p.Pinned[strings.ToLower(name)] = addr.Unmap()
+	}
+	for i, s := range e.Secrets {
+		v, ok := lookupEnv(s.FromEnv)
+		if !ok || v == "" {
+			return nil, fmt.Errorf("egress.secrets[%d]: %s is not set in airlock's environment; export it for airlock (it never reaches the sandbox) or remove the secret from the policy", i, s.FromEnv)
+		}
+		if strings.ContainsAny(v, "\r\n") {
+			return nil, fmt.Errorf("egress.secrets[%d]: the value of %s contains a line break, which cannot go in an HTTP header", i, s.FromEnv)
+		}
+		p.Secrets = append(p.Secrets, Secret{Host: strings.ToLower(s.Host), Header: s.Header, Value: v})
+	}
+	return p, nil
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k, v := range m {
+		if v {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Verdict is the outcome of one check.
+type Verdict struct {
+	Allowed bool
+	// Rule cites what decided: an allow rule, a deny range, or the
+	// default.
+	Rule string
+	// Reason says why, in words.
+	Reason string
+	// Suggest is the policy change that would allow a denied attempt,
+	// empty when no policy change can (fronting, a malformed request).
+	Suggest string
+}
+
+// DefaultDeny cites the default for anything no rule allows.
+const DefaultDeny = "egress.default (deny)"
+
+// NameAllowed reports whether any rule (or the default) lets name resolve.
+func (p *Policy) NameAllowed(name string) bool {
+	if p.AllowAll {
+		return true
+	}
+	for _, r := range p.Rules {
+		if r.matchHost(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// Connect decides a connection to name:port before anything is sent.
+// The returned rule is the first that allows it; requests through it
+// must still pass Request when the rule is HTTP-only.
+func (p *Policy) Connect(name string, port int) (Rule, Verdict) {
+	var nameSeen bool
+	for _, r := range p.Rules {
+		if !r.matchHost(name) {
+			continue
+		}
+		nameSeen = true
+		if slices.Contains(r.Ports, port) {
+			return r, Verdict{Allowed: true, Rule: r.Name()}
+		}
+	}
+	if p.AllowAll && slices.Contains(DefaultPorts, port) {
+		return Rule{Index: -1, Host: name, Ports: DefaultPorts}, Verdict{Allowed: true, Rule: "egress.default (allow)"}
+	}
+	v := Verdict{Rule: DefaultDeny, Suggest: SuggestHost(name, port)}
+	if nameSeen {
+		v.Reason = fmt.Sprintf("port %d of %s is not in the ports of its egress.allow rules", port, name)
+	} else {
+		v.Reason = fmt.Sprintf("%s is not in egress.allow", name)
+	}
+	return Rule{}, v
+}
+
+// Request decides one HTTP request to name:port. Rules with methods or
+// path prefixes must match them; a rule without allows any request.
+func (p *Policy) Request(name string, port int, method, path string) Verdict {
+	var near *Rule
+	for i, r := range p.Rules {
+		if !r.matchHost(name) || !slices.Contains(r.Ports, port) {
+			continue
+		}
+		if (len(r.Methods) == 0 || slices.Contains(r.Methods, method)) && matchPath(r.PathPrefixes, path) {
+			return Verdict{Allowed: true, Rule: r.Name()}
+		}
+		if near == nil {
+			near = &p.Rules[i]
+		}
+	}
+	if p.AllowAll && slices.Contains(DefaultPorts, port) {
+		return Verdict{Allowed: true, Rule: "egress.default (allow)"}
+	}
+	if near == nil {
+		_, v := p.Connect(name, port)
+		return v
+	}
+	return Verdict{
+		Rule:    near.Name(),
+		Reason:  fmt.Sprintf("%s %s is outside the methods %v and path prefixes %v of %s", method, path, near.Methods, near.PathPrefixes, near.Name()),
+		Suggest: fmt.Sprintf("add {host: %q, ports: [%d], methods: [%q], pathPrefixes: [%q]} to egress.allow in %s", name, port, method, pathDir(path), policies.RepoPolicyPath),
+	}
+}
+
+func matchPath(prefixes []string, path string) bool {
+	if len(prefixes) == 0 {
+		return true
+	}
+	for _, pre := range prefixes {
+		if strings.HasPrefix(path, pre) {
+			return true
+		}
+	}
+	return false
+}
+
+// pathDir is the directory part of a request path, as a prefix to suggest.
+func pathDir(path string) string {
+	if i := strings.LastIndexByte(path, '/'); i > 0 {
+		return path[:i+1]
+	}
+	return "/"
+}
+
+// SuggestHost is the policy line that allows name:port.
+func SuggestHost(name string, port int) string {
+	ports := ""
+	if port != 443 {
+		ports = ", ports: [" + strconv.Itoa(port) + "]"
+	}
+	return fmt.Sprintf("add {host: %q%s} to egress.allow in %s", name, ports, policies.RepoPolicyPath)
+}
+
+// SecretsFor returns the headers to add to requests for name.
+func (p *Policy) SecretsFor(name string) []Secret {
+	var out []Secret
+	for _, s := range p.Secrets {
+		if s.Host == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Ports returns every port some rule (or the default) allows, sorted.
+func (p *Policy) Ports() []int {
+	var out []int
+	if p.AllowAll {
+		out = append(out, DefaultPorts...)
+	}
+	for _, r := range p.Rules {
+		out = append(out, r.Ports...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}

