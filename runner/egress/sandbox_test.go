@@ -253,7 +253,7 @@ for n in private meta rebind; do curl -s --max-time 5 -o /dev/null -w "$n-status
 	lines := map[string]string{}
 	for _, l := range strings.Split(text, "\n") {
 		if k, v, ok := strings.Cut(l, " "); ok {
-			lines[k+" "+strings.Fields(v+" x")[0]] = v
+			lines[k+" "+strings.Fields(v + " x")[0]] = v
 			lines[k] = v
 		}
 	}
