@@ -12,8 +12,8 @@ build:
 	go build -ldflags "$(LDFLAGS)" -o bin/airlock ./cmd/airlock
 
 # The main job on the included sample pull request (needs root).
-sample: build
-	./bin/airlock run --workspace testdata/sample-pr --steps testdata/sample-pr/ci.yaml
+sample:
+	sh testdata/run-sample.sh
 
 # The whole test suite (needs root: the tests start real sandboxes). One
 # package at a time: each starts many sandboxes, and on 2 cores the limit
@@ -29,6 +29,9 @@ vet:
 bench:
 	go test -run XXX -bench 'ColdStart|IdleMemory' -benchtime 20x ./gvisor/
 	go test -run XXX -bench Workload -benchtime 1x ./gvisor/
+	go test -run XXX -bench ConnectionSetup -benchtime 2000x ./runner/egress/gateway/
+	go test -run XXX -bench BulkTransfer -benchtime 3x ./runner/egress/gateway/
+	go test -run XXX -bench Answers -benchtime 20x ./runner/egress/dns/
 
 clean:
 	rm -rf bin

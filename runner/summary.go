@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"text/tabwriter"
 	"time"
+
+	"github.com/airlock-ci/airlock/runner/egress"
 )
 
 // WriteSummary prints the final table: one row per step with its status,
@@ -31,6 +33,25 @@ func WriteSummary(w io.Writer, res Result) {
 	}
 	fmt.Fprintf(w, "job %s %s in %s (sandbox %s, %d processes recorded)\n",
 		res.Job, verdict, res.Duration.Round(time.Millisecond), res.Sandbox.ID, len(res.Processes.Execs))
+	if e := res.Egress; e != nil {
+		fmt.Fprintf(w, "egress through gateway %s: %d allowed, %d denied", e.Gateway, e.Allowed, e.Denied)
+		if e.Dropped > 0 {
+			fmt.Fprintf(w, " (%d more not recorded: the record was full)", e.Dropped)
+		}
+		fmt.Fprintln(w)
+		refused := egress.Refusals(e.Decisions, time.Time{})
+		for i, d := range refused {
+			if i == 10 {
+				fmt.Fprintf(w, "  ... and %d more (airlock run --json)\n", len(refused)-i)
+				break
+			}
+			dest := d.Name
+			if dest == "" {
+				dest = d.Address
+			}
+			fmt.Fprintf(w, "  denied %s:%d (%s) %s\n", dest, d.Port, d.Protocol, d.Rule)
+		}
+	}
 	if res.Error != "" {
 		fmt.Fprintf(w, "airlock: %s\n", res.Error)
 	}
