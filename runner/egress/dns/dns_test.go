@@ -90,12 +90,12 @@ func TestAnswers(t *testing.T) {
 	log, _ := s.Log()
 	var refusedExfil bool
 	for _, q := range log {
-		if q.Name == "c2VjcmV0LXRva2Vu.evil.example." && !q.Allowed && q.Rcode == "REFUSED" {
+		if q.Name == "c2VjcmV0LXRva2Vu.evil.example." && !q.Allowed && q.Rcode == "NXDOMAIN" {
 			refusedExfil = true
 		}
 	}
 	if !refusedExfil {
-		t.Errorf("the refused query is not in the log: %+v", log)
+		t.Errorf("the refused (NXDOMAIN) query is not in the log: %+v", log)
 	}
 }
 
