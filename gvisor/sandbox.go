@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -171,6 +172,9 @@ func (s *Sandbox) prepare(exe string) error {
 		if rel != "" {
 			plan.Overlays = append(plan.Overlays, overlay{Path: rel, Source: src})
 		} else {
+			// runsc's gofer binds it onto the skeleton before the sentry
+			// mounts it over its own tmpfs: the skeleton needs the file.
+			plan.Files = append(plan.Files, strings.TrimPrefix(inSandbox, "/"))
 			fileMounts = append(fileMounts, specs.Mount{Destination: inSandbox, Type: "bind", Source: src, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 		}
 	}

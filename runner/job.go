@@ -140,7 +140,11 @@ func Run(ctx context.Context, job Job, runtime string) (res Result, err error) {
 	}
 	var gw *egress.Egress
 	if job.Egress != nil {
-		if gw, err = egress.Start(*job.Egress); err != nil {
+		ecfg := *job.Egress
+		if ecfg.CAValidity == 0 && job.Sandbox.Limits.JobTimeout > 0 {
+			ecfg.CAValidity = job.Sandbox.Limits.JobTimeout + 10*time.Minute
+		}
+		if gw, err = egress.Start(ecfg); err != nil {
 			err = fmt.Errorf("start the egress gateway: %w", err)
 			res.Error = err.Error()
 			return res, err
@@ -149,7 +153,12 @@ func Run(ctx context.Context, job Job, runtime string) (res Result, err error) {
 		// first), so the last connections are recorded.
 		defer gw.Close()
 		job.Sandbox.NetNS = gw.NetNS()
-		job.Sandbox.Files = append(job.Sandbox.Files, gvisor.File{Path: "/etc/resolv.conf", Data: gw.ResolvConf()})
+		files, err := gw.Files(rootfsSource(job.Sandbox.RootFS))
+		if err != nil {
+			res.Error = err.Error()
+			return res, err
+		}
+		job.Sandbox.Files = append(job.Sandbox.Files, files...)
 		job.Env = append(gw.Env(), job.Env...)
 	}
 	sb, err := gvisor.Create(ctx, job.Sandbox)
@@ -294,6 +303,14 @@ func orDiscard(w io.Writer) io.Writer {
 		return io.Discard
 	}
 	return w
+}
+
+// rootfsSource is the host directory the sandbox's root comes from.
+func rootfsSource(dir string) string {
+	if dir == "" {
+		return "/"
+	}
+	return dir
 }
 
 func rootfsName(dir string) string {

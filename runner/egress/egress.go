@@ -13,11 +13,19 @@
 package egress
 
 import (
+	"crypto/x509"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
+
+	"github.com/airlock-ci/airlock/gvisor"
 
 	"github.com/airlock-ci/airlock/runner/egress/dns"
 	"github.com/airlock-ci/airlock/runner/egress/gateway"
@@ -39,6 +47,12 @@ type Config struct {
 	DNSTTL time.Duration
 	// Dialer dials upstream (tests watch it). Nil: the gateway's default.
 	Dialer *net.Dialer
+	// UpstreamRoots verify upstream servers when the gateway terminates
+	// TLS to add a secret. Nil: the host's roots.
+	UpstreamRoots *x509.CertPool
+	// CAValidity bounds the job CA's certificates (the job's timeout;
+	// default 24 h).
+	CAValidity time.Duration
 }
 
 // maxNames bounds the pool addresses one job can use.
@@ -53,6 +67,7 @@ type Egress struct {
 	log   *rules.Log
 	proxy netip.AddrPort
 	udp   net.PacketConn
+	ca    *gateway.CA
 }
 
 // Start creates the namespaces and starts the DNS server and the gateway.
@@ -90,9 +105,18 @@ func Start(cfg Config) (_ *Egress, err error) {
 	if e.book, err = dns.NewAllowlist(cfg.Policy.NameAllowed, first, last); err != nil {
 		return nil, err
 	}
+	if hosts := secretHosts(cfg.Policy); len(hosts) > 0 {
+		if cfg.CAValidity == 0 {
+			cfg.CAValidity = 24 * time.Hour
+		}
+		if e.ca, err = gateway.NewCA(hosts, cfg.CAValidity); err != nil {
+			return nil, err
+		}
+	}
 	dnsAddr := netip.AddrPortFrom(pair.GatewayAddr, 53)
 	e.gw = gateway.New(gateway.Config{
 		Policy: cfg.Policy, Names: e.book, Proxy: e.proxy, DNS: dnsAddr, Log: e.log, Resolver: cfg.Resolver, Dialer: cfg.Dialer,
+		CA: e.ca, UpstreamRoots: cfg.UpstreamRoots,
 	})
 	ports := append(cfg.Policy.Ports(), 53, cfg.ProxyPort)
 	var listeners []net.Listener
@@ -145,13 +169,61 @@ func (e *Egress) Env() []string {
 	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
 		out = append(out, k+"="+u)
 	}
-	return append(out, "NO_PROXY=localhost,127.0.0.1", "no_proxy=localhost,127.0.0.1")
+	out = append(out, "NO_PROXY=localhost,127.0.0.1", "no_proxy=localhost,127.0.0.1")
+	if e.ca != nil {
+		// Tools that do not read the system bundle, or read their own.
+		for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT"} {
+			out = append(out, k+"="+CABundlePath)
+		}
+		out = append(out, "NODE_EXTRA_CA_CERTS="+JobCAPath)
+	}
+	return out
 }
 
 // ResolvConf is the sandbox's /etc/resolv.conf: the gateway only. Short
 // timeouts, since the gateway answers at once or not at all.
 func (e *Egress) ResolvConf() []byte {
 	return []byte(fmt.Sprintf("# written by airlock: the egress gateway answers for the names the policy allows\nnameserver %s\noptions timeout:2 attempts:2\n", e.pair.GatewayAddr))
+}
+
+// Where the sandbox finds the job CA (only when the policy has secrets):
+// the CA alone, and the root's CA bundle with the CA added.
+const (
+	JobCAPath    = "/run/airlock-job-ca.pem"
+	CABundlePath = "/run/airlock-ca-bundle.pem"
+	systemBundle = "/etc/ssl/certs/ca-certificates.crt"
+)
+
+// Files are what the sandbox's root gets from the gateway: resolv.conf,
+// and with a job CA, the CA and a CA bundle that includes it, also put
+// over the system bundle of root (the sandbox's root filesystem on the
+// host) when it has one.
+func (e *Egress) Files(root string) ([]gvisor.File, error) {
+	files := []gvisor.File{{Path: "/etc/resolv.conf", Data: e.ResolvConf()}}
+	if e.ca == nil {
+		return files, nil
+	}
+	bundle, err := os.ReadFile(filepath.Join(root, systemBundle))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("egress: read the CA bundle: %w", err)
+	}
+	hasSystem := err == nil
+	bundle = append(append(bundle, '\n'), e.ca.PEM()...)
+	files = append(files, gvisor.File{Path: JobCAPath, Data: e.ca.PEM()}, gvisor.File{Path: CABundlePath, Data: bundle})
+	if fi, err := os.Lstat(filepath.Join(root, systemBundle)); hasSystem && err == nil && fi.Mode().IsRegular() {
+		files = append(files, gvisor.File{Path: systemBundle, Data: bundle})
+	}
+	return files, nil
+}
+
+func secretHosts(p *rules.Policy) []string {
+	var out []string
+	for _, s := range p.Secrets {
+		if !slices.Contains(out, s.Host) {
+			out = append(out, s.Host)
+		}
+	}
+	return out
 }
 
 // Close stops the DNS server and the gateway, ends every connection and

@@ -410,3 +410,118 @@ func waitFor(t *testing.T, what string, check func() string) {
 	}
 	t.Errorf("waiting for %s: %s", what, last)
 }
+
+// A secret for an HTTPS host: the gateway terminates TLS for that host
+// only (with the job CA, which the sandbox's trust store gets), adds the
+// header, and the value is nowhere in the sandbox, not even in the
+// upstream's echo of it.
+func TestSandboxHTTPSSecret(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if _, err := os.Stat("/usr/bin/curl"); err != nil {
+		t.Skip("needs /usr/bin/curl on the host root")
+	}
+	const value = "Bearer tok-5ecret-9f1c"
+	var mu sync.Mutex
+	var got []string
+	cert, caPEM := testCA(t, "tls.up.test", "plain.up.test")
+	ln := listenUpstream(t)
+	up := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			got = append(got, r.Host+" "+r.Header.Get("Authorization"))
+			mu.Unlock()
+			w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+			fmt.Fprintf(w, "auth=%s", r.Header.Get("Authorization"))
+		}),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}},
+	}
+	go up.ServeTLS(ln, "", "")
+	defer up.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+
+	pol, err := rules.Compile(policies.Egress{
+		Allow:      []policies.EgressRule{{Host: "tls.up.test", Ports: []int{port}}, {Host: "plain.up.test", Ports: []int{port}}},
+		Resolve:    map[string]string{"tls.up.test": upstreamAddr, "plain.up.test": upstreamAddr},
+		AllowCIDRs: []string{upstreamAddr + "/32"},
+		Secrets:    []policies.Secret{{Host: "tls.up.test", Header: "Authorization", FromEnv: "UP_TOKEN"}},
+	}, func(k string) (string, bool) { return value, k == "UP_TOKEN" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	eg, err := Start(Config{Policy: pol, UpstreamRoots: roots})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eg.Close()
+	files, err := eg.Files("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := t.TempDir()
+	os.Chown(ws, 1000, 1000)
+	// The sandbox trusts the job CA, not the upstream's: plain.up.test
+	// (no secret, not intercepted) is checked against the upstream's CA.
+	os.WriteFile(filepath.Join(ws, "upstream-ca.pem"), caPEM, 0o644)
+	sb, err := gvisor.Create(context.Background(), gvisor.Config{
+		Workspace: ws, StateRoot: filepath.Join(testStateBase, filepath.Base(ws)), Limits: gvisor.DefaultLimits(),
+		NetNS: eg.NetNS(), Files: files,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(context.Background())
+	script := fmt.Sprintf(`
+P=%d
+echo "proxied $(curl -sS -D - --max-time 5 https://tls.up.test:$P/a | tr -d '\r' | grep -i -e '^x-echo' -e 'auth=' | tr '\n' ' ')"
+echo "direct $(curl -sS --noproxy '*' --max-time 5 --cacert /etc/ssl/certs/ca-certificates.crt https://tls.up.test:$P/b)"
+echo "other $(curl -sS --noproxy '*' --max-time 5 --cacert upstream-ca.pem https://plain.up.test:$P/c)"
+echo "env-has-secret $(env | grep -c 5ecret)"
+echo "files-have-secret $(grep -rls 5ecret /etc/ssl /run /workspace 2>/dev/null | wc -l)"
+`, port)
+	var out bytes.Buffer
+	res, err := sb.Exec(context.Background(), gvisor.Step{Args: []string{"/bin/bash", "-c", script}, Env: append(eg.Env(), "PATH=/usr/bin:/bin"), Stdout: &out, Stderr: &out, Dir: "/workspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.Destroy(context.Background())
+	rep := eg.Report(sb.Record())
+	text := out.String()
+	t.Logf("in the sandbox (exit %d):\n%s", res.ExitCode, text)
+	stars := strings.Repeat("*", len(value))
+	for _, want := range []string{
+		"proxied X-Echo: " + stars + " auth=" + stars,
+		"direct auth=" + stars,
+		"other auth=\n",
+		"env-has-secret 0",
+		"files-have-secret 0",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("sandbox output lacks %q", want)
+		}
+	}
+	if strings.Contains(text, "5ecret") {
+		t.Error("the secret reached the sandbox")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"tls.up.test:" + strconv.Itoa(port) + " " + value, "tls.up.test:" + strconv.Itoa(port) + " " + value, "plain.up.test:" + strconv.Itoa(port) + " "}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("upstream saw %q, want %q", got, want)
+	}
+	var https int
+	for _, d := range rep.Decisions {
+		if d.Name == "tls.up.test" && d.Decision == rules.Allowed && len(d.SecretsInjected) == 1 {
+			https++
+		}
+		if d.Name == "plain.up.test" && d.Protocol != rules.ProtoTLS && d.Protocol != rules.ProtoDNS {
+			t.Errorf("a host without secrets was intercepted: %+v", d)
+		}
+	}
+	if https != 2 {
+		t.Errorf("%d decisions with the secret injected, want 2: %+v", https, rep.Decisions)
+	}
+}

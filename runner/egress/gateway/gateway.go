@@ -20,6 +20,8 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +68,12 @@ type Config struct {
 	MaxDuration time.Duration
 	// MaxConns bounds connections open at once (4096); more are reset.
 	MaxConns int
+	// CA, when set, lets the gateway terminate TLS for hosts that have
+	// secrets (and only those), to add them to HTTPS requests.
+	CA *CA
+	// UpstreamRoots verify upstream servers when the gateway terminated
+	// TLS. Nil: the host's roots.
+	UpstreamRoots *x509.CertPool
 }
 
 func (c *Config) defaults() {
@@ -355,6 +363,13 @@ func (g *Gateway) tunnel(c net.Conn, br *bufio.Reader, d *rules.Decision, rule r
 			deny(rules.Verdict{Rule: "fronting", Reason: fmt.Sprintf("TLS server name %q does not match %s, the name this connection is for (domain fronting)", sni, d.Name)})
 			return
 		}
+		if g.cfg.CA != nil && len(g.cfg.Policy.SecretsFor(d.Name)) > 0 {
+			if up != nil {
+				up.Close() // the HTTP server dials per request
+			}
+			g.intercept(c, br, d, rule)
+			return
+		}
 	}
 	if rule.HTTPOnly() {
 		deny(rules.Verdict{Rule: rule.Name(), Reason: fmt.Sprintf("%s allows only plain HTTP requests (it lists methods or paths), and this connection is not one", rule.Name()), Suggest: rules.SuggestHost(d.Name, d.Port)})
@@ -380,6 +395,29 @@ func (g *Gateway) tunnel(c net.Conn, br *bufio.Reader, d *rules.Decision, rule r
 	up.Close()
 	c.Close()
 	g.finish(d)
+}
+
+// intercept terminates TLS for a host with secrets, with a certificate
+// from the job's CA, and hands the decrypted stream to the HTTP server,
+// which checks and forwards each request over a new TLS connection to the
+// real host, adding the secrets.
+func (g *Gateway) intercept(c net.Conn, br *bufio.Reader, d *rules.Decision, rule rules.Rule) {
+	tc := tls.Server(&bufConn{Conn: c, r: br}, &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"http/1.1"},
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return g.cfg.CA.leaf(d.Name)
+		},
+	})
+	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := tc.Handshake(); err != nil {
+		d.Apply(rules.Verdict{Rule: rule.Name(), Reason: fmt.Sprintf("TLS with the gateway failed (the client must trust the job CA to send secrets to %s): %v", d.Name, err)})
+		g.finish(d)
+		c.Close()
+		return
+	}
+	tc.SetDeadline(time.Time{})
+	g.httpIn.Put(&slotConn{Conn: tc, name: d.Name, port: d.Port, proto: d.Protocol, tls: true})
 }
 
 // finish stamps the duration and records d.
@@ -415,6 +453,7 @@ type slotConn struct {
 	name    string
 	port    int
 	proto   string
+	tls     bool // the gateway terminated TLS: requests go upstream over TLS
 	once    sync.Once
 	release func()
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -580,5 +581,32 @@ func TestServerSpeaksFirst(t *testing.T) {
 	c.Close()
 	if d := h.last(t, 0); d.Decision != rules.Allowed || d.Protocol != rules.ProtoTCP || d.BytesIn != int64(len(banner)+len(echo)) {
 		t.Fatalf("decision = %+v", d)
+	}
+}
+
+// The job CA can vouch only for the hosts that have secrets: a
+// certificate it makes for any other name does not verify.
+func TestJobCANameConstraints(t *testing.T) {
+	ca, err := NewCA([]string{"npm.example.com"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca.PEM()) {
+		t.Fatal("CA PEM does not parse")
+	}
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{{"npm.example.com", true}, {"github.com", false}, {"evil.npm.example.com.attacker.test", false}} {
+		l, err := ca.leaf(tc.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := x509.ParseCertificate(l.Certificate[0])
+		_, err = c.Verify(x509.VerifyOptions{DNSName: tc.name, Roots: roots})
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: verify error %v, want ok=%v", tc.name, err, tc.ok)
+		}
 	}
 }

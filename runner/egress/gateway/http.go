@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -47,8 +48,11 @@ func (g *Gateway) serveDirectHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	local := addrPort(sc.LocalAddr())
 	proto := rules.ProtoHTTP
-	if sc.proto == rules.ProtoProxyConnect {
+	switch {
+	case sc.proto == rules.ProtoProxyConnect:
 		proto = rules.ProtoProxyConnect
+	case sc.tls:
+		proto = rules.ProtoHTTPS
 	}
 	d := rules.Decision{Time: time.Now().UTC(), Protocol: proto, Name: sc.name, Address: local.Addr().String(), Port: sc.port, Method: r.Method, Path: truncate(r.URL.Path, 512)}
 	host := strings.ToLower(strings.TrimSuffix(hostOnly(r.Host), "."))
@@ -56,7 +60,7 @@ func (g *Gateway) serveDirectHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, &d, rules.Verdict{Rule: "fronting", Reason: fmt.Sprintf("HTTP Host %q does not match %s, the name this connection is for", truncate(r.Host, 255), sc.name)})
 		return
 	}
-	g.forward(w, r, &d)
+	g.forward(w, r, &d, sc.tls)
 }
 
 // serveProxy is the explicit proxy (HTTP_PROXY and HTTPS_PROXY in the
@@ -84,7 +88,7 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, &d, v)
 		return
 	}
-	g.forward(w, r, &d)
+	g.forward(w, r, &d, false)
 }
 
 // target turns a proxy request's host[:port] into the name it is for. An
@@ -151,10 +155,11 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, d *rules.
 	g.tunnel(inner, br, d, rule)
 }
 
-// forward sends an allowed-so-far HTTP request upstream: the rule's
-// methods and paths are checked, the policy's secrets for the name are
-// added, and the response comes back with any echo of a secret blanked.
-func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decision) {
+// forward sends an allowed-so-far HTTP request upstream (over TLS when
+// overTLS): the rule's methods and paths are checked, the policy's secrets
+// for the name are added, and the response comes back with any echo of a
+// secret blanked.
+func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decision, overTLS bool) {
 	v := g.cfg.Policy.Request(d.Name, d.Port, r.Method, r.URL.Path)
 	if !v.Allowed {
 		g.refuse(w, d, v)
@@ -171,9 +176,21 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decis
 	cw := &countingWriter{ResponseWriter: w}
 	var upstream string
 	var dialVerdict *rules.Verdict
+	dial := func(ctx context.Context) (net.Conn, error) {
+		c, v, err := g.dialUpstream(ctx, d.Name, d.Port)
+		if err != nil {
+			dialVerdict = &v
+			return nil, err
+		}
+		upstream = c.RemoteAddr().String()
+		return c, nil
+	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
+			if overTLS {
+				pr.Out.URL.Scheme = "https"
+			}
 			pr.Out.URL.Host = net.JoinHostPort(d.Name, strconv.Itoa(d.Port))
 			pr.Out.Host = r.Host
 			pr.Out.Header.Del("Proxy-Authorization")
@@ -183,15 +200,19 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decis
 			}
 		},
 		Transport: &http.Transport{
-			Proxy: nil,
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				c, v, err := g.dialUpstream(ctx, d.Name, d.Port)
+			Proxy:       nil,
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+			DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				c, err := dial(ctx)
 				if err != nil {
-					dialVerdict = &v
 					return nil, err
 				}
-				upstream = c.RemoteAddr().String()
-				return c, nil
+				tc := tls.Client(c, &tls.Config{ServerName: d.Name, RootCAs: g.cfg.UpstreamRoots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+				if err := tc.HandshakeContext(ctx); err != nil {
+					c.Close()
+					return nil, fmt.Errorf("TLS with upstream %s: %w", d.Name, err)
+				}
+				return tc, nil
 			},
 			DisableCompression:    true,
 			DisableKeepAlives:     true,

@@ -11,6 +11,7 @@ const (
 	ProtoTCP          = "tcp"           // a connection to a gateway address, neither TLS nor HTTP
 	ProtoTLS          = "tls"           // a TLS connection to a gateway address
 	ProtoHTTP         = "http"          // a plain HTTP request to a gateway address
+	ProtoHTTPS        = "https"         // an HTTPS request the gateway decrypted to add a secret
 	ProtoProxyConnect = "proxy-connect" // a CONNECT through the explicit proxy
 	ProtoProxyHTTP    = "proxy-http"    // a plain HTTP request through the explicit proxy
 	ProtoDirect       = "direct"        // a connect(2) that did not go to the gateway
