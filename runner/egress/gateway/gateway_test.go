@@ -66,7 +66,7 @@ func portOf(s *httptest.Server) int {
 
 // newHarness starts a gateway in front of an upstream listening on
 // 127.0.0.1:port, with the egress section e(port).
-func newHarness(t testing.TB, port int, e func(port int) policies.Egress, secrets map[string]string) *harness {
+func newHarness(t testing.TB, port int, e func(port int) policies.Egress, secrets map[string]string, opts ...func(*Config)) *harness {
 	t.Helper()
 	pol, err := rules.Compile(e(port), func(k string) (string, bool) { v, ok := secrets[k]; return v, ok })
 	if err != nil {
@@ -91,7 +91,7 @@ func newHarness(t testing.TB, port int, e func(port int) policies.Egress, secret
 		t.Fatal(err)
 	}
 	h.proxy = pln.Addr().String()
-	h.g = New(Config{
+	cfg := Config{
 		Policy: pol, Names: staticNames{nameAddr: "up.test"}, Proxy: netip.MustParseAddrPort(h.proxy),
 		Resolver: staticResolver{
 			"up.test":       {netip.MustParseAddr("127.0.0.1")},
@@ -99,7 +99,11 @@ func newHarness(t testing.TB, port int, e func(port int) policies.Egress, secret
 			"meta.test":     {netip.MustParseAddr("169.254.169.254"), netip.MustParseAddr("fd00:ec2::254")},
 		},
 		Dialer: dialer, IdleTimeout: 5 * time.Second, PeekTimeout: 100 * time.Millisecond,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	h.g = New(cfg)
 	h.g.Serve(ln)
 	h.g.Serve(pln)
 	t.Cleanup(func() { h.g.Close() })
@@ -608,5 +612,62 @@ func TestJobCANameConstraints(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: verify error %v, want ok=%v", tc.name, err, tc.ok)
 		}
+	}
+}
+
+// An idle connection ends after the idle timeout; a busy one at the total
+// limit.
+func TestTimeouts(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	for _, tc := range []struct {
+		name        string
+		idle, max   time.Duration
+		keepTalking bool
+		want        time.Duration
+	}{
+		{"idle", 300 * time.Millisecond, time.Hour, false, 300 * time.Millisecond},
+		{"total", time.Hour, 600 * time.Millisecond, true, 600 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, ln.Addr().(*net.TCPAddr).Port, pinnedUp, nil, func(c *Config) { c.IdleTimeout, c.MaxDuration = tc.idle, tc.max })
+			c, err := net.Dial("tcp", h.direct())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			start := time.Now()
+			c.SetDeadline(start.Add(10 * time.Second))
+			buf := make([]byte, 5)
+			for {
+				if _, err := io.WriteString(c, "ping\n"); err != nil {
+					break
+				}
+				if _, err := io.ReadFull(c, buf); err != nil {
+					break
+				}
+				if !tc.keepTalking {
+					_, err = c.Read(buf) // waits until the gateway ends it
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			el := time.Since(start)
+			if el < tc.want || el > tc.want+3*time.Second {
+				t.Fatalf("connection ended after %v, want about %v", el, tc.want)
+			}
+		})
 	}
 }
