@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,8 +36,19 @@ func (e *Egress) Report(snap monitor.Snapshot) Report {
 		all = append(all, fromQuery(q, e.pair.GatewayAddr))
 	}
 	all = append(all, gw...)
-	all = append(all, e.unmatched(all, snap.Connects)...)
-	attribute(all, int(e.proxy.Port()), snap)
+	idx := newConnectIndex(snap.Connects, int(e.proxy.Port()))
+	for i := range all {
+		if j := idx.match(all[i]); j >= 0 && all[i].PID == 0 {
+			all[i].PID = snap.Connects[j].PID
+		}
+	}
+	all = append(all, e.unmatched(idx)...)
+	execs := execsByPID(snap.Execs)
+	for i := range all {
+		if all[i].PID != 0 {
+			all[i].Binary = binaryOf(execs[all[i].PID], all[i].Time)
+		}
+	}
 	slices.SortStableFunc(all, func(a, b rules.Decision) int { return a.Time.Compare(b.Time) })
 	r := Report{Gateway: e.pair.GatewayAddr.String(), Proxy: e.ProxyURL(), Decisions: all, Dropped: dropped + qdropped + snap.DroppedConnects}
 	if r.Decisions == nil {
@@ -75,28 +87,14 @@ func fromQuery(q dns.Query, gw netip.Addr) rules.Decision {
 	return d
 }
 
-// matchWindow is how long before the gateway's record of an attempt the
-// sandbox's connect event for it may be; clockSkew how long after (the
-// two clocks are the host's, read in different places).
-const (
-	matchWindow = 3 * time.Second
-	clockSkew   = 100 * time.Millisecond
-)
-
 // unmatched turns the connect events that no gateway decision accounts
 // for into decisions: connects to addresses outside the gateway (no
 // route: they failed in the sandbox), to gateway ports nothing listens
 // on, and UDP "connects" the gateway never sees.
-func (e *Egress) unmatched(known []rules.Decision, connects []monitor.Connect) []rules.Decision {
-	used := make([]bool, len(connects))
-	for _, d := range known {
-		if i := closestConnect(d, int(e.proxy.Port()), connects, used); i >= 0 && d.Protocol != rules.ProtoDNS {
-			used[i] = true
-		}
-	}
+func (e *Egress) unmatched(idx *connectIndex) []rules.Decision {
 	var out []rules.Decision
-	for i, c := range connects {
-		if used[i] || (c.Family != "inet" && c.Family != "inet6") {
+	for i, c := range idx.connects {
+		if idx.used[i] || (c.Family != "inet" && c.Family != "inet6") {
 			continue
 		}
 		addr, err := netip.ParseAddr(c.Address)
@@ -139,57 +137,77 @@ func (e *Egress) unmatched(known []rules.Decision, connects []monitor.Connect) [
 	return out
 }
 
-// closestConnect finds the connect event that most likely made d: to the
-// same address and port, shortly before it, the latest such. Events a TCP
-// decision already took (used) are skipped; DNS decisions share theirs
-// (a resolver sends several queries on one connected socket). A proxied
+// matchWindow is how long before the gateway's record of an attempt the
+// sandbox's connect event for it may be; clockSkew how long after (the
+// two clocks are the host's, read in different places).
+const (
+	matchWindow = 3 * time.Second
+	clockSkew   = 100 * time.Millisecond
+)
+
+// connectIndex finds the connect event behind a gateway decision.
+type connectIndex struct {
+	connects  []monitor.Connect
+	byDest    map[string][]int
+	used      []bool
+	proxyPort int
+}
+
+func newConnectIndex(connects []monitor.Connect, proxyPort int) *connectIndex {
+	x := &connectIndex{connects: connects, byDest: map[string][]int{}, used: make([]bool, len(connects)), proxyPort: proxyPort}
+	for i, c := range connects {
+		k := destKey(c.Address, c.Port)
+		x.byDest[k] = append(x.byDest[k], i)
+	}
+	return x
+}
+
+func destKey(addr string, port int) string { return addr + "|" + strconv.Itoa(port) }
+
+// match returns the connect event that most likely made d, or -1: to the
+// same address and port, shortly before it, the closest in time. Events a
+// TCP decision took are not offered again; DNS decisions share theirs (a
+// resolver sends several queries on one connected socket). A proxied
 // attempt's connect went to the proxy port, whatever port it asked for.
-func closestConnect(d rules.Decision, proxyPort int, connects []monitor.Connect, used []bool) int {
+func (x *connectIndex) match(d rules.Decision) int {
 	port := d.Port
 	if d.Protocol == rules.ProtoProxyHTTP || d.Protocol == rules.ProtoProxyConnect {
-		port = proxyPort
+		port = x.proxyPort
 	}
 	best, bestGap := -1, matchWindow+1
-	for i, c := range connects {
-		if used[i] || c.Address != d.Address || c.Port != port {
+	for _, i := range x.byDest[destKey(d.Address, port)] {
+		if x.used[i] {
 			continue
 		}
-		gap := d.Time.Sub(c.Time)
+		gap := d.Time.Sub(x.connects[i].Time)
 		if gap < -clockSkew || gap > matchWindow {
 			continue
 		}
-		if gap < 0 {
-			gap = -gap
-		}
+		gap = max(gap, -gap)
 		if gap < bestGap {
 			best, bestGap = i, gap
 		}
 	}
+	if best >= 0 && d.Protocol != rules.ProtoDNS {
+		x.used[best] = true
+	}
 	return best
 }
 
-// attribute fills PID and Binary from the connect events and execs.
-func attribute(ds []rules.Decision, proxyPort int, snap monitor.Snapshot) {
-	used := make([]bool, len(snap.Connects))
-	for i := range ds {
-		d := &ds[i]
-		if d.PID == 0 {
-			if j := closestConnect(*d, proxyPort, snap.Connects, used); j >= 0 {
-				used[j] = d.Protocol != rules.ProtoDNS
-				d.PID = snap.Connects[j].PID
-			}
-		}
-		if d.PID != 0 {
-			d.Binary = binaryOf(d.PID, d.Time, snap.Execs)
-		}
+// execsByPID groups the exec record by process.
+func execsByPID(execs []monitor.Exec) map[int32][]monitor.Exec {
+	out := map[int32][]monitor.Exec{}
+	for _, x := range execs {
+		out[x.PID] = append(out[x.PID], x)
 	}
+	return out
 }
 
-// binaryOf is the last program pid exec'd before t.
-func binaryOf(pid int32, t time.Time, execs []monitor.Exec) string {
+// binaryOf is the last program a process exec'd before t.
+func binaryOf(execs []monitor.Exec, t time.Time) string {
 	bin := ""
 	for _, x := range execs {
-		if x.PID == pid && !x.Time.After(t) {
+		if !x.Time.After(t) {
 			bin = x.Binary
 		}
 	}
