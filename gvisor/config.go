@@ -109,6 +109,10 @@ type Config struct {
 	Capabilities []string
 	// Limits bound the job.
 	Limits Limits
+	// ReadOnlyPaths are workspace-relative paths (existing directories or
+	// files, not symlinks) mounted read-only over themselves: writes to
+	// them fail inside the sandbox with EROFS.
+	ReadOnlyPaths []string
 	// Files are small read-only files placed over paths of the root
 	// (such as /etc/resolv.conf), without touching the host's copy.
 	Files []File

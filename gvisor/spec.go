@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -91,6 +92,17 @@ func buildSpec(c Config, skeleton, exe, emptyFile string) (*specs.Spec, error) {
 	}
 	for _, f := range wsMasks.files {
 		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: path.Join(c.WorkspaceMount, f), Type: "bind", Source: emptyFile, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+	}
+	for _, p := range c.ReadOnlyPaths {
+		rel := path.Clean(p)
+		if path.IsAbs(rel) || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
+			return nil, fmt.Errorf("%w: read-only path %q must be inside the workspace", ErrInvalidConfig, p)
+		}
+		fi, err := os.Lstat(filepath.Join(c.Workspace, rel))
+		if err != nil || fi.Mode()&fs.ModeSymlink != 0 || !(fi.IsDir() || fi.Mode().IsRegular()) {
+			return nil, fmt.Errorf("%w: read-only path %q is not a directory or regular file of the workspace", ErrInvalidConfig, p)
+		}
+		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: path.Join(c.WorkspaceMount, rel), Type: "bind", Source: filepath.Join(c.Workspace, rel), Options: []string{"bind", "ro", "nosuid", "nodev"}})
 	}
 	return spec, nil
 }

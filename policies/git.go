@@ -1,44 +1,20 @@
 package policies
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
-	"time"
+
+	"github.com/airlock-ci/airlock/internal/gitexec"
 )
 
 // RepoPolicyPath is where a repository keeps its policy.
 const RepoPolicyPath = ".github/airlock.cue"
 
-// gitTimeout bounds each git command.
-const gitTimeout = 30 * time.Second
-
-// git runs a read-only plumbing command in repo. The repository's own
-// config is the agent's to write, so nothing in it may run: hooks and
-// fsmonitor are switched off, system and global config ignored, and only
-// plumbing commands that apply no filters are used.
+// git runs a read-only plumbing command in repo (see gitexec).
 func git(ctx context.Context, repo string, args ...string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, gitTimeout)
-	defer cancel()
-	full := append([]string{"-C", repo, "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "--no-replace-objects"}, args...)
-	cmd := exec.CommandContext(ctx, "git", full...)
-	cmd.Env = []string{
-		"PATH=/usr/local/bin:/usr/bin:/bin",
-		"GIT_CONFIG_NOSYSTEM=1",
-		"GIT_CONFIG_GLOBAL=/dev/null",
-		"GIT_TERMINAL_PROMPT=0",
-		// The workspace may belong to another user than airlock's.
-		"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=safe.directory", "GIT_CONFIG_VALUE_0=*",
-	}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("git %s: %w: %s", args[0], err, strings.TrimSpace(errb.String()))
-	}
-	return out.Bytes(), nil
+	return gitexec.Run(ctx, repo, args...)
 }
 
 // treeEntry is what `git ls-tree` says of a path at a commit.
@@ -48,14 +24,7 @@ type treeEntry struct {
 
 // resolveCommit turns a revision into a full commit id.
 func resolveCommit(ctx context.Context, repo, rev string) (string, error) {
-	if rev == "" || strings.HasPrefix(rev, "-") {
-		return "", fmt.Errorf("revision %q: give a commit id or ref", rev)
-	}
-	out, err := git(ctx, repo, "rev-parse", "--verify", "--end-of-options", rev+"^{commit}")
-	if err != nil {
-		return "", fmt.Errorf("resolve %s in %s: %w", rev, repo, err)
-	}
-	return strings.TrimSpace(string(out)), nil
+	return gitexec.ResolveCommit(ctx, repo, rev)
 }
 
 // lookup returns the tree entry of path at commit, or ok=false.

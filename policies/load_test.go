@@ -55,9 +55,9 @@ func TestDefaults(t *testing.T) {
 	if p.Egress.Default != "deny" || len(p.Egress.Allow) != 0 {
 		t.Errorf("egress = %+v, want deny with no allow rules", p.Egress)
 	}
-	for _, c := range []string{"git-hooks", "git-config", "ci"} {
-		if p.Trust.Categories[c] != "fail" {
-			t.Errorf("trust %s = %q, want fail", c, p.Trust.Categories[c])
+	for c, want := range map[string]string{"git-hooks": "readonly", "git-config": "readonly", "git-attributes": "revert", "ci": "fail", "build-entry": "warn"} {
+		if p.Trust.Runtime[c] != want || p.Trust.Authored[c] != "warn" {
+			t.Errorf("trust %s = %q/%q, want warn/%s", c, p.Trust.Authored[c], p.Trust.Runtime[c], want)
 		}
 	}
 	if p.Sandbox.Limits.Pids != 1024 || p.Sandbox.Limits.Memory != "4G" || p.Agents.Humans != "sandbox" {
@@ -89,10 +89,10 @@ func TestOrgAndRepo(t *testing.T) {
 		},
 		{name: "raise pids past the org bound", repo: "sandbox: limits: pids: 4096\n", wantErr: []string{"sandbox.limits.pids", "org.cue:", ".github/airlock.cue:1:"}},
 		{name: "open egress the org pinned", repo: "egress: default: \"allow\"\n", wantErr: []string{"egress.default", "conflicting values", "org.cue:8:", ".github/airlock.cue:1:"}},
-		{name: "relax a pinned trust action", repo: "trust: categories: \"git-hooks\": \"warn\"\n", wantErr: []string{`trust.categories."git-hooks"`, "org.cue:", ".github/airlock.cue:1:"}},
-		{name: "relax an unpinned default", repo: "trust: categories: \"build-entry\": \"allow\"\n", check: func(t *testing.T, p Policy) {
-			if p.Trust.Categories["build-entry"] != "allow" {
-				t.Errorf("build-entry = %q", p.Trust.Categories["build-entry"])
+		{name: "relax a pinned trust action", repo: "trust: runtime: \"git-hooks\": \"warn\"\n", wantErr: []string{`trust.runtime."git-hooks"`, "org.cue:", ".github/airlock.cue:1:"}},
+		{name: "relax an unpinned default", repo: "trust: authored: \"build-entry\": \"allow\"\n", check: func(t *testing.T, p Policy) {
+			if p.Trust.Authored["build-entry"] != "allow" {
+				t.Errorf("build-entry = %q", p.Trust.Authored["build-entry"])
 			}
 		}},
 		{name: "exempt humans the org sandboxes", repo: "agents: humans: \"none\"\n", wantErr: []string{"agents.humans", "org.cue:"}},

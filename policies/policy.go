@@ -94,7 +94,10 @@ type Secret struct {
 
 // Trust sets the action per category of trust-sensitive files.
 type Trust struct {
-	Categories    map[string]string   `json:"categories"`
+	// Authored and Runtime map each category to its action for changes
+	// made by the pull request's commits and by the job itself.
+	Authored      map[string]string   `json:"authored"`
+	Runtime       map[string]string   `json:"runtime"`
 	Globs         map[string][]string `json:"globs"`
 	GitConfigKeys []string            `json:"gitConfigKeys"`
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/gvisor/monitor"
 	"github.com/airlock-ci/airlock/runner/egress"
+	"github.com/airlock-ci/airlock/runner/trust"
 	"github.com/airlock-ci/airlock/runner/workspace"
 )
 
@@ -37,6 +38,17 @@ type Job struct {
 	// Egress, when set, gives the sandbox a network through an egress
 	// gateway that enforces it. Nil: loopback only.
 	Egress *egress.Config
+	// Trust, when set, diffs the trust-sensitive files: the pull request's
+	// commits, and what the job changes in the workspace.
+	Trust *Trust
+}
+
+// Trust configures the workspace-trust checks of a job.
+type Trust struct {
+	Set *trust.Set
+	// Base and Head are the pull request's commits in the workspace's
+	// repository, for the authored diff (empty: no authored diff).
+	Base, Head string
 }
 
 // Step statuses in a Result.
@@ -88,6 +100,9 @@ type Result struct {
 	// Egress is every DNS query and connection attempt, when the job had
 	// a gateway.
 	Egress *egress.Report `json:"egress,omitempty"`
+	// Trust is what changed in the trust-sensitive files, and what airlock
+	// did about it.
+	Trust *trust.Report `json:"trust,omitempty"`
 }
 
 // Run executes the job. The returned Result is complete on every path that
@@ -161,6 +176,14 @@ func Run(ctx context.Context, job Job, runtime string) (res Result, err error) {
 		job.Sandbox.Files = append(job.Sandbox.Files, files...)
 		job.Env = append(gw.Env(), job.Env...)
 	}
+	var before *trust.Snapshot
+	if job.Trust != nil {
+		res.Trust = &trust.Report{Findings: []trust.Finding{}}
+		if before, err = beforeJob(ctx, &job, res.Trust); err != nil {
+			res.Error = err.Error()
+			return res, err
+		}
+	}
 	sb, err := gvisor.Create(ctx, job.Sandbox)
 	if err != nil {
 		res.Error = err.Error()
@@ -182,8 +205,20 @@ func Run(ctx context.Context, job Job, runtime string) (res Result, err error) {
 		}
 		res.Processes = sb.Record()
 		if gw != nil {
+			// Closed first: connections still open end now and are
+			// recorded with their byte counts.
+			gw.Close()
 			rep := gw.Report(res.Processes)
 			res.Egress = &rep
+		}
+		if before != nil {
+			afterJob(cfg.Workspace, job.Trust.Set, before, res.Trust)
+			if res.Trust.Failed {
+				res.Passed = false
+				if res.ExitCode == 0 {
+					res.ExitCode = 1
+				}
+			}
 		}
 		rep, err := workspace.Tidy(cfg.Workspace, cfg.User.UID)
 		if err != nil {

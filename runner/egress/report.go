@@ -30,12 +30,16 @@ type Report struct {
 // each decision to a process where a connect event matches it.
 func (e *Egress) Report(snap monitor.Snapshot) Report {
 	gw, dropped := e.log.Snapshot()
+	gw = append(gw, e.gw.Active()...)
 	queries, qdropped := e.dns.Log()
 	var all []rules.Decision
 	for _, q := range queries {
 		all = append(all, fromQuery(q, e.pair.GatewayAddr))
 	}
 	all = append(all, gw...)
+	// In time order, so the first request of a connection is matched
+	// before the requests that reuse it.
+	slices.SortStableFunc(all, func(a, b rules.Decision) int { return a.Time.Compare(b.Time) })
 	idx := newConnectIndex(snap.Connects, int(e.proxy.Port()))
 	for i := range all {
 		if j := idx.match(all[i]); j >= 0 && all[i].PID == 0 {
@@ -150,11 +154,12 @@ type connectIndex struct {
 	connects  []monitor.Connect
 	byDest    map[string][]int
 	used      []bool
+	byClient  map[string]int // a connection's first match, for its later requests
 	proxyPort int
 }
 
 func newConnectIndex(connects []monitor.Connect, proxyPort int) *connectIndex {
-	x := &connectIndex{connects: connects, byDest: map[string][]int{}, used: make([]bool, len(connects)), proxyPort: proxyPort}
+	x := &connectIndex{connects: connects, byDest: map[string][]int{}, used: make([]bool, len(connects)), byClient: map[string]int{}, proxyPort: proxyPort}
 	for i, c := range connects {
 		k := destKey(c.Address, c.Port)
 		x.byDest[k] = append(x.byDest[k], i)
@@ -170,6 +175,9 @@ func destKey(addr string, port int) string { return addr + "|" + strconv.Itoa(po
 // resolver sends several queries on one connected socket). A proxied
 // attempt's connect went to the proxy port, whatever port it asked for.
 func (x *connectIndex) match(d rules.Decision) int {
+	if i, ok := x.byClient[d.Client]; ok && d.Client != "" {
+		return i // a later request on the same connection
+	}
 	port := d.Port
 	if d.Protocol == rules.ProtoProxyHTTP || d.Protocol == rules.ProtoProxyConnect {
 		port = x.proxyPort
@@ -190,6 +198,9 @@ func (x *connectIndex) match(d rules.Decision) int {
 	}
 	if best >= 0 && d.Protocol != rules.ProtoDNS {
 		x.used[best] = true
+		if d.Client != "" {
+			x.byClient[d.Client] = best
+		}
 	}
 	return best
 }

@@ -51,6 +51,7 @@ type recordingResolver struct {
 }
 
 func (r *recordingResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	host = strings.TrimSuffix(host, ".")
 	r.mu.Lock()
 	r.asked = append(r.asked, host)
 	r.mu.Unlock()

@@ -90,6 +90,12 @@ func validName(name string) bool {
 	if name == "" || len(name) > 253 {
 		return false
 	}
+	// A numeric last label is an address ("10.0.0.1"), not a name:
+	// egress is by name only.
+	last := name[strings.LastIndexByte(name, '.')+1:]
+	if strings.Trim(last, "0123456789") == "" {
+		return false
+	}
 	for _, label := range strings.Split(name, ".") {
 		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
 			return false

@@ -49,9 +49,10 @@ type Server struct {
 	book Book
 	ttl  uint32
 
-	mu      sync.Mutex
-	log     []Query
-	dropped uint64
+	mu              sync.Mutex
+	log             []Query
+	allowed, denied int
+	dropped         uint64
 	servers []*mdns.Server
 }
 
@@ -97,10 +98,17 @@ func (s *Server) Log() ([]Query, uint64) {
 func (s *Server) record(q Query) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.log) >= maxLog {
+	// Allowed and refused queries are bounded apart: a flood of refused
+	// names cannot push the allowed ones out of the record.
+	n := &s.denied
+	if q.Allowed {
+		n = &s.allowed
+	}
+	if *n >= maxLog {
 		s.dropped++
 		return
 	}
+	*n++
 	s.log = append(s.log, q)
 }
 

@@ -114,6 +114,7 @@ type Gateway struct {
 	closed    bool
 	listeners []net.Listener
 	conns     map[net.Conn]struct{}
+	active    map[*rules.Decision]struct{}
 	wg        sync.WaitGroup
 
 	// httpIn feeds connections found to carry plain HTTP (to a gateway
@@ -128,7 +129,7 @@ type Gateway struct {
 func New(cfg Config) *Gateway {
 	cfg.defaults()
 	ctx, stop := context.WithCancel(context.Background())
-	g := &Gateway{cfg: cfg, slots: make(chan struct{}, cfg.MaxConns), ctx: ctx, stop: stop, conns: map[net.Conn]struct{}{}}
+	g := &Gateway{cfg: cfg, slots: make(chan struct{}, cfg.MaxConns), ctx: ctx, stop: stop, conns: map[net.Conn]struct{}{}, active: map[*rules.Decision]struct{}{}}
 	g.httpIn, g.proxyIn, g.dnsIn = newConnQueue(), newConnQueue(), newConnQueue()
 	g.httpSrv = g.newHTTPServer(http.HandlerFunc(g.serveDirectHTTP))
 	g.proxySrv = g.newHTTPServer(http.HandlerFunc(g.serveProxy))
@@ -273,7 +274,7 @@ func (g *Gateway) accept(c net.Conn) {
 
 // serveDirect handles a connection to a gateway-owned address.
 func (g *Gateway) serveDirect(c net.Conn, local netip.AddrPort) {
-	d := rules.Decision{Time: time.Now().UTC(), Protocol: rules.ProtoTCP, Address: local.Addr().String(), Port: int(local.Port())}
+	d := rules.Decision{Time: time.Now().UTC(), Protocol: rules.ProtoTCP, Address: local.Addr().String(), Port: int(local.Port()), Client: c.RemoteAddr().String()}
 	name, ok := g.cfg.Names.Name(local.Addr())
 	if !ok {
 		d.Apply(rules.Verdict{Rule: rules.DefaultDeny, Reason: fmt.Sprintf("%s is not an address the gateway's DNS handed out; connect by a name the policy allows", local.Addr())})
@@ -359,7 +360,10 @@ func (g *Gateway) tunnel(c net.Conn, br *bufio.Reader, d *rules.Decision, rule r
 		case err != nil:
 			deny(rules.Verdict{Rule: rule.Name(), Reason: err.Error()})
 			return
-		case sni != "" && !strings.EqualFold(strings.TrimSuffix(sni, "."), d.Name):
+		case sni == "":
+			deny(rules.Verdict{Rule: "fronting", Reason: fmt.Sprintf("TLS without a server name (SNI) to %s: the gateway cannot tell where it goes", d.Name)})
+			return
+		case !strings.EqualFold(strings.TrimSuffix(sni, "."), d.Name):
 			deny(rules.Verdict{Rule: "fronting", Reason: fmt.Sprintf("TLS server name %q does not match %s, the name this connection is for (domain fronting)", sni, d.Name)})
 			return
 		}
@@ -373,6 +377,12 @@ func (g *Gateway) tunnel(c net.Conn, br *bufio.Reader, d *rules.Decision, rule r
 	}
 	if rule.HTTPOnly() {
 		deny(rules.Verdict{Rule: rule.Name(), Reason: fmt.Sprintf("%s allows only plain HTTP requests (it lists methods or paths), and this connection is not one", rule.Name()), Suggest: rules.SuggestHost(d.Name, d.Port)})
+		return
+	}
+	if kind != kindTLS && webPorts[d.Port] {
+		// On web ports anything but TLS and HTTP would be a way around
+		// the SNI and Host checks.
+		deny(rules.Verdict{Rule: rule.Name(), Reason: fmt.Sprintf("port %d carries only TLS or HTTP through the gateway, and this connection is neither", d.Port)})
 		return
 	}
 	if up == nil {
@@ -391,10 +401,39 @@ func (g *Gateway) tunnel(c net.Conn, br *bufio.Reader, d *rules.Decision, rule r
 	}
 	d.Upstream = up.RemoteAddr().String()
 	d.Apply(rules.Verdict{Allowed: true, Rule: rule.Name()})
-	d.BytesOut, d.BytesIn = pipe(c, br, up, upR, g.cfg.IdleTimeout, g.cfg.MaxDuration)
+	g.setActive(d, true)
+	out, in := pipe(c, br, up, upR, g.cfg.IdleTimeout, g.cfg.MaxDuration)
+	g.setActive(d, false)
+	d.BytesOut, d.BytesIn = out, in
 	up.Close()
 	c.Close()
 	g.finish(d)
+}
+
+// setActive adds or removes an open connection's decision from the list
+// Active reports.
+func (g *Gateway) setActive(d *rules.Decision, on bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if on {
+		g.active[d] = struct{}{}
+	} else {
+		delete(g.active, d)
+	}
+}
+
+// Active returns the decisions of connections still open, marked Open.
+func (g *Gateway) Active() []rules.Decision {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]rules.Decision, 0, len(g.active))
+	for d := range g.active {
+		c := *d
+		c.Open = true
+		c.DurationNs = time.Since(c.Time)
+		out = append(out, c)
+	}
+	return out
 }
 
 // intercept terminates TLS for a host with secrets, with a certificate
@@ -419,6 +458,9 @@ func (g *Gateway) intercept(c net.Conn, br *bufio.Reader, d *rules.Decision, rul
 	tc.SetDeadline(time.Time{})
 	g.httpIn.Put(&slotConn{Conn: tc, name: d.Name, port: d.Port, proto: d.Protocol, tls: true})
 }
+
+// webPorts carry only TLS or HTTP.
+var webPorts = map[int]bool{80: true, 443: true, 8080: true, 8443: true}
 
 // finish stamps the duration and records d.
 func (g *Gateway) finish(d *rules.Decision) {

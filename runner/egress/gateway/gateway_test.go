@@ -43,6 +43,7 @@ func (s staticNames) Name(a netip.Addr) (string, bool) { n, ok := s[a]; return n
 type staticResolver map[string][]netip.Addr
 
 func (s staticResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	host = strings.TrimSuffix(host, ".")
 	if a, ok := s[host]; ok {
 		return a, nil
 	}
@@ -669,5 +670,102 @@ func TestTimeouts(t *testing.T) {
 				t.Fatalf("connection ended after %v, want about %v", el, tc.want)
 			}
 		})
+	}
+}
+
+// Whatever starts like a request line is HTTP and gets the Host check:
+// unknown or lower-case methods, leading blank lines, the h2c preface.
+// TLS must name the host.
+func TestFrontingVariants(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(hello))
+	defer up.Close()
+	h := newHarness(t, portOf(up), pinnedUp, nil)
+	for _, req := range []string{
+		"PROPFIND / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+		"get / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+		"\r\n\r\nGET / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+		"M-SEARCH / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+	} {
+		t.Run(strings.Fields(req)[0], func(t *testing.T) {
+			c, err := net.Dial("tcp", h.direct())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			io.WriteString(c, req)
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			if strings.Contains(line, " 200 ") || strings.Contains(line, "hello") {
+				t.Fatalf("fronted request reached the upstream: %q", line)
+			}
+		})
+	}
+	t.Run("h2c preface", func(t *testing.T) {
+		c, err := net.Dial("tcp", h.direct())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+		b, _ := io.ReadAll(c)
+		if strings.Contains(string(b), "hello") {
+			t.Fatalf("h2c reached the upstream: %q", b)
+		}
+	})
+	t.Run("TLS without SNI", func(t *testing.T) {
+		seen := h.g.Log().Len()
+		c, err := tls.Dial("tcp", h.direct(), &tls.Config{InsecureSkipVerify: true})
+		if err == nil {
+			c.Close()
+			t.Fatal("TLS without a server name was let through")
+		}
+		if d := h.last(t, seen); d.Decision != rules.Denied || d.Rule != "fronting" {
+			t.Fatalf("decision = %+v", d)
+		}
+	})
+}
+
+// A secret echoed back compressed or in a trailer is blanked too, and a
+// request cut mid-response is still recorded.
+func TestSecretEchoVariantsAndAbort(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/abort" {
+			w.Header().Set("Content-Length", "1000000")
+			w.Write(make([]byte, 1000))
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler)
+		}
+		w.Header().Set("Trailer", "X-T")
+		w.Header().Set("X-Accept-Encoding-Seen", r.Header.Get("Accept-Encoding"))
+		fmt.Fprint(w, "body ", r.Header.Get("Authorization"))
+		w.Header().Set("X-T", r.Header.Get("Authorization"))
+	}))
+	defer up.Close()
+	h := newHarness(t, portOf(up), func(port int) policies.Egress {
+		e := pinnedUp(port)
+		e.Secrets = []policies.Secret{{Host: "up.test", Header: "Authorization", FromEnv: "TOKEN"}}
+		return e
+	}, map[string]string{"TOKEN": "tok-abcdef"})
+	pu, _ := url.Parse("http://" + h.proxy)
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), DisableCompression: true}}
+	req, _ := http.NewRequest("GET", "http://up.test:"+strconv.Itoa(h.port)+"/", nil)
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(body), "abcdef") || strings.Contains(resp.Trailer.Get("X-T"), "abcdef") || resp.Header.Get("X-Accept-Encoding-Seen") != "identity" {
+		t.Fatalf("secret echoed: body %q trailer %q encoding %q", body, resp.Trailer.Get("X-T"), resp.Header.Get("X-Accept-Encoding-Seen"))
+	}
+	seen := h.g.Log().Len()
+	if resp, err := c.Get("http://up.test:" + strconv.Itoa(h.port) + "/abort"); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if d := h.last(t, seen); d.Path != "/abort" {
+		t.Fatalf("aborted request not recorded: %+v", d)
 	}
 }

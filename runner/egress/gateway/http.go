@@ -26,7 +26,10 @@ func (g *Gateway) newHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       g.cfg.IdleTimeout,
+		// Bound each request, as MaxDuration bounds a spliced connection.
+		ReadTimeout:  g.cfg.MaxDuration,
+		WriteTimeout: g.cfg.MaxDuration,
+		IdleTimeout:  g.cfg.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, connKey{}, c)
@@ -54,7 +57,7 @@ func (g *Gateway) serveDirectHTTP(w http.ResponseWriter, r *http.Request) {
 	case sc.tls:
 		proto = rules.ProtoHTTPS
 	}
-	d := rules.Decision{Time: time.Now().UTC(), Protocol: proto, Name: sc.name, Address: local.Addr().String(), Port: sc.port, Method: r.Method, Path: truncate(r.URL.Path, 512)}
+	d := rules.Decision{Time: time.Now().UTC(), Protocol: proto, Name: sc.name, Address: local.Addr().String(), Port: sc.port, Method: r.Method, Path: truncate(r.URL.Path, 512), Client: r.RemoteAddr}
 	host := strings.ToLower(strings.TrimSuffix(hostOnly(r.Host), "."))
 	if host != sc.name {
 		g.refuse(w, &d, rules.Verdict{Rule: "fronting", Reason: fmt.Sprintf("HTTP Host %q does not match %s, the name this connection is for", truncate(r.Host, 255), sc.name)})
@@ -71,7 +74,7 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 	if sc != nil {
 		local = addrPort(sc.LocalAddr())
 	}
-	d := rules.Decision{Time: time.Now().UTC(), Protocol: rules.ProtoProxyHTTP, Address: local.Addr().String(), Port: int(local.Port()), Method: r.Method}
+	d := rules.Decision{Time: time.Now().UTC(), Protocol: rules.ProtoProxyHTTP, Address: local.Addr().String(), Port: int(local.Port()), Method: r.Method, Client: r.RemoteAddr}
 	if r.Method == http.MethodConnect {
 		d.Protocol = rules.ProtoProxyConnect
 		g.serveConnect(w, r, &d)
@@ -160,7 +163,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, d *rules.
 // for the name are added, and the response comes back with any echo of a
 // secret blanked.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decision, overTLS bool) {
-	v := g.cfg.Policy.Request(d.Name, d.Port, r.Method, r.URL.Path)
+	v := g.cfg.Policy.Request(d.Name, d.Port, r.Method, r.URL.Path, r.URL.EscapedPath())
 	if !v.Allowed {
 		g.refuse(w, d, v)
 		return
@@ -197,6 +200,12 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decis
 			pr.Out.Header.Del("Proxy-Connection")
 			for _, s := range secrets {
 				pr.Out.Header.Set(s.Header, s.Value)
+			}
+			if len(secrets) > 0 {
+				// An echo of the secret must come back where it can be
+				// blanked: uncompressed, and whole.
+				pr.Out.Header.Set("Accept-Encoding", "identity")
+				pr.Out.Header.Del("Range")
 			}
 		},
 		Transport: &http.Transport{
@@ -235,14 +244,24 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decis
 			g.finish(d)
 		},
 	}
+	// Recorded however the request ends: the proxy panics with
+	// http.ErrAbortHandler when either side goes away mid-response.
+	defer func() {
+		p := recover()
+		if d.Decision == "" { // not refused or failed, so not yet recorded
+			d.Apply(v)
+			if p != nil {
+				d.Reason = "ended mid-response (a side went away)"
+			}
+			d.Upstream = upstream
+			d.BytesOut, d.BytesIn = reqBody.n, cw.n
+			g.finish(d)
+		}
+		if p != nil {
+			panic(p)
+		}
+	}()
 	rp.ServeHTTP(cw, r)
-	if d.Decision != "" {
-		return // refused or failed, already recorded
-	}
-	d.Apply(v)
-	d.Upstream = upstream
-	d.BytesOut, d.BytesIn = reqBody.n, cw.n
-	g.finish(d)
 }
 
 // refuse answers 403 with the decision in a header and, in the body, the

@@ -9,8 +9,9 @@ import (
 )
 
 // pipeBuf is the copy buffer per direction: large enough that a bulk
-// transfer costs few system calls.
-const pipeBuf = 256 << 10
+// transfer costs few system calls, small enough that thousands of idle
+// connections do not hold much of the host's memory.
+const pipeBuf = 32 << 10
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, pipeBuf); return &b }}
 

@@ -18,16 +18,21 @@ func redactResponse(resp *http.Response, secrets []rules.Secret) {
 	for _, s := range secrets {
 		values = append(values, []byte(s.Value))
 	}
-	for k, vs := range resp.Header {
+	redactHeader(resp.Header, values)
+	if resp.Body != nil {
+		resp.Body = &redactor{r: resp.Body, values: values, resp: resp}
+	}
+}
+
+// redactHeader blanks the values in every header value of h.
+func redactHeader(h http.Header, values [][]byte) {
+	for k, vs := range h {
 		for i, v := range vs {
 			for _, s := range values {
 				v = strings.ReplaceAll(v, string(s), strings.Repeat("*", len(s)))
 			}
-			resp.Header[k][i] = v
+			h[k][i] = v
 		}
-	}
-	if resp.Body != nil {
-		resp.Body = &redactor{r: resp.Body, values: values}
 	}
 }
 
@@ -40,12 +45,18 @@ type redactor struct {
 	buf    []byte // read but not yet returned
 	out    []byte // redacted, ready to return
 	eof    bool
+	resp   *http.Response // its trailers are blanked at the end of the body
 }
 
 func (x *redactor) Read(p []byte) (int, error) {
 	for len(x.out) == 0 {
 		if x.eof {
 			if len(x.buf) == 0 {
+				if x.resp != nil {
+					// Trailers arrive with the end of the body; the proxy
+					// copies them after it.
+					redactHeader(x.resp.Trailer, x.values)
+				}
 				return 0, io.EOF
 			}
 			x.out, x.buf = x.redact(x.buf), nil

@@ -21,12 +21,6 @@ const (
 	kindServer // firstSpeaker: the upstream spoke first
 )
 
-// httpMethods start a plain HTTP/1 request line.
-var httpMethods = [][]byte{
-	[]byte("GET "), []byte("HEAD "), []byte("POST "), []byte("PUT "), []byte("PATCH "),
-	[]byte("DELETE "), []byte("OPTIONS "), []byte("TRACE "), []byte("CONNECT "),
-}
-
 // sniff waits up to wait for the client's first bytes and classifies them
 // without consuming anything.
 func sniff(conn net.Conn, br *bufio.Reader, wait time.Duration) int {
@@ -41,24 +35,53 @@ func sniff(conn net.Conn, br *bufio.Reader, wait time.Duration) int {
 	case first[0] == 0x16: // TLS handshake record
 		return kindTLS
 	}
-	// Decide on what has arrived; wait for more only while it could
-	// still be the start of a request line ("GE" of "GET ").
+	// Anything that starts like an HTTP/1 request line (leading blank
+	// lines, then a method token of letters and '-', then a space) is
+	// HTTP, whatever the method and its case: servers accept those, so
+	// the Host check must see them. Wait for more only while that is
+	// still undecided.
 	for {
-		head, _ := br.Peek(min(br.Buffered(), 8))
-		partial := false
-		for _, m := range httpMethods {
-			if bytes.HasPrefix(head, m) {
-				return kindHTTP
-			}
-			partial = partial || (len(head) < len(m) && bytes.HasPrefix(m, head))
+		head, _ := br.Peek(min(br.Buffered(), 64))
+		switch requestLine(head) {
+		case lineYes:
+			return kindHTTP
+		case lineNo:
+			return kindOther
 		}
-		if !partial {
+		if len(head) >= 64 {
 			return kindOther
 		}
 		if _, err := br.Peek(len(head) + 1); err != nil {
 			return kindOther
 		}
 	}
+}
+
+const (
+	lineNo = iota
+	lineYes
+	lineMaybe
+)
+
+// requestLine says whether b starts an HTTP/1 request line.
+func requestLine(b []byte) int {
+	b = bytes.TrimLeft(b, "\r\n")
+	if len(b) == 0 {
+		return lineMaybe
+	}
+	for i, c := range b {
+		switch {
+		case c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c == '-' && i > 0:
+			if i >= 24 {
+				return lineNo
+			}
+		case c == ' ' && i > 0:
+			return lineYes
+		default:
+			return lineNo
+		}
+	}
+	return lineMaybe
 }
 
 // errNotClientHello is returned for a TLS connection whose first record

@@ -33,7 +33,8 @@ func (g *Gateway) dialUpstream(ctx context.Context, name string, port int) (net.
 		addrs = []netip.Addr{a}
 	} else {
 		rctx, cancel := context.WithTimeout(ctx, g.cfg.ResolveTimeout)
-		res, err := g.cfg.Resolver.LookupNetIP(rctx, "ip", name)
+		// Absolute: the host's search domains are not appended.
+		res, err := g.cfg.Resolver.LookupNetIP(rctx, "ip", name+".")
 		cancel()
 		if err != nil {
 			v := rules.Verdict{Rule: "upstream resolution", Reason: fmt.Sprintf("the host could not resolve %s: %v", name, err)}

@@ -48,6 +48,11 @@ type Decision struct {
 	Answer string `json:"answer,omitempty"`
 	// SecretsInjected names headers the gateway added.
 	SecretsInjected []string `json:"secretsInjected,omitempty"`
+	// Client is the sandbox's end of the connection (address:port):
+	// requests with the same client came over one connection.
+	Client string `json:"client,omitempty"`
+	// Open marks a connection still open when the record was read.
+	Open bool `json:"open,omitempty"`
 	// BytesOut went from the sandbox upstream, BytesIn came back.
 	BytesOut   int64         `json:"bytesOut"`
 	BytesIn    int64         `json:"bytesIn"`
@@ -69,24 +74,32 @@ func (d *Decision) Apply(v Verdict) {
 	d.Rule, d.Reason, d.Suggest = v.Rule, v.Reason, v.Suggest
 }
 
-// MaxLog bounds the decisions kept per job; later ones are counted.
+// MaxLog bounds the allowed and the denied decisions kept per job, each
+// on its own (a flood of refusals cannot push allowed traffic out of the
+// record); later ones are counted.
 const MaxLog = 20000
 
 // Log is a bounded, concurrency-safe list of decisions.
 type Log struct {
-	mu      sync.Mutex
-	items   []Decision
-	dropped uint64
+	mu              sync.Mutex
+	items           []Decision
+	allowed, denied int
+	dropped         uint64
 }
 
-// Add appends d, or counts it when the log is full.
+// Add appends d, or counts it when its side of the log is full.
 func (l *Log) Add(d Decision) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.items) >= MaxLog {
+	n := &l.denied
+	if d.Decision == Allowed {
+		n = &l.allowed
+	}
+	if *n >= MaxLog {
 		l.dropped++
 		return
 	}
+	*n++
 	l.items = append(l.items, d)
 }
 

@@ -11,6 +11,7 @@ package rules
 import (
 	"fmt"
 	"net/netip"
+	pathpkg "path"
 	"slices"
 	"strconv"
 	"strings"
@@ -171,15 +172,18 @@ func (p *Policy) Connect(name string, port int) (Rule, Verdict) {
 	return Rule{}, v
 }
 
-// Request decides one HTTP request to name:port. Rules with methods or
-// path prefixes must match them; a rule without allows any request.
-func (p *Policy) Request(name string, port int, method, path string) Verdict {
+// Request decides one HTTP request to name:port. path is the decoded
+// path, rawPath the path as sent (escaped). Rules with methods or path
+// prefixes must match them; a rule without allows any request. A path
+// that could mean something else upstream ("..", encoded slashes or
+// dots) never matches a path prefix.
+func (p *Policy) Request(name string, port int, method, path, rawPath string) Verdict {
 	var near *Rule
 	for i, r := range p.Rules {
 		if !r.matchHost(name) || !slices.Contains(r.Ports, port) {
 			continue
 		}
-		if (len(r.Methods) == 0 || slices.Contains(r.Methods, method)) && matchPath(r.PathPrefixes, path) {
+		if (len(r.Methods) == 0 || slices.Contains(r.Methods, method)) && matchPath(r.PathPrefixes, path, rawPath) {
 			return Verdict{Allowed: true, Rule: r.Name()}
 		}
 		if near == nil {
@@ -200,16 +204,35 @@ func (p *Policy) Request(name string, port int, method, path string) Verdict {
 	}
 }
 
-func matchPath(prefixes []string, path string) bool {
+// matchPath matches prefixes on segment boundaries ("/api" covers "/api"
+// and "/api/x", not "/apix").
+func matchPath(prefixes []string, path, rawPath string) bool {
 	if len(prefixes) == 0 {
 		return true
 	}
+	if !plainPath(path, rawPath) {
+		return false
+	}
 	for _, pre := range prefixes {
-		if strings.HasPrefix(path, pre) {
+		if path == pre || strings.HasPrefix(path, pre) && (strings.HasSuffix(pre, "/") || path[len(pre)] == '/') {
 			return true
 		}
 	}
 	return false
+}
+
+// plainPath reports a path that means the same to every server: no dot
+// segments, no encoded slash, backslash or dot.
+func plainPath(path, rawPath string) bool {
+	if !strings.HasPrefix(path, "/") {
+		return false
+	}
+	clean := pathpkg.Clean(path)
+	if clean != path && clean+"/" != path {
+		return false
+	}
+	low := strings.ToLower(rawPath)
+	return !strings.Contains(low, "%2f") && !strings.Contains(low, "%2e") && !strings.Contains(low, "%5c") && !strings.Contains(path, "\\")
 }
 
 // pathDir is the directory part of a request path, as a prefix to suggest.

@@ -46,6 +46,10 @@ func TestConnectAndRequest(t *testing.T) {
 		{"registry.example.com", 80, "POST", "/v2/lib/blobs/", false, "outside the methods"},
 		{"registry.example.com", 80, "GET", "/admin", false, "outside the methods"},
 		{"registry.example.com", 80, "GET", "/v2", false, "outside the methods"},
+		{"registry.example.com", 80, "GET", "/v2/../admin", false, "outside the methods"},
+		{"registry.example.com", 80, "GET", "/v2/%2e%2e/admin", false, "outside the methods"},
+		{"registry.example.com", 80, "GET", "/v2/..%2fadmin", false, "outside the methods"},
+		{"registry.example.com", 80, "GET", "/v2x/lib", false, "outside the methods"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name+"/"+tc.method+tc.path, func(t *testing.T) {
@@ -53,7 +57,7 @@ func TestConnectAndRequest(t *testing.T) {
 			if tc.method == "" {
 				_, v = p.Connect(tc.name, tc.port)
 			} else {
-				v = p.Request(tc.name, tc.port, tc.method, tc.path)
+				v = p.Request(tc.name, tc.port, tc.method, tc.path, tc.path)
 			}
 			if v.Allowed != tc.allow || !strings.Contains(v.Reason, tc.reason) {
 				t.Fatalf("got %+v, want allowed=%v reason~%q", v, tc.allow, tc.reason)

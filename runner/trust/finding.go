@@ -1,0 +1,207 @@
+package trust
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/pmezard/go-difflib/difflib"
+)
+
+// Phases of a finding.
+const (
+	Authored = "authored" // the pull request's commits
+	Runtime  = "runtime"  // the sandboxed job
+)
+
+// Kinds of change.
+const (
+	KindAdded       = "added"
+	KindModified    = "modified"
+	KindDeleted     = "deleted"
+	KindModeChanged = "mode-changed"
+	KindSymlink     = "symlink-changed"
+	KindEscalation  = "escalation" // a workflow became more dangerous
+)
+
+// Finding is one change to the trust set.
+type Finding struct {
+	Phase    string `json:"phase"`
+	Category string `json:"category"`
+	Path     string `json:"path"`
+	// Line is where in the file, when known (1-based).
+	Line int    `json:"line,omitempty"`
+	Kind string `json:"kind"`
+	// Severity is "error" for changes that fail the job, "warning" for
+	// annotated ones, "notice" for the rest.
+	Severity string `json:"severity"`
+	Reason   string `json:"reason"`
+	// Diff is a bounded unified diff; DiffSHA256 is the digest of the
+	// whole diff (before bounding).
+	Diff       string `json:"diff,omitempty"`
+	DiffSHA256 string `json:"diffSha256,omitempty"`
+	// Action is the policy's action for the category and phase; Outcome
+	// what airlock did ("reverted", "write refused: read-only", ...).
+	Action  string `json:"action"`
+	Outcome string `json:"outcome,omitempty"`
+}
+
+// Diff bounds.
+const (
+	maxDiffLines = 200
+	maxDiffBytes = 16 << 10
+)
+
+// unifiedDiff returns a bounded unified diff of two texts and the digest
+// of the whole diff. Binary content and hard-linked files are not shown.
+func unifiedDiff(name string, a, b []byte) (string, string) {
+	if isBinary(a) || isBinary(b) {
+		sum := sha256.Sum256(append(append([]byte{}, a...), b...))
+		return "(binary content not shown)", hex.EncodeToString(sum[:])
+	}
+	text, _ := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+		A: difflib.SplitLines(string(a)), B: difflib.SplitLines(string(b)),
+		FromFile: "a/" + name, ToFile: "b/" + name, Context: 2,
+	})
+	return boundDiff(text)
+}
+
+// boundDiff cuts a diff to the bounds and digests the whole.
+func boundDiff(text string) (string, string) {
+	sum := sha256.Sum256([]byte(text))
+	lines := strings.SplitAfter(text, "\n")
+	cut := false
+	if len(lines) > maxDiffLines {
+		lines, cut = lines[:maxDiffLines], true
+	}
+	out := strings.Join(lines, "")
+	if len(out) > maxDiffBytes {
+		out, cut = out[:maxDiffBytes], true
+	}
+	out = strings.ToValidUTF8(out, "\uFFFD")
+	if cut {
+		out += "\n... (diff cut; see diffSha256)\n"
+	}
+	return out, hex.EncodeToString(sum[:])
+}
+
+func isBinary(b []byte) bool {
+	return slices.Contains(b[:min(len(b), 8000)], 0)
+}
+
+// Compare returns the run-time findings between two snapshots of the same
+// workspace, with the policy's run-time action on each.
+func Compare(before, after *Snapshot, set *Set) []Finding {
+	var out []Finding
+	paths := map[string]bool{}
+	for p := range before.Entries {
+		paths[p] = true
+	}
+	for p := range after.Entries {
+		paths[p] = true
+	}
+	for _, p := range sortedKeys(paths) {
+		b, a := before.Entries[p], after.Entries[p]
+		var f *Finding
+		switch {
+		case b == nil:
+			f = &Finding{Path: p, Category: a.Category, Kind: KindAdded, Reason: "created by the job"}
+			if a.Link != "" {
+				f.Reason = fmt.Sprintf("symlink to %q created by the job", a.Link)
+			}
+		case a == nil:
+			f = &Finding{Path: p, Category: b.Category, Kind: KindDeleted, Reason: "deleted by the job"}
+		case b.Link != a.Link:
+			f = &Finding{Path: p, Category: a.Category, Kind: KindSymlink, Reason: fmt.Sprintf("symlink target %q -> %q", b.Link, a.Link)}
+		case b.Facts != nil && a.Facts != nil:
+			// Only what matters of the file counts (lifecycle scripts,
+			// driver lines, executable git config keys).
+			if !slices.Equal(b.Facts, a.Facts) {
+				f = &Finding{Path: p, Category: a.Category, Kind: KindModified, Reason: factsReason(b.Facts, a.Facts)}
+			}
+		case b.SHA256 != a.SHA256:
+			f = &Finding{Path: p, Category: a.Category, Kind: KindModified, Reason: "content changed by the job"}
+		case b.Mode != a.Mode:
+			f = &Finding{Path: p, Category: a.Category, Kind: KindModeChanged, Reason: fmt.Sprintf("mode %v -> %v", b.Mode, a.Mode)}
+		}
+		if f == nil {
+			continue
+		}
+		f.Phase = Runtime
+		f.Action = set.RuntimeAction(f.Category)
+		f.Severity = severity(f.Action)
+		f.Diff, f.DiffSHA256 = entryDiff(p, b, a)
+		out = append(out, *f)
+	}
+	return out
+}
+
+// entryDiff diffs two versions of a file when both sides are shown.
+func entryDiff(p string, b, a *Entry) (string, string) {
+	var bd, ad []byte
+	for _, e := range []*Entry{b, a} {
+		if e != nil && e.Links > 1 && e.Mode.IsRegular() {
+			return fmt.Sprintf("(a file with %d hard links: content not shown)", e.Links), ""
+		}
+		if e != nil && e.Mode.IsRegular() && !e.kept {
+			return "(too large to show)", ""
+		}
+	}
+	if b != nil {
+		bd = b.data
+	}
+	if a != nil {
+		ad = a.data
+	}
+	return unifiedDiff(p, bd, ad)
+}
+
+func factsReason(before, after []string) string {
+	var added, removed []string
+	for _, f := range after {
+		if !slices.Contains(before, f) {
+			added = append(added, f)
+		}
+	}
+	for _, f := range before {
+		if !slices.Contains(after, f) {
+			removed = append(removed, f)
+		}
+	}
+	var parts []string
+	if len(added) > 0 {
+		parts = append(parts, "added "+strings.Join(added, "; "))
+	}
+	if len(removed) > 0 {
+		parts = append(parts, "removed "+strings.Join(removed, "; "))
+	}
+	return truncate(strings.Join(parts, "; "), 1000)
+}
+
+func severity(action string) string {
+	switch action {
+	case ActionFail:
+		return "error"
+	case ActionWarn, ActionRevert, ActionReadonly:
+		return "warning"
+	}
+	return "notice"
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}

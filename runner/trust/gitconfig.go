@@ -1,0 +1,132 @@
+package trust
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/airlock-ci/airlock/internal/gitexec"
+)
+
+// builtinConfigKeys are git config keys that execute code or redirect
+// execution, as section.subsection.key patterns ("*" stands for any
+// subsection). alias.* counts only for shell aliases ("!cmd").
+var builtinConfigKeys = []string{
+	"core.hooksPath", "core.fsmonitor", "core.sshCommand", "core.pager", "core.editor",
+	"core.askPass", "core.gitProxy", "core.worktree", "credential.helper", "credential.*.helper",
+	"filter.*.clean", "filter.*.smudge", "filter.*.process",
+	"diff.*.textconv", "diff.*.command", "diff.external", "merge.*.driver",
+	"gpg.program", "gpg.*.program", "alias.*", "include.path", "includeIf.*.path",
+	"uploadpack.packObjectsHook", "sequence.editor", "pager.*", "web.browser",
+	"browser.*.cmd", "protocol.allow", "url.*.insteadOf", "remote.*.uploadpack", "remote.*.receivepack",
+}
+
+// maxConfigSize bounds a git config file read.
+const maxConfigSize = 1 << 20
+
+// ConfigKey is one code-executing key of a git config file.
+type ConfigKey struct {
+	// Key is section[.subsection].key, section and key in lower case.
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// ExecKeys parses a git config file with git itself (`git config --file
+// --list`, which runs nothing and follows no include: an include is
+// itself reported) and returns its keys that match the patterns, in file
+// order.
+func ExecKeys(ctx context.Context, data []byte, patterns []string) ([]ConfigKey, error) {
+	if len(data) > maxConfigSize {
+		return nil, fmt.Errorf("git config is larger than %d bytes", maxConfigSize)
+	}
+	f, err := os.CreateTemp("", "airlock-gitconfig-*")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(f.Name())
+	_, werr := f.Write(data)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return nil, werr
+	}
+	out, err := gitexec.RunCapped(ctx, os.TempDir(), 4*maxConfigSize, "config", "--file", f.Name(), "--no-includes", "--list", "-z")
+	if err != nil {
+		return nil, fmt.Errorf("parse git config: %w", err)
+	}
+	var keys []ConfigKey
+	for _, rec := range strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00") {
+		if rec == "" {
+			continue
+		}
+		full, value, _ := strings.Cut(rec, "\n")
+		section, rest, ok := strings.Cut(full, ".")
+		if !ok {
+			continue
+		}
+		sub, key := "", rest
+		if i := strings.LastIndexByte(rest, '.'); i >= 0 {
+			sub, key = rest[:i], rest[i+1:]
+		}
+		if matchConfigKey(patterns, section, sub, key, value) {
+			keys = append(keys, ConfigKey{Key: configKey(section, sub, key), Value: value})
+		}
+	}
+	return keys, nil
+}
+
+func configKey(section, sub, key string) string {
+	if sub == "" {
+		return strings.ToLower(section) + "." + strings.ToLower(key)
+	}
+	return strings.ToLower(section) + "." + sub + "." + strings.ToLower(key)
+}
+
+// matchConfigKey reports whether section[.sub].key matches a pattern.
+// Section and key compare case-insensitively, the subsection exactly
+// (or "*" for any, including none for keys like alias.NAME).
+func matchConfigKey(patterns []string, section, sub, key, value string) bool {
+	for _, p := range patterns {
+		ps, rest, ok := strings.Cut(p, ".")
+		if !ok || !strings.EqualFold(ps, section) {
+			continue
+		}
+		var psub, pkey string
+		if i := strings.LastIndexByte(rest, '.'); i >= 0 {
+			psub, pkey = rest[:i], rest[i+1:]
+		} else {
+			pkey = rest
+		}
+		if strings.EqualFold(section, "alias") && !strings.HasPrefix(strings.TrimSpace(value), "!") {
+			continue // a plain alias runs git, not a shell
+		}
+		switch {
+		case psub == "" && pkey == "*" && sub == "":
+			return true // alias.*, pager.*
+		case psub == "" && sub == "" && strings.EqualFold(pkey, key):
+			return true
+		case psub != "" && sub != "" && (psub == "*" || psub == sub) && (pkey == "*" || strings.EqualFold(pkey, key)):
+			return true
+		}
+	}
+	return false
+}
+
+// hooksPathOf returns the workspace-relative directory core.hooksPath
+// names, when it is inside the workspace ("" otherwise).
+func hooksPathOf(keys []ConfigKey) string {
+	for _, k := range slices.Backward(keys) {
+		if k.Key == "core.hookspath" {
+			p := path.Clean(k.Value)
+			if path.IsAbs(p) || p == ".." || strings.HasPrefix(p, "../") {
+				return ""
+			}
+			return p
+		}
+	}
+	return ""
+}

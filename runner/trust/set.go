@@ -1,0 +1,150 @@
+// Package trust finds the files an agent can plant for a human or the
+// next CI run to execute without reading them: git hooks, code-executing
+// git config, attribute drivers, CI definitions and build entry points.
+// It diffs them twice: what the pull request's commits changed (authored,
+// from git objects, with a semantic diff of GitHub workflows), and what
+// the sandboxed job itself changed in the workspace (run time, from
+// snapshots before and after). Each finding carries the action the policy
+// sets for its category and phase: allow, warn, fail, revert or readonly.
+//
+// Everything read here is hostile: paths are opened through os.Root so no
+// symlink leads out of the workspace, sizes and counts are bounded, hard
+// links are not shown, and git runs with nothing of the repository's
+// config able to execute (internal/gitexec).
+package trust
+
+import (
+	"fmt"
+	"maps"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/bmatcuk/doublestar/v4"
+
+	"github.com/airlock-ci/airlock/policies"
+)
+
+// Categories.
+const (
+	GitHooks      = "git-hooks"
+	GitConfig     = "git-config"
+	GitAttributes = "git-attributes"
+	CI            = "ci"
+	BuildEntry    = "build-entry"
+)
+
+// Actions.
+const (
+	ActionAllow    = "allow"
+	ActionWarn     = "warn"
+	ActionFail     = "fail"
+	ActionRevert   = "revert"
+	ActionReadonly = "readonly"
+)
+
+// defaultGlobs are the built-in paths of each category, relative to the
+// workspace, in doublestar syntax. git-config has no globs: its keys are
+// read from .git/config.
+var defaultGlobs = map[string][]string{
+	GitHooks:      {".git/hooks/**"},
+	GitAttributes: {"**/.gitattributes", ".gitmodules", ".git/info/attributes"},
+	CI: {
+		".github/workflows/**", ".github/actions/**", "**/action.yml", "**/action.yaml",
+		".gitlab-ci.yml", ".circleci/**", "Jenkinsfile", "azure-pipelines.yml", ".buildkite/**",
+		policies.RepoPolicyPath,
+	},
+	BuildEntry: {
+		"**/Makefile", "**/GNUmakefile", "**/*.mk", "**/package.json", ".husky/**",
+		".pre-commit-config.yaml", "lefthook.yml", ".lefthook.yml", ".vscode/tasks.json",
+		".vscode/settings.json", ".devcontainer/**", ".envrc", "justfile", "Justfile",
+		"Taskfile.yml", "Taskfile.yaml",
+	},
+}
+
+// categoryOrder decides for a path that several categories match.
+var categoryOrder = []string{GitHooks, GitConfig, GitAttributes, CI, BuildEntry}
+
+// Set is the compiled trust section of a policy.
+type Set struct {
+	globs    map[string][]string
+	order    []string
+	authored map[string]string
+	runtime  map[string]string
+	keys     []string // git config key patterns
+}
+
+// NewSet compiles the policy's trust section over the built-in lists.
+func NewSet(t policies.Trust) (*Set, error) {
+	s := &Set{globs: map[string][]string{}, authored: map[string]string{}, runtime: map[string]string{}, order: slices.Clone(categoryOrder)}
+	for c, g := range defaultGlobs {
+		s.globs[c] = slices.Clone(g)
+	}
+	names := map[string]bool{}
+	for c := range t.Globs {
+		names[c] = true
+	}
+	for c := range t.Authored {
+		names[c] = true
+	}
+	for c := range t.Runtime {
+		names[c] = true
+	}
+	for _, c := range slices.Sorted(maps.Keys(names)) {
+		for _, g := range t.Globs[c] {
+			if !doublestar.ValidatePattern(g) {
+				return nil, fmt.Errorf("trust.globs.%s: %q is not a valid glob", c, g)
+			}
+			s.globs[c] = append(s.globs[c], g)
+		}
+		if !slices.Contains(s.order, c) {
+			s.order = append(s.order, c)
+		}
+	}
+	for _, c := range s.order {
+		s.authored[c] = orDefault(t.Authored[c], ActionWarn)
+		s.runtime[c] = orDefault(t.Runtime[c], ActionWarn)
+	}
+	s.keys = append(slices.Clone(builtinConfigKeys), t.GitConfigKeys...)
+	return s, nil
+}
+
+func orDefault(v, d string) string {
+	if v == "" {
+		return d
+	}
+	return v
+}
+
+// Category returns the category of a workspace-relative path (slash
+// separated), or "".
+func (s *Set) Category(p string) string {
+	p = path.Clean(strings.TrimPrefix(p, "./"))
+	for _, c := range s.order {
+		for _, g := range s.globs[c] {
+			if ok, _ := doublestar.Match(g, p); ok {
+				return c
+			}
+		}
+	}
+	return ""
+}
+
+// AuthoredAction and RuntimeAction are the policy's action for a
+// category in each phase.
+func (s *Set) AuthoredAction(category string) string { return orDefault(s.authored[category], ActionWarn) }
+
+// RuntimeAction: see AuthoredAction.
+func (s *Set) RuntimeAction(category string) string { return orDefault(s.runtime[category], ActionWarn) }
+
+// ReadonlyCategories are the categories whose files are mounted read-only
+// into the sandbox.
+func (s *Set) ReadonlyCategories() []string {
+	var out []string
+	for _, c := range s.order {
+		if s.runtime[c] == ActionReadonly {
+			out = append(out, c)
+		}
+	}
+	return out
+}

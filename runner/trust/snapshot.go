@@ -1,0 +1,237 @@
+package trust
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"syscall"
+)
+
+// Bounds of a snapshot: a hostile workspace can be huge, deep, or full
+// of large files; none of that may make airlock slow or large.
+const (
+	maxWalkEntries = 200000   // directory entries visited
+	maxWalkDepth   = 24       // directory depth
+	maxKeep        = 1 << 20  // largest file kept for revert and diffs
+	maxKeepTotal   = 64 << 20 // all kept files together
+	maxHashRead    = 64 << 20 // largest file hashed in full
+)
+
+// skipDirs are not walked: dependency trees the job fills (their build
+// scripts ran already) and the git directory, inspected on its own.
+var skipDirs = map[string]bool{"node_modules": true, "vendor": true, ".git": true, "__pycache__": true}
+
+// Entry is one trust-set path in a snapshot.
+type Entry struct {
+	Category string      `json:"category"`
+	Mode     fs.FileMode `json:"mode"`
+	Size     int64       `json:"size"`
+	SHA256   string      `json:"sha256,omitempty"`
+	Link     string      `json:"link,omitempty"`
+	// Links is the hard-link count: a file with several is not shown in
+	// diffs (it may be a host file linked into the workspace).
+	Links uint64 `json:"links,omitempty"`
+	UID   int    `json:"-"`
+	GID   int    `json:"-"`
+	// Facts are what matters of a file whose bytes matter less: the
+	// lifecycle scripts of package.json, the driver lines of
+	// .gitattributes, the code-executing keys of a git config.
+	Facts []string `json:"facts,omitempty"`
+	data  []byte   // kept for revert and diffs (small files only)
+	kept  bool
+}
+
+// Snapshot is the trust set of a workspace at one moment.
+type Snapshot struct {
+	Entries map[string]*Entry
+	// Notes say what could not be inspected and why.
+	Notes []string
+	// Truncated is set when a bound stopped the walk.
+	Truncated bool
+	kept      int
+}
+
+// Take snapshots the trust set of the workspace ws.
+func Take(ws string, set *Set) (*Snapshot, error) {
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		return nil, fmt.Errorf("trust: open workspace: %w", err)
+	}
+	defer root.Close()
+	s := &Snapshot{Entries: map[string]*Entry{}}
+	s.walkTree(root, set)
+	s.gitDir(root, set)
+	return s, nil
+}
+
+func (s *Snapshot) note(format string, args ...any) {
+	if len(s.Notes) < 100 {
+		s.Notes = append(s.Notes, fmt.Sprintf(format, args...))
+	}
+}
+
+// walkTree visits the worktree (not .git), without following symlinks.
+func (s *Snapshot) walkTree(root *os.Root, set *Set) {
+	visited := 0
+	err := fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			s.note("%s: %v", p, err)
+			return nil
+		}
+		visited++
+		if visited > maxWalkEntries {
+			s.Truncated = true
+			return fs.SkipAll
+		}
+		if d.IsDir() {
+			if p != "." && (skipDirs[d.Name()] || strings.Count(p, "/") >= maxWalkDepth) {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if c := set.Category(p); c != "" && c != GitHooks {
+			s.add(root, p, c)
+		}
+		return nil
+	})
+	if err != nil {
+		s.note("walk: %v", err)
+	}
+}
+
+// gitDir inspects the hooks and config of the workspace's git directory,
+// when it is a real directory inside the workspace.
+func (s *Snapshot) gitDir(root *os.Root, set *Set) {
+	fi, err := root.Lstat(".git")
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return
+	case err != nil:
+		s.note(".git: %v", err)
+		return
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, _ := root.Readlink(".git")
+		s.note(".git is a symlink (to %q): not followed", target)
+		s.add(root, ".git", GitConfig)
+		return
+	case !fi.IsDir():
+		// A worktree or submodule: "gitdir: PATH". Its hooks and config
+		// live in the main repository's git directory, usually outside
+		// the workspace, where airlock does not look.
+		s.note(".git is a file (a linked worktree or submodule): its git directory is not inspected")
+		return
+	}
+	for _, name := range []string{"config", "config.worktree"} {
+		p := ".git/" + name
+		if e := s.add(root, p, GitConfig); e != nil && e.kept {
+			keys, err := ExecKeys(context.Background(), e.data, set.keys)
+			if err != nil {
+				s.note("%s: %v", p, err)
+				e.Facts = []string{"unparseable: " + err.Error()}
+				continue
+			}
+			for _, k := range keys {
+				e.Facts = append(e.Facts, k.Key+" = "+k.Value)
+			}
+			if hp := hooksPathOf(keys); hp != "" {
+				s.walkHooks(root, hp)
+			}
+		}
+	}
+	s.walkHooks(root, ".git/hooks")
+}
+
+// walkHooks records every file below dir as a hook; a symlinked dir is
+// recorded, not followed.
+func (s *Snapshot) walkHooks(root *os.Root, dir string) {
+	fi, err := root.Lstat(dir)
+	if err != nil {
+		return
+	}
+	if !fi.IsDir() {
+		s.add(root, dir, GitHooks)
+		return
+	}
+	visited := 0
+	fs.WalkDir(root.FS(), dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			s.note("%s: %v", p, err)
+			return nil
+		}
+		if visited++; visited > 10000 {
+			s.Truncated = true
+			return fs.SkipAll
+		}
+		if !d.IsDir() {
+			s.add(root, p, GitHooks)
+		}
+		return nil
+	})
+}
+
+// add records path p (a file or symlink; not followed) under category c.
+func (s *Snapshot) add(root *os.Root, p, c string) *Entry {
+	fi, err := root.Lstat(p)
+	if err != nil {
+		s.note("%s: %v", p, err)
+		return nil
+	}
+	e := &Entry{Category: c, Mode: fi.Mode(), Size: fi.Size()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		e.Links, e.UID, e.GID = uint64(st.Nlink), int(st.Uid), int(st.Gid)
+	}
+	s.Entries[p] = e
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		e.Link, _ = root.Readlink(p)
+		return e
+	case !fi.Mode().IsRegular():
+		return e // a fifo or device: recorded by mode only, never opened
+	}
+	f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		s.note("%s: %v", p, err)
+		return e
+	}
+	defer f.Close()
+	h := sha256.New()
+	keep := fi.Size() <= maxKeep && s.kept+int(fi.Size()) <= maxKeepTotal
+	var buf strings.Builder
+	var w io.Writer = h
+	if keep {
+		w = io.MultiWriter(h, &buf)
+	}
+	n, err := io.Copy(w, io.LimitReader(f, maxHashRead))
+	if err != nil {
+		s.note("%s: %v", p, err)
+		return e
+	}
+	e.SHA256 = hex.EncodeToString(h.Sum(nil))
+	if n == maxHashRead {
+		e.SHA256 = "first-64MiB:" + e.SHA256
+	}
+	if keep && int64(buf.Len()) <= maxKeep {
+		e.data, e.kept = []byte(buf.String()), true
+		s.kept += buf.Len()
+		e.Facts = facts(p, e.data)
+	}
+	return e
+}
+
+// facts extracts what matters of the files whose bytes matter less.
+func facts(p string, data []byte) []string {
+	switch path.Base(p) {
+	case "package.json":
+		return lifecycleScripts(data)
+	case ".gitattributes", "attributes":
+		return attributeDrivers(data)
+	}
+	return nil
+}

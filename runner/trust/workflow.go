@@ -1,0 +1,224 @@
+package trust
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/rhysd/actionlint"
+)
+
+// maxWorkflowSize bounds a workflow file parsed for the semantic diff.
+const maxWorkflowSize = 1 << 20
+
+// dangerousTriggers run with the base repository's secrets and write
+// token on input an outsider controls.
+var dangerousTriggers = []string{"pull_request_target", "workflow_run", "issue_comment", "pull_request_review_comment", "discussion_comment"}
+
+// untrustedExpr matches expressions of event fields an outsider writes.
+var untrustedExpr = regexp.MustCompile(`\$\{\{[^}]*\b(github\.event\.(pull_request\.(title|body|head\.ref|head\.label|head\.repo\.default_branch)|issue\.(title|body)|comment\.body|review\.body|review_comment\.body|discussion\.(title|body)|head_commit\.(message|author\.(name|email))|commits\b[^}]*\.(message|author)|pages\b[^}]*\.page_name|workflow_run\.(head_branch|head_commit\.message|display_title))|github\.head_ref)\b[^}]*\}\}`)
+
+// fullSHA is an action reference pinned to a commit.
+var fullSHA = regexp.MustCompile(`@[0-9a-f]{40}$`)
+
+var secretRef = regexp.MustCompile(`\bsecrets\.([A-Za-z_][A-Za-z0-9_]*)`)
+
+// escalation is one dangerous property of a workflow, with the line that
+// has it. The key identifies it across versions of the file.
+type escalation struct {
+	key    string
+	line   int
+	reason string
+}
+
+// WorkflowEscalations compares two versions of a workflow file (base may
+// be nil for a new file) and returns what became more dangerous in head.
+// A head that does not parse is a finding of its own.
+func WorkflowEscalations(path string, base, head []byte) []Finding {
+	mk := func(line int, reason string) Finding {
+		return Finding{Phase: Authored, Category: CI, Path: path, Line: line, Kind: KindEscalation, Reason: reason}
+	}
+	if len(head) > maxWorkflowSize {
+		return []Finding{mk(0, fmt.Sprintf("workflow is larger than %d bytes: not parsed, review it by hand", maxWorkflowSize))}
+	}
+	hw, errs := actionlint.Parse(head)
+	if hw == nil || len(errs) > 0 && len(hw.Jobs) == 0 {
+		msg := "invalid workflow"
+		line := 0
+		if len(errs) > 0 {
+			msg, line = "invalid workflow: "+errs[0].Message, errs[0].Line
+		}
+		return []Finding{mk(line, msg)}
+	}
+	before := map[string]bool{}
+	if len(base) > 0 && len(base) <= maxWorkflowSize {
+		if bw, _ := actionlint.Parse(base); bw != nil {
+			for _, e := range escalations(bw) {
+				before[e.key] = true
+			}
+		}
+	}
+	var out []Finding
+	seen := map[string]bool{}
+	for _, e := range escalations(hw) {
+		if before[e.key] || seen[e.key] {
+			continue
+		}
+		seen[e.key] = true
+		out = append(out, mk(e.line, e.reason))
+	}
+	// A step that used airlock and is gone: the job would run unsandboxed.
+	if len(base) > 0 && countAirlock(base) > countAirlock(head) {
+		out = append(out, mk(0, "a step that used airlock was removed: the job would run outside the sandbox"))
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
+	return out
+}
+
+func countAirlock(b []byte) int {
+	return strings.Count(strings.ToLower(string(b)), "airlock")
+}
+
+// escalations lists the dangerous properties of a workflow.
+func escalations(w *actionlint.Workflow) []escalation {
+	var out []escalation
+	add := func(key string, pos *actionlint.Pos, reason string) {
+		line := 0
+		if pos != nil {
+			line = pos.Line
+		}
+		out = append(out, escalation{key: key, line: line, reason: reason})
+	}
+	for _, ev := range w.On {
+		if we, ok := ev.(*actionlint.WebhookEvent); ok && slices.Contains(dangerousTriggers, we.EventName()) {
+			add("trigger:"+we.EventName(), we.Pos, fmt.Sprintf("new trigger %s: runs with the base repository's secrets on input from outside", we.EventName()))
+		}
+	}
+	if w.Permissions == nil {
+		add("perm:workflow:absent", nil, "the workflow has no permissions block: its token gets the repository default, which may be write-all")
+	}
+	permissionEscalations("workflow", w.Permissions, add)
+	envEscalations("workflow", w.Env, add)
+	for _, id := range sortedJobIDs(w) {
+		j := w.Jobs[id]
+		permissionEscalations("job "+id, j.Permissions, add)
+		envEscalations("job "+id, j.Env, add)
+		if j.RunsOn != nil {
+			for _, l := range j.RunsOn.Labels {
+				if l != nil && strings.EqualFold(l.Value, "self-hosted") {
+					add("self-hosted:"+id, l.Pos, fmt.Sprintf("job %s now runs on a self-hosted runner", id))
+				}
+			}
+		}
+		if wc := j.WorkflowCall; wc != nil {
+			if wc.Uses != nil {
+				usesEscalation("job "+id, wc.Uses, add)
+			}
+			if wc.InheritSecrets {
+				add("inherit:"+id, j.Pos, fmt.Sprintf("job %s passes all secrets to a called workflow (secrets: inherit)", id))
+			}
+		}
+		for i, st := range j.Steps {
+			where := fmt.Sprintf("job %s step %d", id, i+1)
+			envEscalations(where, st.Env, add)
+			switch ex := st.Exec.(type) {
+			case *actionlint.ExecAction:
+				if ex.Uses != nil {
+					usesEscalation(where, ex.Uses, add)
+				}
+				for _, in := range ex.Inputs {
+					if in != nil && in.Value != nil {
+						stringEscalations(where, in.Value, false, add)
+					}
+				}
+			case *actionlint.ExecRun:
+				if ex.Run != nil {
+					stringEscalations(where, ex.Run, true, add)
+				}
+			}
+		}
+	}
+	return out
+}
+
+type addFunc func(key string, pos *actionlint.Pos, reason string)
+
+// permissionEscalations reports write scopes (and write-all).
+func permissionEscalations(where string, p *actionlint.Permissions, add addFunc) {
+	if p == nil {
+		return
+	}
+	if p.All != nil && p.All.Value == "write-all" {
+		add("perm:"+where+":all", p.All.Pos, fmt.Sprintf("%s: permissions write-all", where))
+	}
+	for _, name := range sortedScopes(p) {
+		s := p.Scopes[name]
+		if s.Value != nil && s.Value.Value == "write" {
+			add("perm:"+where+":"+name, s.Value.Pos, fmt.Sprintf("%s: permission %s: write", where, name))
+		}
+	}
+}
+
+func envEscalations(where string, env *actionlint.Env, add addFunc) {
+	if env == nil {
+		return
+	}
+	for _, v := range env.Vars {
+		if v == nil || v.Name == nil {
+			continue
+		}
+		if strings.EqualFold(v.Name.Value, "ACTIONS_ALLOW_UNSECURE_COMMANDS") {
+			add("unsecure:"+where, v.Name.Pos, fmt.Sprintf("%s: ACTIONS_ALLOW_UNSECURE_COMMANDS re-enables set-env and add-path", where))
+		}
+		if v.Value != nil {
+			stringEscalations(where, v.Value, false, add)
+		}
+	}
+}
+
+// usesEscalation reports a remote action or reusable workflow not pinned
+// to a full commit SHA. The key holds the reference, so a changed
+// reference is new.
+func usesEscalation(where string, uses *actionlint.String, add addFunc) {
+	u := uses.Value
+	if strings.HasPrefix(u, "./") || strings.HasPrefix(u, "docker://") && strings.Contains(u, "@sha256:") || fullSHA.MatchString(u) {
+		return
+	}
+	add("uses:"+u, uses.Pos, fmt.Sprintf("%s: uses %s, not pinned to a full commit SHA", where, u))
+}
+
+// stringEscalations reports secrets referenced and, in run scripts,
+// untrusted event fields expanded into the shell.
+func stringEscalations(where string, s *actionlint.String, isRun bool, add addFunc) {
+	for _, m := range secretRef.FindAllStringSubmatch(s.Value, -1) {
+		if m[1] != "GITHUB_TOKEN" {
+			add("secret:"+m[1], s.Pos, fmt.Sprintf("%s: uses secret %s", where, m[1]))
+		}
+	}
+	if !isRun {
+		return
+	}
+	for _, m := range untrustedExpr.FindAllString(s.Value, -1) {
+		add("inject:"+where+":"+m, s.Pos, fmt.Sprintf("%s: %s is expanded into a shell script (script injection)", where, m))
+	}
+}
+
+func sortedJobIDs(w *actionlint.Workflow) []string {
+	ids := make([]string, 0, len(w.Jobs))
+	for id := range w.Jobs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func sortedScopes(p *actionlint.Permissions) []string {
+	names := make([]string, 0, len(p.Scopes))
+	for n := range p.Scopes {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
