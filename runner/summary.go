@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -50,6 +51,30 @@ func WriteSummary(w io.Writer, res Result) {
 				dest = d.Address
 			}
 			fmt.Fprintf(w, "  denied %s:%d (%s) %s\n", dest, d.Port, d.Protocol, d.Rule)
+		}
+	}
+	if t := res.Trust; t != nil {
+		fmt.Fprintf(w, "trust: %d finding(s)", len(t.Findings))
+		if len(t.ReadOnly) > 0 {
+			fmt.Fprintf(w, ", read-only in the sandbox: %s", strings.Join(t.ReadOnly, ", "))
+		}
+		fmt.Fprintln(w)
+		for _, f := range t.Findings {
+			loc := f.Path
+			if f.Line > 0 {
+				loc = fmt.Sprintf("%s:%d", f.Path, f.Line)
+			}
+			line := fmt.Sprintf("  %s %s %s %s: %s [%s", f.Phase, f.Category, loc, f.Kind, f.Reason, f.Action)
+			if f.Outcome != "" {
+				line += ", " + f.Outcome
+			}
+			fmt.Fprintln(w, line+"]")
+		}
+		if t.Failed {
+			fmt.Fprintf(w, "job fails: %s\n", t.Reason)
+		}
+		if t.Error != "" {
+			fmt.Fprintf(w, "trust: incomplete: %s\n", t.Error)
 		}
 	}
 	if res.Error != "" {

@@ -206,6 +206,9 @@ func runJob(ctx context.Context, job runner.Job, o *runOptions, stdout, stderr i
 		return 0, err
 	}
 	runner.WriteSummary(stderr, res)
+	if res.Trust != nil {
+		publishTrust(res.Trust, stdout, stderr)
+	}
 	if o.resultFile != "" {
 		if werr := writeResult(o.resultFile, res); werr != nil {
 			fmt.Fprintf(stderr, "airlock: %v\n", werr)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
+	"github.com/airlock-ci/airlock/runner/trust"
 )
 
 // policyMode says whether this run is governed by a policy: any policy
@@ -118,6 +119,17 @@ func (o *runOptions) applyPolicy(ctx context.Context, flags *pflag.FlagSet, job 
 	}
 	if job.Egress, err = runner.EgressFromPolicy(eff.Policy.Egress, os.LookupEnv); err != nil {
 		return policyError{err}
+	}
+	trustSet, err := trust.NewSet(eff.Policy.Trust)
+	if err != nil {
+		return policyError{err}
+	}
+	job.Trust = &runner.Trust{Set: trustSet}
+	if base != "" {
+		job.Trust.Base, job.Trust.Head = base, head
+		if head == "" {
+			job.Trust.Head = "HEAD"
+		}
 	}
 	cfg.ExtraMasks = append(cfg.ExtraMasks, o.masks...)
 	cfg.StateRoot, cfg.Workspace, cfg.RunscFlags = o.stateDir, o.workspace, o.runscFlags

@@ -132,10 +132,14 @@ func (s *Set) Category(p string) string {
 
 // AuthoredAction and RuntimeAction are the policy's action for a
 // category in each phase.
-func (s *Set) AuthoredAction(category string) string { return orDefault(s.authored[category], ActionWarn) }
+func (s *Set) AuthoredAction(category string) string {
+	return orDefault(s.authored[category], ActionWarn)
+}
 
 // RuntimeAction: see AuthoredAction.
-func (s *Set) RuntimeAction(category string) string { return orDefault(s.runtime[category], ActionWarn) }
+func (s *Set) RuntimeAction(category string) string {
+	return orDefault(s.runtime[category], ActionWarn)
+}
 
 // ReadonlyCategories are the categories whose files are mounted read-only
 // into the sandbox.

@@ -137,6 +137,7 @@ func (s *Snapshot) gitDir(root *os.Root, set *Set) {
 				e.Facts = []string{"unparseable: " + err.Error()}
 				continue
 			}
+			e.Facts = []string{}
 			for _, k := range keys {
 				e.Facts = append(e.Facts, k.Key+" = "+k.Value)
 			}

