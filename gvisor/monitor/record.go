@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"path"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 const (
 	maxExecs       = 10000
 	maxConnects    = 10000
+	maxRefused     = 1000
 	maxRecordBytes = 8 << 20
 	maxPathLen     = 4096
 	maxArgs        = 64
@@ -64,10 +66,22 @@ type Connect struct {
 	Result string `json:"result"`
 }
 
+// WriteRefused is an open for writing refused because the file system is
+// read-only (EROFS): a write to a path airlock mounted read-only.
+type WriteRefused struct {
+	Time time.Time `json:"time"`
+	PID  int32     `json:"pid"`
+	// Path is absolute inside the sandbox, as far as it could be rebuilt
+	// from the working directory or the directory descriptor.
+	Path string `json:"path"`
+}
+
 // Snapshot is a copy of a record at one moment, safe to marshal.
 type Snapshot struct {
 	Execs    []Exec    `json:"execs"`
 	Connects []Connect `json:"connects"`
+	// WritesRefused are opens for writing refused with EROFS.
+	WritesRefused []WriteRefused `json:"writesRefused,omitempty"`
 	// DroppedExecs and DroppedConnects count events not kept because the
 	// record was full.
 	DroppedExecs    uint64 `json:"droppedExecs"`
@@ -113,6 +127,7 @@ func (r *Record) Snapshot() Snapshot {
 		s.Execs[i] = e
 	}
 	s.Connects = append([]Connect(nil), r.snap.Connects...)
+	s.WritesRefused = append([]WriteRefused(nil), r.snap.WritesRefused...)
 	if s.Connects == nil {
 		s.Connects = []Connect{}
 	}
@@ -199,12 +214,49 @@ func (r *Record) apply(t pb.MessageType, payload []byte) error {
 			r.snap.ForkRefused++
 			r.mu.Unlock()
 		}
+	case pb.MessageType_MESSAGE_SYSCALL_OPEN:
+		var m pb.Open
+		if err := proto.Unmarshal(payload, &m); err != nil {
+			return err
+		}
+		r.addOpen(&m)
 	case pb.MessageType_MESSAGE_CONTAINER_START:
 		// Carries the container's environment: deliberately not recorded.
 	default:
 		return fmt.Errorf("unexpected message type %d", t)
 	}
 	return nil
+}
+
+// addOpen keeps an open refused with EROFS; every other open is dropped
+// at once (they are many, and not what the record is for).
+func (r *Record) addOpen(m *pb.Open) {
+	if m.GetExit().GetErrorno() != int64(unix.EROFS) {
+		return
+	}
+	cd := m.GetContextData()
+	p := m.GetPathname()
+	if !path.IsAbs(p) {
+		base := cd.GetCwd()
+		if m.GetFd() != int64(unix.AT_FDCWD) && m.GetFdPath() != "" {
+			base = m.GetFdPath()
+		}
+		p = path.Join(base, p)
+	}
+	w := WriteRefused{Time: eventTime(cd), PID: cd.GetThreadGroupId(), Path: truncatePath(path.Clean(p))}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.snap.WritesRefused) >= maxRefused {
+		return
+	}
+	r.snap.WritesRefused = append(r.snap.WritesRefused, w)
+}
+
+func truncatePath(p string) string {
+	if len(p) > maxPathLen {
+		return p[:maxPathLen]
+	}
+	return p
 }
 
 func eventTime(cd *pb.ContextData) time.Time {

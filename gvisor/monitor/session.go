@@ -11,6 +11,7 @@ import (
 // receiver's socket.
 func PodInitConfig(socketPath string) ([]byte, error) {
 	ctx := []string{"time", "thread_id", "group_id", "parent_thread_group_id", "credentials"}
+	ctx = ctx[:len(ctx):len(ctx)] // appends below make new slices
 	type point struct {
 		Name           string   `json:"name"`
 		OptionalFields []string `json:"optional_fields,omitempty"`
@@ -24,6 +25,10 @@ func PodInitConfig(socketPath string) ([]byte, error) {
 				{Name: "sentry/exit_notify_parent", ContextFields: ctx},
 				{Name: "sentry/task_exit", ContextFields: ctx},
 				{Name: "syscall/connect/exit", ContextFields: ctx},
+				// Opens, for the writes refused on read-only paths (only
+				// those are kept; see Record.addOpen).
+				{Name: "syscall/openat/exit", OptionalFields: []string{"fd_path"}, ContextFields: append(ctx, "cwd")},
+				{Name: "syscall/open/exit", ContextFields: append(ctx, "cwd")},
 				{Name: "syscall/clone/exit"},
 				{Name: "syscall/fork/exit"},
 				{Name: "syscall/vfork/exit"},

@@ -18,12 +18,13 @@ const (
 
 // Kinds of change.
 const (
-	KindAdded       = "added"
-	KindModified    = "modified"
-	KindDeleted     = "deleted"
-	KindModeChanged = "mode-changed"
-	KindSymlink     = "symlink-changed"
-	KindEscalation  = "escalation" // a workflow became more dangerous
+	KindAdded        = "added"
+	KindModified     = "modified"
+	KindDeleted      = "deleted"
+	KindModeChanged  = "mode-changed"
+	KindSymlink      = "symlink-changed"
+	KindEscalation   = "escalation"    // a workflow became more dangerous
+	KindWriteRefused = "write-refused" // the job tried to write a read-only path
 )
 
 // Finding is one change to the trust set.

@@ -53,7 +53,7 @@ type Server struct {
 	log             []Query
 	allowed, denied int
 	dropped         uint64
-	servers []*mdns.Server
+	servers         []*mdns.Server
 }
 
 // New returns a server that answers from book with the given TTL.

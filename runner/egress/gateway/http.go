@@ -27,10 +27,10 @@ func (g *Gateway) newHTTPServer(h http.Handler) *http.Server {
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		// Bound each request, as MaxDuration bounds a spliced connection.
-		ReadTimeout:  g.cfg.MaxDuration,
-		WriteTimeout: g.cfg.MaxDuration,
-		IdleTimeout:  g.cfg.IdleTimeout,
-		MaxHeaderBytes:    64 << 10,
+		ReadTimeout:    g.cfg.MaxDuration,
+		WriteTimeout:   g.cfg.MaxDuration,
+		IdleTimeout:    g.cfg.IdleTimeout,
+		MaxHeaderBytes: 64 << 10,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, connKey{}, c)
 		},

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// airlock trust diff: the authored diff of a real repository, in every
+// output format, with the exit status following the policy's action.
+func TestTrustDiff(t *testing.T) {
+	repo, git := newRepo(t)
+	wf := filepath.Join(repo, ".github", "workflows", "ci.yml")
+	os.MkdirAll(filepath.Dir(wf), 0o755)
+	os.WriteFile(wf, []byte("on: [pull_request]\npermissions: {contents: read}\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps:\n      - run: make\n"), 0o644)
+	git("init", "-q")
+	git("add", "-A")
+	git("commit", "-q", "-m", "base")
+	base := git("rev-parse", "HEAD")
+	os.WriteFile(wf, []byte("on: [pull_request, pull_request_target]\npermissions: {contents: read}\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps:\n      - run: make\n"), 0o644)
+	git("commit", "-q", "-am", "agent")
+
+	var out, errb bytes.Buffer
+	if code := execute([]string{"trust", "diff", "--base", base, "--format", "json", repo}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var rep struct {
+		Findings []struct{ Category, Path, Kind, Reason, Action string }
+		Failed   bool
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range rep.Findings {
+		found = found || f.Kind == "escalation" && strings.Contains(f.Reason, "pull_request_target") && f.Action == "warn"
+	}
+	if !found || rep.Failed {
+		t.Errorf("report: %+v", rep)
+	}
+
+	out.Reset()
+	execute([]string{"trust", "diff", "--base", base, "--format", "annotations", repo}, &out, &errb)
+	if !strings.Contains(out.String(), "::warning file=.github/workflows/ci.yml,line=1,title=airlock trust%3A ci authored::new trigger pull_request_target") {
+		t.Errorf("annotations: %s", out.String())
+	}
+
+	// An organisation that fails CI changes: exit 1, and the Markdown says why.
+	org := t.TempDir()
+	os.WriteFile(filepath.Join(org, "org.cue"), []byte("package airlock\ntrust: authored: ci: \"fail\"\n"), 0o644)
+	out.Reset()
+	code := execute([]string{"trust", "diff", "--org", org, "--base", base, repo}, &out, &errb)
+	if code != 1 || !strings.Contains(out.String(), "**The job fails:**") || !strings.Contains(out.String(), "| authored | ci |") {
+		t.Errorf("exit %d, markdown:\n%s", code, out.String())
+	}
+
+	// A base that is not in the repository: a clear usage error.
+	errb.Reset()
+	if code := execute([]string{"trust", "diff", "--base", strings.Repeat("ab", 20), repo}, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), "fetch-depth") {
+		t.Errorf("missing base: exit %d: %s", code, errb.String())
+	}
+}
