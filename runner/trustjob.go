@@ -78,7 +78,7 @@ func refusedWrites(mount string, set *trust.Set, readOnly []string, refused []mo
 		}
 		out = append(out, trust.Finding{
 			Phase: trust.Runtime, Category: cat, Path: rel, Kind: trust.KindWriteRefused,
-			Reason: fmt.Sprintf("the job tried to write it (pid %d %s)", w.PID, bin),
+			Reason: strings.TrimSpace(fmt.Sprintf("the job tried to write it (pid %d %s", w.PID, bin)) + ")",
 			Action: set.RuntimeAction(cat), Severity: "warning", Outcome: "write refused: read-only",
 		})
 	}

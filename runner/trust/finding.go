@@ -134,6 +134,7 @@ func Compare(before, after *Snapshot, set *Set) []Finding {
 		f.Action = set.RuntimeAction(f.Category)
 		f.Severity = severity(f.Action)
 		f.Diff, f.DiffSHA256 = entryDiff(p, b, a)
+		f.Line = firstChangedLine(f.Diff)
 		out = append(out, *f)
 	}
 	return out

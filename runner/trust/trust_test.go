@@ -346,3 +346,74 @@ func TestSnapshotOddGitDirs(t *testing.T) {
 		})
 	}
 }
+
+// Each escalation the semantic diff knows, one workflow edit at a time.
+func TestWorkflowEscalations(t *testing.T) {
+	const base = `on: [pull_request]
+permissions: {contents: read}
+jobs:
+  t:
+    runs-on: ubuntu-latest
+    steps:
+      - uses: example/airlock-action@0123456789abcdef0123456789abcdef01234567
+      - run: make
+`
+	for _, tc := range []struct {
+		name, head, want string
+	}{
+		{"workflow_run", strings.Replace(base, "[pull_request]", "[pull_request, workflow_run]", 1), "new trigger workflow_run"},
+		{"issue_comment", strings.Replace(base, "[pull_request]", "[issue_comment]", 1), "new trigger issue_comment"},
+		{"write-all", strings.Replace(base, "{contents: read}", "write-all", 1), "permissions write-all"},
+		{"no permissions", strings.Replace(base, "permissions: {contents: read}\n", "", 1), "no permissions block"},
+		{"job permission", strings.Replace(base, "    runs-on:", "    permissions: {actions: write}\n    runs-on:", 1), "permission actions: write"},
+		{"secrets inherit", base + "  call:\n    uses: org/repo/.github/workflows/x.yml@0123456789abcdef0123456789abcdef01234567\n    secrets: inherit\n", "secrets: inherit"},
+		{"unpinned reusable", base + "  call:\n    uses: org/repo/.github/workflows/x.yml@main\n", "x.yml@main, not pinned"},
+		{"head_ref injection", strings.Replace(base, "run: make", "run: git checkout ${{ github.head_ref }}", 1), "github.head_ref"},
+		{"comment injection", strings.Replace(base, "run: make", "run: echo '${{ github.event.comment.body }}'", 1), "comment.body"},
+		{"airlock removed", strings.Replace(base, "      - uses: example/airlock-action@0123456789abcdef0123456789abcdef01234567\n", "", 1), "step that used airlock was removed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := WorkflowEscalations(".github/workflows/ci.yml", []byte(base), []byte(tc.head))
+			var reasons []string
+			for _, f := range got {
+				reasons = append(reasons, f.Reason)
+			}
+			if !strings.Contains(strings.Join(reasons, "\n"), tc.want) {
+				t.Errorf("got %q, want one with %q", reasons, tc.want)
+			}
+		})
+	}
+	if got := WorkflowEscalations("ci.yml", []byte(base), []byte(strings.Replace(base, "run: make", "run: make all", 1))); len(got) != 0 {
+		t.Errorf("harmless edit: %+v", got)
+	}
+}
+
+// A job that deletes .git entirely: the hooks and config it held are
+// reported deleted and, with revert, come back.
+func TestDeletedGitDir(t *testing.T) {
+	dir, git, write := repo(t)
+	write(".git/hooks/pre-push", "#!/bin/sh\n")
+	git("config", "core.editor", "vi")
+	set := defaultSet(t)
+	before, err := Take(dir, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config, _ := os.ReadFile(filepath.Join(dir, ".git/config"))
+	os.RemoveAll(filepath.Join(dir, ".git"))
+	after, _ := Take(dir, set)
+	found := Compare(before, after, set)
+	kinds := map[string]string{}
+	for _, f := range found {
+		kinds[f.Path] = f.Kind
+	}
+	if kinds[".git/config"] != KindDeleted || kinds[".git/hooks/pre-push"] != KindDeleted {
+		t.Fatalf("findings: %+v", found)
+	}
+	if err := Revert(dir, before, found); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, ".git/config")); !bytes.Equal(b, config) {
+		t.Errorf("config not restored: %q", b)
+	}
+}
