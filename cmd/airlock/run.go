@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
@@ -49,6 +50,12 @@ type runOptions struct {
 	head          string
 	eventFile     string
 	jobFromPolicy string
+	// Attestation.
+	attestDir          string
+	attestKey          string
+	attestPasswordFile string
+	policyKey          string      // attest.key of the policy
+	meta               attest.Meta // what the policy mode learnt of the pull request
 }
 
 func (o *runOptions) addFlags(f *pflag.FlagSet) {
@@ -78,6 +85,9 @@ func (o *runOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.head, "head", "", "pull request head commit: report whether it edits the policy")
 	f.StringVar(&o.eventFile, "event", "", "pull request event payload (JSON, as in GITHUB_EVENT_PATH): agent detection, base and head")
 	f.StringVar(&o.jobFromPolicy, "job", "", "run the policy's steps.NAME job")
+	f.StringVar(&o.attestDir, "attest-dir", "", "where the signed attestation goes (default STATE-DIR/attestations)")
+	f.StringVar(&o.attestKey, "attest-key", "", "signing key: a key file (PEM, ECDSA P-256 or Ed25519; encrypted ones take the password from "+passwordEnv+") or a KMS URI; default the policy's attest.key")
+	f.StringVar(&o.attestPasswordFile, "attest-key-password-file", "", "file with the signing key's password, when "+passwordEnv+" is not set")
 	f.StringArrayVar(&o.runscFlags, "runsc-flag", nil, "extra global runsc flag, e.g. --runsc-flag=--directfs=false (experts)")
 	f.MarkHidden("runsc-flag")
 }
@@ -205,19 +215,21 @@ func runJob(ctx context.Context, job runner.Job, o *runOptions, stdout, stderr i
 		// The sandbox never started: nothing to summarise.
 		return 0, err
 	}
+	att := writeAttestation(ctx, res, o, stderr)
 	runner.WriteSummary(stderr, res)
 	if res.Trust != nil {
 		publishTrust(res.Trust, stdout, stderr)
 	}
+	out := resultWithAttestation{Result: res, Attestation: att}
 	if o.resultFile != "" {
-		if werr := writeResult(o.resultFile, res); werr != nil {
+		if werr := writeResult(o.resultFile, out); werr != nil {
 			fmt.Fprintf(stderr, "airlock: %v\n", werr)
 		}
 	}
 	if o.asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(res); err != nil {
+		if err := enc.Encode(out); err != nil {
 			return exitInternal, fmt.Errorf("write JSON result: %w", err)
 		}
 	}
@@ -230,7 +242,14 @@ func runJob(ctx context.Context, job runner.Job, o *runOptions, stdout, stderr i
 	return res.ExitCode, nil
 }
 
-func writeResult(path string, res runner.Result) error {
+// resultWithAttestation is the JSON result: the job's, and where its
+// attestation went.
+type resultWithAttestation struct {
+	runner.Result
+	Attestation *attestationInfo `json:"attestation"`
+}
+
+func writeResult(path string, res resultWithAttestation) error {
 	b, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode result: %w", err)

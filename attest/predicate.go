@@ -1,0 +1,250 @@
+// Package attest makes and checks airlock's attestations: an in-toto
+// Statement v1 whose subject is the pull request's head commit and whose
+// predicate (PredicateType, documented in attest/README.md) says what ran
+// in the sandbox, what egress was allowed or denied and what trust-
+// sensitive files were touched; signed as a DSSE envelope through
+// sigstore's signers and written as a Sigstore bundle that cosign also
+// verifies offline.
+package attest
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// PredicateType names and versions airlock's run predicate.
+const PredicateType = "https://github.com/airlock-ci/airlock/attest/run/v1"
+
+// Predicate is what the attestation says about a run. Fields are
+// lowerCamelCase, times RFC 3339 UTC. A verifier decodes it strictly:
+// unknown fields are an error.
+type Predicate struct {
+	Runner    Runner     `json:"runner"`
+	Policy    Policy     `json:"policy"`
+	Job       Job        `json:"job"`
+	Steps     []Step     `json:"steps"`
+	Processes Processes  `json:"processes"`
+	Egress    Egress     `json:"egress"`
+	Trust     Trust      `json:"trust"`
+	Verdict   Verdict    `json:"verdict"`
+	Times     RunTimes   `json:"times"`
+	Sandbox   SandboxRef `json:"sandbox"`
+}
+
+// Runner identifies the software and host that ran the job.
+type Runner struct {
+	AirlockVersion  string `json:"airlockVersion"`
+	AirlockCommit   string `json:"airlockCommit"`
+	GVisorVersion   string `json:"gvisorVersion"`
+	Platform        string `json:"platform"`
+	Hostname        string `json:"hostname"`
+	MachineIDSHA256 string `json:"machineIdSha256,omitempty"`
+	// GitHub is set when the job ran under GitHub Actions.
+	GitHub *GitHubRun `json:"github,omitempty"`
+}
+
+// GitHubRun identifies a GitHub Actions run.
+type GitHubRun struct {
+	Repository string `json:"repository,omitempty"`
+	RunID      string `json:"runId,omitempty"`
+	RunAttempt string `json:"runAttempt,omitempty"`
+	Workflow   string `json:"workflow,omitempty"`
+	Job        string `json:"job,omitempty"`
+	RunnerName string `json:"runnerName,omitempty"`
+}
+
+// Policy is the policy that governed the run.
+type Policy struct {
+	Sources         []PolicySource `json:"sources"`
+	EffectiveSHA256 string         `json:"effectiveSha256,omitempty"`
+	Agent           *AgentDecision `json:"agent,omitempty"`
+}
+
+// PolicySource is one policy file.
+type PolicySource struct {
+	Kind   string `json:"kind"`
+	Path   string `json:"path"`
+	Commit string `json:"commit,omitempty"`
+	SHA256 string `json:"sha256"`
+}
+
+// AgentDecision is the agent-detection outcome.
+type AgentDecision struct {
+	Agent  bool   `json:"agent"`
+	Reason string `json:"reason"`
+}
+
+// Job identifies the pull request and job.
+type Job struct {
+	Name        string `json:"name"`
+	Repository  string `json:"repository,omitempty"`
+	PullRequest int    `json:"pullRequest,omitempty"`
+	BaseSHA     string `json:"baseSha,omitempty"`
+	HeadSHA     string `json:"headSha,omitempty"`
+	Author      string `json:"author,omitempty"`
+	Event       string `json:"event,omitempty"`
+}
+
+// Step is one step of the job.
+type Step struct {
+	Name          string    `json:"name"`
+	CommandSHA256 string    `json:"commandSha256"`
+	Status        string    `json:"status"`
+	Start         time.Time `json:"start,omitzero"`
+	End           time.Time `json:"end,omitzero"`
+	ExitCode      int       `json:"exitCode"`
+	Limit         string    `json:"limit,omitempty"`
+	StdoutSHA256  string    `json:"stdoutSha256,omitempty"`
+	StdoutBytes   int64     `json:"stdoutBytes"`
+	StderrSHA256  string    `json:"stderrSha256,omitempty"`
+	StderrBytes   int64     `json:"stderrBytes"`
+}
+
+// Processes is the runtime-monitoring exec record, bounded.
+type Processes struct {
+	Execs   []Exec `json:"execs"`
+	Dropped uint64 `json:"dropped"`
+}
+
+// Exec is one program the sandbox ran.
+type Exec struct {
+	Time       time.Time `json:"time"`
+	PID        int32     `json:"pid"`
+	PPID       int32     `json:"ppid"`
+	Binary     string    `json:"binary"`
+	SHA256     string    `json:"sha256,omitempty"`
+	ArgvSHA256 string    `json:"argvSha256"`
+	// Argv is kept bounded (MaxArgvBytes); ArgvSHA256 covers it whole.
+	Argv     []string   `json:"argv"`
+	ExitTime *time.Time `json:"exitTime,omitempty"`
+	ExitCode *int       `json:"exitCode,omitempty"`
+	Signal   int        `json:"signal,omitempty"`
+}
+
+// Egress is every network decision and a summary per destination. The
+// decisions are rows under Columns (DecisionColumns), times in
+// milliseconds since Start: 10,000 of them fit in about a megabyte.
+type Egress struct {
+	Gateway   string            `json:"gateway,omitempty"`
+	Start     time.Time         `json:"start"`
+	Columns   []string          `json:"columns"`
+	Decisions []json.RawMessage `json:"decisions"`
+	Summary   []EgressSummary   `json:"summary"`
+	Dropped   uint64            `json:"dropped"`
+}
+
+// DecisionColumns name the fields of an egress decision row.
+var DecisionColumns = []string{"ms", "pid", "protocol", "name", "address", "port", "method", "path", "decision", "rule", "reason", "upstream", "bytesOut", "bytesIn"}
+
+// EgressDecision is one decision row, decoded.
+type EgressDecision struct {
+	Time     time.Time
+	PID      int32
+	Protocol string
+	Name     string
+	Address  string
+	Port     int
+	Method   string
+	Path     string
+	Decision string
+	Rule     string
+	Reason   string
+	Upstream string
+	BytesOut int64
+	BytesIn  int64
+}
+
+func (d EgressDecision) row(start time.Time) json.RawMessage {
+	b, _ := json.Marshal([]any{d.Time.Sub(start).Milliseconds(), d.PID, d.Protocol, d.Name, d.Address, d.Port, d.Method, d.Path, d.Decision, d.Rule, d.Reason, d.Upstream, d.BytesOut, d.BytesIn})
+	return b
+}
+
+// Rows decodes the decision rows (a row of the wrong shape decodes to
+// what could be read).
+func (e Egress) Rows() []EgressDecision {
+	out := make([]EgressDecision, 0, len(e.Decisions))
+	for _, raw := range e.Decisions {
+		var r []any
+		json.Unmarshal(raw, &r)
+		var d EgressDecision
+		str := func(i int) string {
+			if i < len(r) {
+				s, _ := r[i].(string)
+				return s
+			}
+			return ""
+		}
+		num := func(i int) int64 {
+			if i < len(r) {
+				switch n := r[i].(type) {
+				case float64:
+					return int64(n)
+				case int64:
+					return n
+				case int:
+					return int64(n)
+				case int32:
+					return int64(n)
+				}
+			}
+			return 0
+		}
+		d.Time = e.Start.Add(time.Duration(num(0)) * time.Millisecond)
+		d.PID, d.Protocol, d.Name, d.Address, d.Port = int32(num(1)), str(2), str(3), str(4), int(num(5))
+		d.Method, d.Path, d.Decision, d.Rule, d.Reason, d.Upstream = str(6), str(7), str(8), str(9), str(10), str(11)
+		d.BytesOut, d.BytesIn = num(12), num(13)
+		out = append(out, d)
+	}
+	return out
+}
+
+// EgressSummary totals the decisions for one destination.
+type EgressSummary struct {
+	Destination string `json:"destination"`
+	Allowed     int    `json:"allowed"`
+	Denied      int    `json:"denied"`
+	BytesOut    int64  `json:"bytesOut"`
+	BytesIn     int64  `json:"bytesIn"`
+}
+
+// Trust is every trust finding.
+type Trust struct {
+	Findings []TrustFinding `json:"findings"`
+	ReadOnly []string       `json:"readOnly,omitempty"`
+}
+
+// TrustFinding is one change to a trust-sensitive file.
+type TrustFinding struct {
+	Phase      string `json:"phase"`
+	Category   string `json:"category"`
+	Path       string `json:"path"`
+	Line       int    `json:"line,omitempty"`
+	Kind       string `json:"kind"`
+	Severity   string `json:"severity"`
+	Action     string `json:"action"`
+	Outcome    string `json:"outcome,omitempty"`
+	Reason     string `json:"reason"`
+	DiffSHA256 string `json:"diffSha256,omitempty"`
+	// Diff is the start of the diff (MaxDiffBytes), for reviewers.
+	Diff string `json:"diff,omitempty"`
+}
+
+// Verdict is the job's outcome.
+type Verdict struct {
+	Passed   bool     `json:"passed"`
+	ExitCode int      `json:"exitCode"`
+	Reasons  []string `json:"reasons"`
+}
+
+// RunTimes bounds the run.
+type RunTimes struct {
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+}
+
+// SandboxRef identifies the sandbox.
+type SandboxRef struct {
+	ID      string `json:"id"`
+	Network string `json:"network"`
+	User    string `json:"user"`
+}

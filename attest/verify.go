@@ -1,0 +1,186 @@
+package attest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/secure-systems-lab/go-securesystemslib/dsse"
+	protobundle "github.com/sigstore/protobuf-specs/gen/pb-go/bundle/v1"
+	"github.com/sigstore/sigstore/pkg/signature"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// Bounds on what a verifier reads before the signature checks out.
+const (
+	MaxBundleSize = 16 << 20
+	maxJSONDepth  = 64
+)
+
+// ErrNotVerified is wrapped by every verification failure.
+var ErrNotVerified = errors.New("not verified")
+
+// VerifyOptions says what a bundle must match besides the signature.
+type VerifyOptions struct {
+	// Commit, when set, must be the subject's gitCommit digest.
+	Commit string
+	// Compliance, when set, is a CUE policy the predicate must satisfy
+	// (see Comply).
+	Compliance []byte
+	// ComplianceName names it in errors.
+	ComplianceName string
+}
+
+// Verified is a bundle that passed every check.
+type Verified struct {
+	Statement []byte      `json:"-"`
+	Subject   SubjectInfo `json:"subject"`
+	Predicate Predicate   `json:"predicate"`
+	KeyHint   string      `json:"keyHint,omitempty"`
+}
+
+// SubjectInfo is the statement's subject.
+type SubjectInfo struct {
+	Name   string            `json:"name"`
+	Digest map[string]string `json:"digest"`
+}
+
+func fail(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrNotVerified}, args...)...)
+}
+
+// Verify checks a Sigstore bundle: size and shape first, then the DSSE
+// signature with v over exactly the stored payload, and only then the
+// payload: an in-toto Statement v1 with airlock's predicate type, the
+// subject (against opts.Commit), the predicate decoded strictly, and the
+// compliance policy. Each failure is one clear reason.
+func Verify(bundle []byte, v signature.Verifier, opts VerifyOptions) (*Verified, error) {
+	if len(bundle) > MaxBundleSize {
+		return nil, fail("the bundle is %d bytes, more than the %d a verifier reads", len(bundle), MaxBundleSize)
+	}
+	if err := checkDepth(bundle, maxJSONDepth); err != nil {
+		return nil, fail("%v", err)
+	}
+	var b protobundle.Bundle
+	if err := (protojson.UnmarshalOptions{}).Unmarshal(bundle, &b); err != nil {
+		return nil, fail("not a Sigstore bundle: %v", err)
+	}
+	if b.GetMediaType() != BundleMediaType {
+		return nil, fail("bundle media type %q, want %q", b.GetMediaType(), BundleMediaType)
+	}
+	env := b.GetDsseEnvelope()
+	if env == nil {
+		return nil, fail("the bundle holds no DSSE envelope")
+	}
+	if env.GetPayloadType() != PayloadType {
+		return nil, fail("payload type %q, want %q", env.GetPayloadType(), PayloadType)
+	}
+	if n := len(env.GetSignatures()); n != 1 {
+		return nil, fail("the envelope has %d signatures; airlock bundles have exactly one", n)
+	}
+	pae := dsse.PAE(env.GetPayloadType(), env.GetPayload())
+	if err := v.VerifySignature(bytes.NewReader(env.GetSignatures()[0].GetSig()), bytes.NewReader(pae)); err != nil {
+		return nil, fail("signature: %v (wrong key, or the bundle was changed)", err)
+	}
+
+	// Signed: now the payload may be read.
+	payload := env.GetPayload()
+	var st statementJSON
+	if err := strictJSON(payload, &st); err != nil {
+		return nil, fail("payload is not an in-toto statement with airlock's predicate: %v", err)
+	}
+	if st.Type != StatementType {
+		return nil, fail("statement type %q, want %q", st.Type, StatementType)
+	}
+	if st.PredicateType != PredicateType {
+		return nil, fail("predicate type %q, want %q", st.PredicateType, PredicateType)
+	}
+	if len(st.Subject) != 1 || len(st.Subject[0].Digest) == 0 {
+		return nil, fail("the statement has %d subjects, want 1 with a digest", len(st.Subject))
+	}
+	sub, p := st.Subject[0], st.Predicate
+	if opts.Commit != "" && sub.Digest["gitCommit"] != opts.Commit {
+		return nil, fail("the subject is commit %q, not %q", sub.Digest["gitCommit"], opts.Commit)
+	}
+	out := &Verified{Statement: payload, Subject: sub, Predicate: p}
+	if pk := b.GetVerificationMaterial().GetPublicKey(); pk != nil {
+		out.KeyHint = pk.GetHint()
+	}
+	if opts.Compliance != nil {
+		raw, err := json.Marshal(p)
+		if err != nil {
+			return out, fail("predicate: %v", err)
+		}
+		if err := Comply(opts.ComplianceName, opts.Compliance, raw); err != nil {
+			return out, fail("compliance: %v", err)
+		}
+	}
+	return out, nil
+}
+
+// checkDepth refuses JSON nested deeper than max, before any decoder
+// builds it: one pass over the bytes, skipping strings.
+func checkDepth(b []byte, max int) error {
+	depth, inString, escaped := 0, false, false
+	for _, c := range b {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			if depth++; depth > max {
+				return fmt.Errorf("JSON nested deeper than %d levels", max)
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return nil
+}
+
+// Inspect decodes a bundle's statement WITHOUT checking its signature,
+// for rendering a report the caller labels as unverified.
+func Inspect(bundle []byte) (*Verified, error) {
+	if len(bundle) > MaxBundleSize {
+		return nil, fmt.Errorf("the bundle is %d bytes, more than %d", len(bundle), MaxBundleSize)
+	}
+	if err := checkDepth(bundle, maxJSONDepth); err != nil {
+		return nil, err
+	}
+	var b protobundle.Bundle
+	if err := protojson.Unmarshal(bundle, &b); err != nil {
+		return nil, fmt.Errorf("not a Sigstore bundle: %v", err)
+	}
+	var st statementJSON
+	if err := json.Unmarshal(b.GetDsseEnvelope().GetPayload(), &st); err != nil {
+		return nil, fmt.Errorf("payload is not an in-toto statement: %v", err)
+	}
+	out := &Verified{Predicate: st.Predicate, Statement: b.GetDsseEnvelope().GetPayload()}
+	if len(st.Subject) > 0 {
+		out.Subject = st.Subject[0]
+	}
+	return out, nil
+}
+
+// strictJSON decodes one JSON value, refusing unknown fields and
+// trailing data.
+func strictJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return fmt.Errorf("trailing data after the JSON value")
+	}
+	return nil
+}

@@ -1,0 +1,311 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/internal/gitexec"
+	"github.com/airlock-ci/airlock/runner"
+)
+
+// passwordEnv holds the password of an encrypted signing key. Never a
+// flag: flags show in the process list.
+const passwordEnv = "AIRLOCK_KEY_PASSWORD"
+
+// attestationInfo is what the job's result says about its attestation.
+type attestationInfo struct {
+	Bundle   string `json:"bundle,omitempty"`
+	Envelope string `json:"envelope,omitempty"`
+	// Unsigned is the statement written without a signature (no key, or
+	// signing failed), for forensics.
+	Unsigned string `json:"unsigned,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// writeAttestation builds the statement of a finished job and signs it
+// with the configured key; without one, or when signing fails, the
+// statement is written unsigned and named so.
+func writeAttestation(ctx context.Context, res runner.Result, o *runOptions, stderr io.Writer) *attestationInfo {
+	info := &attestationInfo{}
+	dir := o.attestDir
+	if dir == "" {
+		dir = filepath.Join(o.stateDir, "attestations")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		info.Error = fmt.Sprintf("attestation directory: %v", err)
+		fmt.Fprintf(stderr, "airlock: ATTESTATION NOT WRITTEN: %s\n", info.Error)
+		return info
+	}
+	m := o.meta
+	m.AirlockVersion, m.AirlockCommit = version, commit
+	// Revisions become commit ids; without a head, the workspace's HEAD.
+	if m.HeadSHA == "" {
+		m.HeadSHA = "HEAD"
+	}
+	for _, rev := range []*string{&m.HeadSHA, &m.BaseSHA} {
+		if *rev == "" {
+			continue
+		}
+		sha, err := gitexec.ResolveCommit(ctx, o.workspace, *rev)
+		if err != nil {
+			sha = ""
+		}
+		*rev = sha
+	}
+	if m.Repository == "" {
+		m.Repository = os.Getenv("GITHUB_REPOSITORY")
+		if m.Repository != "" {
+			m.Repository = strings.TrimSuffix(os.Getenv("GITHUB_SERVER_URL"), "/") + "/" + m.Repository
+		}
+	}
+	abs, _ := filepath.Abs(o.workspace)
+	stmt, err := attest.Statement(attest.Subject(m, abs), attest.FromResult(res, m))
+	if err != nil {
+		info.Error = err.Error()
+		fmt.Fprintf(stderr, "airlock: ATTESTATION NOT WRITTEN: %v\n", err)
+		return info
+	}
+	base := filepath.Join(dir, res.Sandbox.ID)
+	unsigned := func(why string) *attestationInfo {
+		info.Unsigned = base + ".UNSIGNED.intoto.json"
+		if err := os.WriteFile(info.Unsigned, stmt, 0o644); err != nil {
+			why += "; writing the unsigned statement failed too: " + err.Error()
+		}
+		info.Error = why
+		fmt.Fprintf(stderr, "airlock: ATTESTATION NOT SIGNED: %s; unsigned statement: %s\n", why, info.Unsigned)
+		return info
+	}
+	key := o.attestKey
+	if key == "" {
+		key = o.policyKey
+	}
+	if key == "" {
+		return unsigned("no signing key (--attest-key, or attest.key in the policy)")
+	}
+	signer, err := attest.LoadSigner(ctx, key, attest.PasswordFromEnv(passwordEnv, o.attestPasswordFile))
+	if err != nil {
+		return unsigned(err.Error())
+	}
+	signed, err := attest.Sign(signer, stmt)
+	if err != nil {
+		return unsigned(err.Error())
+	}
+	info.Bundle, info.Envelope = base+".sigstore.json", base+".dsse.json"
+	for path, data := range map[string][]byte{info.Bundle: signed.Bundle, info.Envelope: signed.Envelope} {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			return unsigned("write " + path + ": " + err.Error())
+		}
+	}
+	fmt.Fprintf(stderr, "attestation: %s (signed, %d bytes)\n", info.Bundle, len(signed.Bundle))
+	return info
+}
+
+func newVerifyCmd(code *int) *cobra.Command {
+	var keyFile, commitSHA, policyFile, htmlFile string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "verify --key PUB [--commit SHA] [--policy compliance.cue] BUNDLE",
+		Short: "Verify an airlock attestation bundle offline and check it against a compliance policy",
+		Long: `verify checks the bundle's signature with the public key, then its payload:
+an in-toto statement with airlock's predicate, the subject (--commit), the
+predicate's shape, and a CUE compliance policy (--policy) over the field
+"predicate". It prints what ran, the egress table and the trust findings,
+or --json. Exit status 0: verified; 1: not verified (the reason is printed).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if keyFile == "" {
+				return usagef("--key is required: the public key (PEM) the bundle must be signed with")
+			}
+			pub, err := readCapped(keyFile, 64<<10)
+			if err != nil {
+				return usageError{err}
+			}
+			v, err := attest.LoadVerifier(pub)
+			if err != nil {
+				return usageError{err}
+			}
+			bundle, err := readCapped(args[0], attest.MaxBundleSize)
+			if err != nil {
+				*code = 1
+				fmt.Fprintf(c.ErrOrStderr(), "NOT VERIFIED: %v\n", err)
+				return nil
+			}
+			opts := attest.VerifyOptions{Commit: commitSHA}
+			if policyFile != "" {
+				if opts.Compliance, err = readCapped(policyFile, 1<<20); err != nil {
+					return usageError{err}
+				}
+				opts.ComplianceName = policyFile
+			}
+			res, err := attest.Verify(bundle, v, opts)
+			if err != nil {
+				*code = 1
+				fmt.Fprintf(c.ErrOrStderr(), "NOT VERIFIED: %v\n", err)
+				return nil
+			}
+			if htmlFile != "" {
+				if err := writeHTMLFile(htmlFile, res, "signature verified with "+keyFile); err != nil {
+					return err
+				}
+			}
+			if asJSON {
+				enc := json.NewEncoder(c.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			printVerified(c.OutOrStdout(), res)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&keyFile, "key", "", "public key (PEM) of the signer")
+	cmd.Flags().StringVar(&commitSHA, "commit", "", "the subject must be this commit")
+	cmd.Flags().StringVar(&policyFile, "policy", "", "CUE compliance policy over the field predicate")
+	cmd.Flags().StringVar(&htmlFile, "html", "", "also write the HTML report to this file")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the verified subject and predicate as JSON")
+	return cmd
+}
+
+func writeHTMLFile(path string, v *attest.Verified, status string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := attest.WriteHTML(f, v, status); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// printVerified is the readable report of a verified bundle.
+func printVerified(w io.Writer, v *attest.Verified) {
+	p := v.Predicate
+	verdict := "PASSED"
+	if !p.Verdict.Passed {
+		verdict = "FAILED"
+	}
+	fmt.Fprintf(w, "VERIFIED: %s %v\n", v.Subject.Name, v.Subject.Digest)
+	fmt.Fprintf(w, "job %s %s (exit %d) on airlock %s, gVisor %s, host %s\n", p.Job.Name, verdict, p.Verdict.ExitCode, p.Runner.AirlockVersion, p.Runner.GVisorVersion, p.Runner.Hostname)
+	for _, r := range p.Verdict.Reasons {
+		fmt.Fprintf(w, "  reason: %s\n", r)
+	}
+	fmt.Fprintf(w, "policy %s (%d sources)\n", p.Policy.EffectiveSHA256, len(p.Policy.Sources))
+	fmt.Fprintln(w, "steps:")
+	for _, s := range p.Steps {
+		fmt.Fprintf(w, "  %-12s %-7s exit %d %s\n", s.Name, s.Status, s.ExitCode, s.Limit)
+	}
+	fmt.Fprintf(w, "processes: %d recorded, %d dropped\n", len(p.Processes.Execs), p.Processes.Dropped)
+	fmt.Fprintln(w, "egress:")
+	for _, e := range p.Egress.Summary {
+		fmt.Fprintf(w, "  %-40s allowed %d denied %d (%d B out, %d B in)\n", e.Destination, e.Allowed, e.Denied, e.BytesOut, e.BytesIn)
+	}
+	fmt.Fprintf(w, "trust: %d finding(s)\n", len(p.Trust.Findings))
+	for _, f := range p.Trust.Findings {
+		fmt.Fprintf(w, "  %s %s %s %s [%s] %s\n", f.Phase, f.Category, f.Path, f.Kind, f.Action, f.Reason)
+	}
+}
+
+func newReportCmd() *cobra.Command {
+	var keyFile, out string
+	cmd := &cobra.Command{
+		Use:   "report [--key PUB] [-o FILE] BUNDLE",
+		Short: "Render an attestation bundle as a self-contained HTML page",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			bundle, err := readCapped(args[0], attest.MaxBundleSize)
+			if err != nil {
+				return usageError{err}
+			}
+			var v *attest.Verified
+			status := "SIGNATURE NOT CHECKED (give --key)"
+			if keyFile != "" {
+				pub, err := readCapped(keyFile, 64<<10)
+				if err != nil {
+					return usageError{err}
+				}
+				ver, err := attest.LoadVerifier(pub)
+				if err != nil {
+					return usageError{err}
+				}
+				if v, err = attest.Verify(bundle, ver, attest.VerifyOptions{}); err != nil {
+					return usageError{err}
+				}
+				status = "signature verified with " + keyFile
+			} else if v, err = attest.Inspect(bundle); err != nil {
+				return usageError{err}
+			}
+			if out == "" {
+				out = strings.TrimSuffix(args[0], ".json") + ".html"
+			}
+			if err := writeHTMLFile(out, v, status); err != nil {
+				return err
+			}
+			fmt.Fprintln(c.OutOrStdout(), out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&keyFile, "key", "", "public key to verify the bundle with first")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "HTML file (default: the bundle's name with .html)")
+	return cmd
+}
+
+func newKeysCmd() *cobra.Command {
+	keys := &cobra.Command{Use: "keys", Short: "Signing keys for attestations"}
+	var prefix, passwordFile string
+	gen := &cobra.Command{
+		Use:   "generate --out PREFIX",
+		Short: "Write an ECDSA P-256 key pair: PREFIX.key (0600; encrypted when " + passwordEnv + " or --password-file gives a password) and PREFIX.pub",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if prefix == "" {
+				return usagef("--out PREFIX is required")
+			}
+			var password []byte
+			if v, ok := os.LookupEnv(passwordEnv); ok {
+				password = []byte(v)
+			} else if passwordFile != "" {
+				p, err := attest.PasswordFromEnv(passwordEnv, passwordFile)()
+				if err != nil {
+					return usageError{err}
+				}
+				password = p
+			}
+			priv, pub, err := attest.GenerateKeyPair(password)
+			if err != nil {
+				return err
+			}
+			f, err := os.OpenFile(prefix+".key", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+			if err != nil {
+				return usageError{fmt.Errorf("%w (not overwriting an existing key)", err)}
+			}
+			_, werr := f.Write(priv)
+			if cerr := f.Close(); werr == nil {
+				werr = cerr
+			}
+			if werr != nil {
+				return werr
+			}
+			if err := os.WriteFile(prefix+".pub", pub, 0o644); err != nil {
+				return err
+			}
+			state := "not encrypted"
+			if len(password) > 0 {
+				state = "encrypted"
+			}
+			fmt.Fprintf(c.OutOrStdout(), "wrote %s.key (%s) and %s.pub\n", prefix, state, prefix)
+			return nil
+		},
+	}
+	gen.Flags().StringVar(&prefix, "out", "", "path prefix of the two files")
+	gen.Flags().StringVar(&passwordFile, "password-file", "", "file holding the password (when "+passwordEnv+" is not set)")
+	keys.AddCommand(gen)
+	return keys
+}
