@@ -210,7 +210,13 @@ func runJob(ctx context.Context, job runner.Job, o *runOptions, stdout, stderr i
 	if o.asJSON {
 		job.Stdout = stderr
 	}
+	// Under GitHub Actions the job's own output must not issue workflow
+	// commands (a fake "::stop-commands::" would silence airlock's
+	// annotations, "::add-mask::" hide evidence): they are off while the
+	// job runs, with a token the job cannot guess.
+	resume := pauseWorkflowCommands(stdout)
 	res, err := runner.Run(ctx, job, runtimeName())
+	resume()
 	if err != nil && res.Sandbox.ID == "" {
 		// The sandbox never started: nothing to summarise.
 		return 0, err

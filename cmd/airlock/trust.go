@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,6 +33,20 @@ func publishTrust(r *trust.Report, stdout, stderr io.Writer) {
 			fmt.Fprintf(stderr, "airlock: write the job summary: %v\n", err)
 		}
 	}
+}
+
+// pauseWorkflowCommands stops GitHub's processing of workflow commands
+// in the log (when running under GitHub Actions) and returns the function
+// that resumes it.
+func pauseWorkflowCommands(w io.Writer) func() {
+	if os.Getenv("GITHUB_ACTIONS") != "true" {
+		return func() {}
+	}
+	b := make([]byte, 16)
+	rand.Read(b)
+	token := hex.EncodeToString(b)
+	fmt.Fprintf(w, "::stop-commands::%s\n", token)
+	return func() { fmt.Fprintf(w, "::%s::\n", token) }
 }
 
 func newTrustCmd(code *int) *cobra.Command {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -32,7 +33,12 @@ func Run(ctx context.Context, repo string, args ...string) ([]byte, error) {
 func RunCapped(ctx context.Context, repo string, limit int, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
-	full := append([]string{"-C", repo, "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "--no-replace-objects"}, args...)
+	// No network, no helper, no hook, no fsmonitor: whatever the
+	// repository's config says (a promisor remote would make git fetch,
+	// and a fetch can run ext:: or core.sshCommand).
+	full := append([]string{"-C", repo, "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null",
+		"-c", "protocol.allow=never", "-c", "core.sshCommand=false", "-c", "credential.helper=",
+		"--no-replace-objects"}, args...)
 	cmd := exec.CommandContext(ctx, "git", full...)
 	cmd.Env = []string{
 		"PATH=/usr/local/bin:/usr/bin:/bin",
@@ -40,6 +46,9 @@ func RunCapped(ctx context.Context, repo string, limit int, args ...string) ([]b
 		"GIT_CONFIG_GLOBAL=/dev/null",
 		"GIT_TERMINAL_PROMPT=0",
 		"GIT_NO_LAZY_FETCH=1",
+		"GIT_PROTOCOL_FROM_USER=0",
+		// Never look above the repository for a git directory.
+		"GIT_CEILING_DIRECTORIES=" + filepath.Dir(filepath.Clean(repo)),
 		// The workspace may belong to another user than airlock's.
 		"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=safe.directory", "GIT_CONFIG_VALUE_0=*",
 	}

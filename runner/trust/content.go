@@ -17,20 +17,30 @@ var npmLifecycle = []string{
 	"pretest", "posttest", "prestart", "poststart", "prebuild", "postbuild",
 }
 
-// lifecycleScripts returns the lifecycle scripts of a package.json as
-// "name: command" facts, sorted. Invalid JSON is a fact too.
+// lifecycleScripts returns the scripts of a package.json as "name:
+// command" facts, sorted: the lifecycle ones run by themselves, and CI
+// runs the others (test, build). Keys are matched exactly, as npm does
+// (Go's decoder would also take "Scripts"). Invalid JSON is a fact too.
 func lifecycleScripts(data []byte) []string {
-	var pkg struct {
-		Scripts map[string]any `json:"scripts"`
-	}
-	if err := json.Unmarshal(data, &pkg); err != nil {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(data, &top); err != nil {
 		return []string{"unparseable package.json: " + err.Error()}
 	}
 	out := []string{}
-	for name, cmd := range pkg.Scripts {
+	raw, ok := top["scripts"]
+	if !ok {
+		return out
+	}
+	var scripts map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &scripts); err != nil {
+		return []string{"scripts is not an object: " + string(raw)}
+	}
+	for name, cmd := range scripts {
+		tag := "scripts."
 		if slices.Contains(npmLifecycle, name) {
-			out = append(out, fmt.Sprintf("scripts.%s: %v", name, cmd))
+			tag = "scripts (lifecycle)."
 		}
+		out = append(out, fmt.Sprintf("%s%s: %s", tag, name, cmd))
 	}
 	slices.Sort(out)
 	return out

@@ -25,6 +25,7 @@ const (
 	KindSymlink      = "symlink-changed"
 	KindEscalation   = "escalation"    // a workflow became more dangerous
 	KindWriteRefused = "write-refused" // the job tried to write a read-only path
+	KindIncomplete   = "incomplete"    // the inspection stopped at a bound
 )
 
 // Finding is one change to the trust set.
@@ -53,6 +54,7 @@ type Finding struct {
 const (
 	maxDiffLines = 200
 	maxDiffBytes = 16 << 10
+	maxDiffInput = 64 << 10
 )
 
 // unifiedDiff returns a bounded unified diff of two texts and the digest
@@ -61,6 +63,11 @@ func unifiedDiff(name string, a, b []byte) (string, string) {
 	if isBinary(a) || isBinary(b) {
 		sum := sha256.Sum256(append(append([]byte{}, a...), b...))
 		return "(binary content not shown)", hex.EncodeToString(sum[:])
+	}
+	if len(a) > maxDiffInput || len(b) > maxDiffInput {
+		// The diff algorithm is quadratic on large inputs.
+		sum := sha256.Sum256(append(append([]byte{}, a...), b...))
+		return fmt.Sprintf("(too large to diff: %d and %d bytes)", len(a), len(b)), hex.EncodeToString(sum[:])
 	}
 	text, _ := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
 		A: difflib.SplitLines(string(a)), B: difflib.SplitLines(string(b)),
@@ -103,6 +110,12 @@ func Compare(before, after *Snapshot, set *Set) []Finding {
 	for p := range after.Entries {
 		paths[p] = true
 	}
+	if before.Truncated || after.Truncated {
+		// A walk that stopped early may hide a planted file: never let
+		// that pass as "no change".
+		out = append(out, Finding{Phase: Runtime, Category: "trust", Path: ".", Kind: KindIncomplete, Severity: "error", Action: ActionFail,
+			Reason: fmt.Sprintf("the workspace is too large to inspect in full (more than %d entries or %d bytes to hash): findings may be missing", maxWalkEntries, maxReadTotal)})
+	}
 	for _, p := range sortedKeys(paths) {
 		b, a := before.Entries[p], after.Entries[p]
 		var f *Finding
@@ -117,10 +130,13 @@ func Compare(before, after *Snapshot, set *Set) []Finding {
 		case b.Link != a.Link:
 			f = &Finding{Path: p, Category: a.Category, Kind: KindSymlink, Reason: fmt.Sprintf("symlink target %q -> %q", b.Link, a.Link)}
 		case b.Facts != nil && a.Facts != nil:
-			// Only what matters of the file counts (lifecycle scripts,
-			// driver lines, executable git config keys).
+			// What matters of the file counts (scripts, driver lines,
+			// executable git config keys); for a git config any other
+			// change too, as the key list cannot know every option.
 			if !slices.Equal(b.Facts, a.Facts) {
 				f = &Finding{Path: p, Category: a.Category, Kind: KindModified, Reason: factsReason(b.Facts, a.Facts)}
+			} else if a.Category == GitConfig && b.SHA256 != a.SHA256 {
+				f = &Finding{Path: p, Category: a.Category, Kind: KindModified, Reason: "git config changed by the job (no key on the code-executing list)"}
 			}
 		case b.SHA256 != a.SHA256:
 			f = &Finding{Path: p, Category: a.Category, Kind: KindModified, Reason: "content changed by the job"}

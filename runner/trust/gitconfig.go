@@ -13,15 +13,21 @@ import (
 
 // builtinConfigKeys are git config keys that execute code or redirect
 // execution, as section.subsection.key patterns ("*" stands for any
-// subsection). alias.* counts only for shell aliases ("!cmd").
+// subsection). Every alias counts: a plain one can still pass -c options
+// to git (alias.st = "-c core.fsmonitor=... status").
 var builtinConfigKeys = []string{
 	"core.hooksPath", "core.fsmonitor", "core.sshCommand", "core.pager", "core.editor",
-	"core.askPass", "core.gitProxy", "core.worktree", "credential.helper", "credential.*.helper",
+	"core.askPass", "core.gitProxy", "core.worktree", "core.alternateRefsCommand",
+	"credential.helper", "credential.*.helper",
 	"filter.*.clean", "filter.*.smudge", "filter.*.process",
 	"diff.*.textconv", "diff.*.command", "diff.external", "merge.*.driver",
-	"gpg.program", "gpg.*.program", "alias.*", "include.path", "includeIf.*.path",
+	"difftool.*.cmd", "mergetool.*.cmd", "trailer.*.command", "trailer.*.cmd",
+	"gpg.program", "gpg.*.program", "gpg.ssh.defaultKeyCommand", "alias.*", "include.path", "includeIf.*.path",
 	"uploadpack.packObjectsHook", "sequence.editor", "pager.*", "web.browser",
-	"browser.*.cmd", "protocol.allow", "url.*.insteadOf", "remote.*.uploadpack", "remote.*.receivepack",
+	"browser.*.cmd", "browser.*.path", "protocol.allow", "protocol.*.allow", "url.*.insteadOf", "url.*.pushInsteadOf",
+	"remote.*.url", "remote.*.pushurl", "remote.*.uploadpack", "remote.*.receivepack", "remote.*.proxy",
+	"submodule.*.update", "submodule.*.url", "http.proxy", "http.*.proxy", "http.sslVerify", "http.*.sslVerify",
+	"extensions.worktreeConfig",
 }
 
 // maxConfigSize bounds a git config file read.
@@ -100,9 +106,6 @@ func matchConfigKey(patterns []string, section, sub, key, value string) bool {
 			psub, pkey = rest[:i], rest[i+1:]
 		} else {
 			pkey = rest
-		}
-		if strings.EqualFold(section, "alias") && !strings.HasPrefix(strings.TrimSpace(value), "!") {
-			continue // a plain alias runs git, not a shell
 		}
 		switch {
 		case psub == "" && pkey == "*" && sub == "":

