@@ -32,6 +32,7 @@ bench:
 	go test -run XXX -bench ConnectionSetup -benchtime 2000x ./runner/egress/gateway/
 	go test -run XXX -bench BulkTransfer -benchtime 3x ./runner/egress/gateway/
 	go test -run XXX -bench Answers -benchtime 20x ./runner/egress/dns/
+	go test -run XXX -bench SignVerify -benchtime 10x ./attest/
 
 clean:
 	rm -rf bin

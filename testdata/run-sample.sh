@@ -19,11 +19,14 @@ if command -v curl >/dev/null && curl -s -o /dev/null --max-time 1 http://127.0.
 fi
 
 ws=$(mktemp -d /tmp/airlock-sample.XXXXXX)
+keys=$(mktemp -d /tmp/airlock-sample-keys.XXXXXX)
+out=bin/sample
+rm -rf "$out" && mkdir -p "$out"
 bin/demo-registry -listen 127.0.0.1:18080 &
 registry=$!
-trap 'kill $registry 2>/dev/null; rm -rf "$ws"' EXIT INT TERM
+trap 'kill $registry 2>/dev/null; rm -rf "$ws" "$keys"' EXIT INT TERM
 
-git_() { git -C "$ws" -c user.name=sample -c user.email=sample@example.com "$@"; }
+git_() { git -C "$ws" -c safe.directory='*' -c user.name=sample -c user.email=sample@example.com "$@"; }
 cp -R testdata/sample-pr/. "$ws"
 cp -R testdata/sample-base/.github "$ws"
 git_ init -q -b main
@@ -34,5 +37,18 @@ git_ add -A
 git_ commit -q -m "agent: speed up CI"
 chown -R 1000:1000 "$ws"
 
+# A throwaway signing key for the demo (outside the workspace: the job
+# never sees it). Real runners keep theirs in a KMS or a protected file.
+bin/airlock keys generate --out "$keys/demo" >/dev/null
+cp "$keys/demo.pub" "$out/demo.pub"
+
+status=0
 bin/airlock run --workspace "$ws" --org testdata/sample-org --base main~1 --head main \
-  --steps "$ws/ci.yaml" "$@"
+  --steps "$ws/ci.yaml" --attest-key "$keys/demo.key" --attest-dir "$out" "$@" || status=$?
+
+# The signed attestation, checked offline as a reviewer would.
+bundle=$(ls "$out"/*.sigstore.json)
+echo "== airlock verify $bundle"
+bin/airlock verify --key "$out/demo.pub" --commit "$(git_ rev-parse main)" --html "$out/report.html" "$bundle"
+echo "HTML report: $out/report.html"
+exit $status
