@@ -272,7 +272,7 @@ func TestHTMLReport(t *testing.T) {
 	p.Steps[0].Name = `<script>alert(1)</script>`
 	p.Trust.Findings[0].Diff = "+<img src=x onerror=alert(1)>"
 	var b bytes.Buffer
-	if err := WriteHTML(&b, &Verified{Predicate: p, Subject: SubjectInfo{Name: "repo"}}, "verified"); err != nil {
+	if err := WriteHTML(&b, &Verified{Predicate: p, Subject: SubjectInfo{Name: "repo"}}, true, "verified"); err != nil {
 		t.Fatal(err)
 	}
 	page := b.String()
@@ -285,5 +285,61 @@ func TestHTMLReport(t *testing.T) {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %q", want)
 		}
+	}
+}
+
+// What the review found, each refused: a statement whose keys repeat in
+// another case, trailing data, a subject that disagrees with the
+// predicate, a KMS scheme not compiled in; and a run too large for a
+// bundle is trimmed to fit with every drop counted.
+func TestVerifyHardening(t *testing.T) {
+	k := keyFiles(t)["ecdsa"]
+	s, _ := LoadSigner(context.Background(), k.ref, nil)
+	v, _ := LoadVerifier(k.pub)
+	good := statement(t, commitA, predicate(1, 1, 0))
+	var m map[string]any
+	json.Unmarshal(good, &m)
+	pred, _ := json.Marshal(m["predicate"])
+	sub, _ := json.Marshal(m["subject"])
+	headMismatch := predicate(1, 1, 0)
+	headMismatch.Job.HeadSHA = strings.Repeat("7", 40)
+	for _, tc := range []struct {
+		name string
+		stmt []byte
+		want string
+	}{
+		{"case duplicate", []byte(`{"_type":"https://in-toto.io/Statement/v1","subject":` + string(sub) + `,"predicateType":"https://slsa.dev/provenance/v1","PREDICATETYPE":"` + PredicateType + `","predicate":` + string(pred) + `}`), "appears twice"},
+		{"trailing data", append(append([]byte{}, good...), ']'), "']'"},
+		{"head mismatch", statement(t, commitA, headMismatch), "job.headSha"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			signed, err := Sign(s, tc.stmt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Verify(signed.Bundle, v, VerifyOptions{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := LoadSigner(context.Background(), "evilkms://x", nil); err == nil || !strings.Contains(err.Error(), "no KMS provider") {
+		t.Errorf("unknown KMS scheme: %v", err)
+	}
+
+	huge := predicate(5000, 20000, 2000)
+	for i := range huge.Processes.Execs {
+		huge.Processes.Execs[i].Argv = []string{strings.Repeat("x", 1000), strings.Repeat("y", 1000), strings.Repeat("z", 1000)}
+	}
+	subject := Subject(Meta{Repository: "r", HeadSHA: commitA}, "/ws")
+	if err := Fit(subject, &huge); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := Statement(subject, huge)
+	if len(b) > MaxStatement || huge.Egress.Dropped == 0 || int(huge.Egress.Dropped)+len(huge.Egress.Decisions) != 20000 {
+		t.Errorf("fit: %d bytes, %d rows kept, %d dropped", len(b), len(huge.Egress.Decisions), huge.Egress.Dropped)
+	}
+	signed, _ := Sign(s, b)
+	if len(signed.Bundle) > MaxBundleSize {
+		t.Errorf("a fitted statement makes a %d-byte bundle, more than verify reads", len(signed.Bundle))
 	}
 }

@@ -3,6 +3,7 @@ package attest
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"cuelang.org/go/cue"
 	"cuelang.org/go/cue/cuecontext"
@@ -20,6 +21,21 @@ import (
 //
 // Every violation is reported with its path.
 func Comply(name string, policy, predicate []byte) error {
+	// CUE evaluation cannot be cancelled; a policy that takes too long is
+	// an error (the evaluation finishes in the background).
+	done := make(chan error, 1)
+	go func() { done <- comply(name, policy, predicate) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(complianceTimeout):
+		return fmt.Errorf("policy %s: evaluation took longer than %v", name, complianceTimeout)
+	}
+}
+
+const complianceTimeout = 30 * time.Second
+
+func comply(name string, policy, predicate []byte) error {
 	ctx := cuecontext.New()
 	pol := ctx.CompileBytes(policy, cue.Filename(name))
 	if err := pol.Err(); err != nil {

@@ -10,13 +10,14 @@ import (
 // (no external assets) for reviewers: the verdict, the steps, the process
 // tree, the egress table and the trust findings with their diffs. status
 // is the verification outcome shown in the header.
-func WriteHTML(w io.Writer, v *Verified, status string) error {
+func WriteHTML(w io.Writer, v *Verified, verified bool, status string) error {
 	return page.Execute(w, struct {
 		V         *Verified
+		Verified  bool
 		Status    string
 		Tree      []treeNode
 		Decisions []EgressDecision
-	}{v, status, processTree(v.Predicate.Processes.Execs), v.Predicate.Egress.Rows()})
+	}{v, verified, status, processTree(v.Predicate.Processes.Execs), v.Predicate.Egress.Rows()})
 }
 
 // treeNode is one process with its depth in the tree.
@@ -56,6 +57,14 @@ func processTree(execs []Exec) []treeNode {
 	for _, r := range roots {
 		walk(r, 0)
 	}
+	// Execs whose parents form a cycle (a pid reused) are not under any
+	// root: list them flat rather than lose them.
+	for _, e := range execs {
+		if !seen[e.PID] {
+			seen[e.PID] = true
+			out = append(out, treeNode{e, 0})
+		}
+	}
 	return out
 }
 
@@ -80,8 +89,9 @@ th{background:#f3f3f3} code,pre{font:12px ui-monospace,monospace} pre{background
 .pass{background:#d7f5d7} .fail{background:#f8d4d4} .allowed{background:#eefbee} .denied{background:#fde8e8}
 .banner{padding:10px;border-radius:4px;font-size:1.2em}
 </style></head><body>
-<div class="banner {{if .V.Predicate.Verdict.Passed}}pass{{else}}fail{{end}}">
-<strong>{{if .V.Predicate.Verdict.Passed}}PASSED{{else}}FAILED{{end}}</strong> (exit {{.V.Predicate.Verdict.ExitCode}}) · {{.Status}}
+{{if not .Verified}}<div class="banner fail"><strong>NOT VERIFIED</strong>: {{.Status}}. Nothing below is trustworthy until the bundle is verified with the signer's key.</div>{{end}}
+<div class="banner {{if and .Verified .V.Predicate.Verdict.Passed}}pass{{else}}fail{{end}}">
+<strong>{{if .V.Predicate.Verdict.Passed}}PASSED{{else}}FAILED{{end}}</strong> (exit {{.V.Predicate.Verdict.ExitCode}}){{if .Verified}} · {{.Status}}{{end}}
 </div>
 {{range .V.Predicate.Verdict.Reasons}}<p>{{.}}</p>{{end}}
 <h1>{{.V.Predicate.Job.Name}} · {{.V.Subject.Name}}</h1>
@@ -100,7 +110,7 @@ th{background:#f3f3f3} code,pre{font:12px ui-monospace,monospace} pre{background
 <table><tr><th>process</th><th>pid</th><th>exit</th><th>sha256</th></tr>
 {{range .Tree}}<tr><td>{{indent .Depth}}<code>{{.Exec.Binary}}</code> {{join .Exec.Argv " "}}</td><td>{{.Exec.PID}}</td><td>{{with .Exec.ExitCode}}{{.}}{{end}}{{if .Exec.Signal}} signal {{.Exec.Signal}}{{end}}</td><td><code>{{short .Exec.SHA256}}</code></td></tr>{{end}}
 </table>
-<h2>Egress</h2>
+<h2>Egress{{if .V.Predicate.Egress.Dropped}} ({{.V.Predicate.Egress.Dropped}} decisions not recorded){{end}}</h2>
 <table><tr><th>destination</th><th>allowed</th><th>denied</th><th>bytes out</th><th>bytes in</th></tr>
 {{range .V.Predicate.Egress.Summary}}<tr class="{{if .Denied}}denied{{else}}allowed{{end}}"><td>{{.Destination}}</td><td>{{.Allowed}}</td><td>{{.Denied}}</td><td>{{.BytesOut}}</td><td>{{.BytesIn}}</td></tr>{{end}}
 </table>
@@ -108,7 +118,8 @@ th{background:#f3f3f3} code,pre{font:12px ui-monospace,monospace} pre{background
 <table><tr><th>time</th><th>process</th><th>protocol</th><th>destination</th><th>decision</th><th>rule</th><th>reason</th></tr>
 {{range .Decisions}}<tr class="{{.Decision}}"><td>{{.Time.Format "15:04:05.000"}}</td><td>{{.PID}}</td><td>{{.Protocol}}</td><td>{{.Name}} {{.Address}}:{{.Port}} {{.Method}} {{.Path}}</td><td>{{.Decision}}</td><td>{{.Rule}}</td><td>{{.Reason}}</td></tr>{{end}}
 </table></details>
-<h2>Trust findings ({{len .V.Predicate.Trust.Findings}})</h2>
+<h2>Trust findings ({{len .V.Predicate.Trust.Findings}}{{if .V.Predicate.Trust.Dropped}}, {{.V.Predicate.Trust.Dropped}} more not recorded{{end}})</h2>
+{{with .V.Predicate.Trust.Error}}<p class="fail">incomplete: {{.}}</p>{{end}}
 {{range .V.Predicate.Trust.Findings}}<div class="{{if eq .Severity "error"}}fail{{end}}"><p><strong>{{.Phase}} {{.Category}}</strong> <code>{{.Path}}{{if .Line}}:{{.Line}}{{end}}</code> {{.Kind}}: {{.Reason}} [{{.Action}}{{if .Outcome}}, {{.Outcome}}{{end}}]</p>{{with .Diff}}<pre>{{.}}</pre>{{end}}</div>{{else}}<p>none</p>{{end}}
 </body></html>
 `))

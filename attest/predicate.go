@@ -16,7 +16,9 @@ import (
 const PredicateType = "https://github.com/airlock-ci/airlock/attest/run/v1"
 
 // Predicate is what the attestation says about a run. Fields are
-// lowerCamelCase, times RFC 3339 UTC. A verifier decodes it strictly:
+// lowerCamelCase, times RFC 3339 UTC, and every field is always present
+// (null or empty when unknown), so a compliance policy never mistakes a
+// missing value for one it demands. A verifier decodes it strictly:
 // unknown fields are an error.
 type Predicate struct {
 	Runner    Runner     `json:"runner"`
@@ -38,33 +40,33 @@ type Runner struct {
 	GVisorVersion   string `json:"gvisorVersion"`
 	Platform        string `json:"platform"`
 	Hostname        string `json:"hostname"`
-	MachineIDSHA256 string `json:"machineIdSha256,omitempty"`
+	MachineIDSHA256 string `json:"machineIdSha256"`
 	// GitHub is set when the job ran under GitHub Actions.
-	GitHub *GitHubRun `json:"github,omitempty"`
+	GitHub *GitHubRun `json:"github"`
 }
 
 // GitHubRun identifies a GitHub Actions run.
 type GitHubRun struct {
-	Repository string `json:"repository,omitempty"`
-	RunID      string `json:"runId,omitempty"`
-	RunAttempt string `json:"runAttempt,omitempty"`
-	Workflow   string `json:"workflow,omitempty"`
-	Job        string `json:"job,omitempty"`
-	RunnerName string `json:"runnerName,omitempty"`
+	Repository string `json:"repository"`
+	RunID      string `json:"runId"`
+	RunAttempt string `json:"runAttempt"`
+	Workflow   string `json:"workflow"`
+	Job        string `json:"job"`
+	RunnerName string `json:"runnerName"`
 }
 
 // Policy is the policy that governed the run.
 type Policy struct {
 	Sources         []PolicySource `json:"sources"`
-	EffectiveSHA256 string         `json:"effectiveSha256,omitempty"`
-	Agent           *AgentDecision `json:"agent,omitempty"`
+	EffectiveSHA256 string         `json:"effectiveSha256"`
+	Agent           *AgentDecision `json:"agent"`
 }
 
 // PolicySource is one policy file.
 type PolicySource struct {
 	Kind   string `json:"kind"`
 	Path   string `json:"path"`
-	Commit string `json:"commit,omitempty"`
+	Commit string `json:"commit"`
 	SHA256 string `json:"sha256"`
 }
 
@@ -77,12 +79,12 @@ type AgentDecision struct {
 // Job identifies the pull request and job.
 type Job struct {
 	Name        string `json:"name"`
-	Repository  string `json:"repository,omitempty"`
-	PullRequest int    `json:"pullRequest,omitempty"`
-	BaseSHA     string `json:"baseSha,omitempty"`
-	HeadSHA     string `json:"headSha,omitempty"`
-	Author      string `json:"author,omitempty"`
-	Event       string `json:"event,omitempty"`
+	Repository  string `json:"repository"`
+	PullRequest int    `json:"pullRequest"`
+	BaseSHA     string `json:"baseSha"`
+	HeadSHA     string `json:"headSha"`
+	Author      string `json:"author"`
+	Event       string `json:"event"`
 }
 
 // Step is one step of the job.
@@ -90,42 +92,53 @@ type Step struct {
 	Name          string    `json:"name"`
 	CommandSHA256 string    `json:"commandSha256"`
 	Status        string    `json:"status"`
-	Start         time.Time `json:"start,omitzero"`
-	End           time.Time `json:"end,omitzero"`
+	Start         time.Time `json:"start"`
+	End           time.Time `json:"end"`
 	ExitCode      int       `json:"exitCode"`
-	Limit         string    `json:"limit,omitempty"`
-	StdoutSHA256  string    `json:"stdoutSha256,omitempty"`
+	Limit         string    `json:"limit"`
+	StdoutSHA256  string    `json:"stdoutSha256"`
 	StdoutBytes   int64     `json:"stdoutBytes"`
-	StderrSHA256  string    `json:"stderrSha256,omitempty"`
+	StderrSHA256  string    `json:"stderrSha256"`
 	StderrBytes   int64     `json:"stderrBytes"`
+	// Message is airlock's note on the step (an error, a limit).
+	Message string `json:"message"`
 }
 
 // Processes is the runtime-monitoring exec record, bounded.
 type Processes struct {
-	Execs   []Exec `json:"execs"`
-	Dropped uint64 `json:"dropped"`
+	Execs []Exec `json:"execs"`
+	// Dropped counts execs not in Execs (the record was full, or the
+	// statement's bounds); DroppedBySentry events gVisor could not
+	// deliver; Malformed events that did not decode.
+	Dropped         uint64 `json:"dropped"`
+	DroppedBySentry uint64 `json:"droppedBySentry"`
+	Malformed       uint64 `json:"malformed"`
 }
 
 // Exec is one program the sandbox ran.
 type Exec struct {
-	Time       time.Time `json:"time"`
-	PID        int32     `json:"pid"`
-	PPID       int32     `json:"ppid"`
-	Binary     string    `json:"binary"`
-	SHA256     string    `json:"sha256,omitempty"`
-	ArgvSHA256 string    `json:"argvSha256"`
-	// Argv is kept bounded (MaxArgvBytes); ArgvSHA256 covers it whole.
+	Time   time.Time `json:"time"`
+	PID    int32     `json:"pid"`
+	PPID   int32     `json:"ppid"`
+	Binary string    `json:"binary"`
+	SHA256 string    `json:"sha256"`
+	// ArgvSHA256 covers the argv as recorded; ArgvTruncated says the
+	// runtime monitor had already cut it (64 arguments, 1 KiB each).
+	ArgvSHA256    string `json:"argvSha256"`
+	ArgvTruncated bool   `json:"argvTruncated"`
+	// Argv is bounded further here (MaxArgvBytes); ArgvSHA256 covers
+	// the recorded argv whole.
 	Argv     []string   `json:"argv"`
-	ExitTime *time.Time `json:"exitTime,omitempty"`
-	ExitCode *int       `json:"exitCode,omitempty"`
-	Signal   int        `json:"signal,omitempty"`
+	ExitTime *time.Time `json:"exitTime"`
+	ExitCode *int       `json:"exitCode"`
+	Signal   int        `json:"signal"`
 }
 
 // Egress is every network decision and a summary per destination. The
 // decisions are rows under Columns (DecisionColumns), times in
 // milliseconds since Start: 10,000 of them fit in about a megabyte.
 type Egress struct {
-	Gateway   string            `json:"gateway,omitempty"`
+	Gateway   string            `json:"gateway"`
 	Start     time.Time         `json:"start"`
 	Columns   []string          `json:"columns"`
 	Decisions []json.RawMessage `json:"decisions"`
@@ -210,7 +223,12 @@ type EgressSummary struct {
 // Trust is every trust finding.
 type Trust struct {
 	Findings []TrustFinding `json:"findings"`
-	ReadOnly []string       `json:"readOnly,omitempty"`
+	// Dropped counts findings past the statement's bound.
+	Dropped  uint64   `json:"dropped"`
+	ReadOnly []string `json:"readOnly"`
+	// Error says the diffs are incomplete; Notes what was not inspected.
+	Error string   `json:"error"`
+	Notes []string `json:"notes"`
 }
 
 // TrustFinding is one change to a trust-sensitive file.
@@ -218,15 +236,15 @@ type TrustFinding struct {
 	Phase      string `json:"phase"`
 	Category   string `json:"category"`
 	Path       string `json:"path"`
-	Line       int    `json:"line,omitempty"`
+	Line       int    `json:"line"`
 	Kind       string `json:"kind"`
 	Severity   string `json:"severity"`
 	Action     string `json:"action"`
-	Outcome    string `json:"outcome,omitempty"`
+	Outcome    string `json:"outcome"`
 	Reason     string `json:"reason"`
-	DiffSHA256 string `json:"diffSha256,omitempty"`
+	DiffSHA256 string `json:"diffSha256"`
 	// Diff is the start of the diff (MaxDiffBytes), for reviewers.
-	Diff string `json:"diff,omitempty"`
+	Diff string `json:"diff"`
 }
 
 // Verdict is the job's outcome.

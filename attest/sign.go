@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
@@ -45,6 +46,9 @@ type PasswordFunc func() ([]byte, error)
 func PasswordFromEnv(env, file string) PasswordFunc {
 	return func() ([]byte, error) {
 		if v, ok := os.LookupEnv(env); ok {
+			if v == "" {
+				return nil, fmt.Errorf("%s is set but empty", env)
+			}
 			return []byte(v), nil
 		}
 		if file != "" {
@@ -63,6 +67,11 @@ func PasswordFromEnv(env, file string) PasswordFunc {
 // compiled in: see kms.SupportedProviders).
 func LoadSigner(ctx context.Context, ref string, password PasswordFunc) (signature.Signer, error) {
 	if strings.Contains(ref, "://") {
+		// Only providers compiled in: sigstore would otherwise run a
+		// "sigstore-kms-<scheme>" plugin from PATH.
+		if !slices.ContainsFunc(kms.SupportedProviders(), func(p string) bool { return strings.HasPrefix(ref, p) }) {
+			return nil, fmt.Errorf("signing key %s: no KMS provider for it in this build (compiled in: %v); use a key file", ref, kms.SupportedProviders())
+		}
 		sv, err := kms.Get(ctx, ref, crypto.SHA256)
 		if err != nil {
 			return nil, fmt.Errorf("signing key %s: %w (providers compiled in: %v)", ref, err, kms.SupportedProviders())

@@ -29,12 +29,13 @@ type Meta struct {
 
 // Bounds that keep a statement small enough to store.
 const (
-	MaxExecs      = 5000
-	MaxDecisions  = 20000
-	MaxArgvBytes  = 1024
-	MaxFindings   = 2000
-	MaxDiffBytes  = 4096
-	subjectPrefix = "airlock-subject:v1 "
+	MaxExecs        = 5000
+	MaxDecisions    = 20000
+	MaxArgvBytes    = 1024
+	MaxFindings     = 2000
+	MaxDestinations = 1000
+	MaxDiffBytes    = 4096
+	subjectPrefix   = "airlock-subject:v1 "
 )
 
 // SubjectFile is the canonical subject file of a commit: its sha256 is
@@ -98,7 +99,7 @@ func FromResult(res runner.Result, m Meta) Predicate {
 		p.Steps = append(p.Steps, Step{
 			Name: s.Name, CommandSHA256: hex.EncodeToString(cmd[:]), Status: s.Status, Start: s.Start, End: s.End,
 			ExitCode: s.ExitCode, Limit: s.Limit, StdoutSHA256: s.StdoutSHA256, StdoutBytes: s.StdoutBytes,
-			StderrSHA256: s.StderrSHA256, StderrBytes: s.StderrBytes,
+			StderrSHA256: s.StderrSHA256, StderrBytes: s.StderrBytes, Message: clip(s.Message, 512),
 		})
 		if s.Status != runner.StatusPassed {
 			reason := fmt.Sprintf("step %q %s (exit %d)", s.Name, s.Status, s.ExitCode)
@@ -110,6 +111,7 @@ func FromResult(res runner.Result, m Meta) Predicate {
 	}
 	execs := res.Processes.Execs
 	p.Processes.Dropped = res.Processes.DroppedExecs
+	p.Processes.DroppedBySentry, p.Processes.Malformed = res.Processes.DroppedBySentry, res.Processes.Malformed
 	if len(execs) > MaxExecs {
 		p.Processes.Dropped += uint64(len(execs) - MaxExecs)
 		execs = execs[:MaxExecs]
@@ -117,7 +119,7 @@ func FromResult(res runner.Result, m Meta) Predicate {
 	for _, x := range execs {
 		argv, _ := json.Marshal(x.Argv)
 		sum := sha256.Sum256(argv)
-		e := Exec{Time: x.Time, PID: x.PID, PPID: x.PPID, Binary: x.Binary, SHA256: x.SHA256, ArgvSHA256: hex.EncodeToString(sum[:]), Argv: boundArgv(x.Argv)}
+		e := Exec{Time: x.Time, PID: x.PID, PPID: x.PPID, Binary: clip(x.Binary, 512), SHA256: x.SHA256, ArgvSHA256: hex.EncodeToString(sum[:]), ArgvTruncated: x.ArgvTruncated, Argv: boundArgv(x.Argv)}
 		if x.Exit != nil {
 			t, c := x.Exit.Time, x.Exit.Code
 			e.ExitTime, e.ExitCode, e.Signal = &t, &c, x.Exit.Signal
@@ -138,22 +140,49 @@ func FromResult(res runner.Result, m Meta) Predicate {
 				addr = "" // a gateway address: the name says it
 			}
 			p.Egress.Decisions = append(p.Egress.Decisions, EgressDecision{
-				Time: d.Time, PID: d.PID, Protocol: d.Protocol, Name: d.Name, Address: addr, Port: d.Port,
-				Method: d.Method, Path: d.Path, Decision: d.Decision, Rule: shortRule(d.Rule), Reason: d.Reason, Upstream: d.Upstream,
+				Time: d.Time, PID: d.PID, Protocol: d.Protocol, Name: clip(d.Name, 253), Address: addr, Port: d.Port,
+				Method: clip(d.Method, 16), Path: clip(d.Path, 256), Decision: d.Decision, Rule: clip(shortRule(d.Rule), 128),
+				Reason: clip(d.Reason, 256), Upstream: d.Upstream,
 				BytesOut: d.BytesOut, BytesIn: d.BytesIn,
 			}.row(res.Start))
 		}
 		p.Egress.Summary = summarize(eg.Decisions)
+		if len(p.Egress.Summary) > MaxDestinations {
+			other := EgressSummary{Destination: fmt.Sprintf("(%d other destinations)", len(p.Egress.Summary)-MaxDestinations)}
+			for _, d := range p.Egress.Summary[MaxDestinations:] {
+				other.Allowed += d.Allowed
+				other.Denied += d.Denied
+				other.BytesOut += d.BytesOut
+				other.BytesIn += d.BytesIn
+			}
+			p.Egress.Summary = append(p.Egress.Summary[:MaxDestinations], other)
+		}
 	}
 	if tr := res.Trust; tr != nil {
 		p.Trust.ReadOnly = tr.ReadOnly
+		if len(p.Trust.ReadOnly) > 100 {
+			p.Trust.ReadOnly = p.Trust.ReadOnly[:100]
+		}
+		p.Trust.Error = clip(tr.Error, 2048)
+		p.Trust.Notes = []string{}
+		for i, n := range tr.Notes {
+			if i == 50 {
+				p.Trust.Notes = append(p.Trust.Notes, fmt.Sprintf("... and %d more notes", len(tr.Notes)-i))
+				break
+			}
+			p.Trust.Notes = append(p.Trust.Notes, clip(n, 512))
+		}
+		if tr.Error != "" {
+			p.Verdict.Reasons = append(p.Verdict.Reasons, "trust diffs incomplete: "+clip(tr.Error, 512))
+		}
 		for i, f := range tr.Findings {
 			if i == MaxFindings {
+				p.Trust.Dropped = uint64(len(tr.Findings) - i)
 				break
 			}
 			p.Trust.Findings = append(p.Trust.Findings, TrustFinding{
-				Phase: f.Phase, Category: f.Category, Path: f.Path, Line: f.Line, Kind: f.Kind, Severity: f.Severity,
-				Action: f.Action, Outcome: f.Outcome, Reason: f.Reason, DiffSHA256: f.DiffSHA256, Diff: truncate(f.Diff, MaxDiffBytes),
+				Phase: f.Phase, Category: f.Category, Path: clip(f.Path, 512), Line: f.Line, Kind: f.Kind, Severity: f.Severity,
+				Action: f.Action, Outcome: clip(f.Outcome, 256), Reason: clip(f.Reason, 1024), DiffSHA256: f.DiffSHA256, Diff: truncate(f.Diff, MaxDiffBytes),
 			})
 		}
 		if tr.Failed {
@@ -210,6 +239,50 @@ func summarize(ds []rules.Decision) []EgressSummary {
 	}
 	slices.SortFunc(out, func(a, b EgressSummary) int { return strings.Compare(a.Destination, b.Destination) })
 	return out
+}
+
+// MaxStatement bounds a statement (base64 in a bundle, it must stay under
+// MaxBundleSize): Fit trims the largest lists until it fits.
+const MaxStatement = 10 << 20
+
+// Fit trims a predicate whose statement would pass MaxStatement: egress
+// decision rows first, then execs, then findings, halving each, counting
+// every item dropped. Summaries and counts stay whole.
+func Fit(subject SubjectInfo, p *Predicate) error {
+	for range 64 {
+		b, err := Statement(subject, *p)
+		if err != nil {
+			return err
+		}
+		if len(b) <= MaxStatement {
+			return nil
+		}
+		switch {
+		case len(p.Egress.Decisions) > 100:
+			n := len(p.Egress.Decisions) / 2
+			p.Egress.Dropped += uint64(len(p.Egress.Decisions) - n)
+			p.Egress.Decisions = p.Egress.Decisions[:n]
+		case len(p.Processes.Execs) > 100:
+			n := len(p.Processes.Execs) / 2
+			p.Processes.Dropped += uint64(len(p.Processes.Execs) - n)
+			p.Processes.Execs = p.Processes.Execs[:n]
+		case len(p.Trust.Findings) > 10:
+			n := len(p.Trust.Findings) / 2
+			p.Trust.Dropped += uint64(len(p.Trust.Findings) - n)
+			p.Trust.Findings = p.Trust.Findings[:n]
+		default:
+			return fmt.Errorf("statement: %d bytes even after trimming", len(b))
+		}
+	}
+	return fmt.Errorf("statement: does not fit")
+}
+
+// clip bounds a job-derived string.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "..."
 }
 
 // StatementType is the in-toto Statement v1 type.

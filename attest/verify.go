@@ -2,9 +2,13 @@ package attest
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 	protobundle "github.com/sigstore/protobuf-specs/gen/pb-go/bundle/v1"
@@ -37,7 +41,6 @@ type Verified struct {
 	Statement []byte      `json:"-"`
 	Subject   SubjectInfo `json:"subject"`
 	Predicate Predicate   `json:"predicate"`
-	KeyHint   string      `json:"keyHint,omitempty"`
 }
 
 // SubjectInfo is the statement's subject.
@@ -103,10 +106,17 @@ func Verify(bundle []byte, v signature.Verifier, opts VerifyOptions) (*Verified,
 	if opts.Commit != "" && sub.Digest["gitCommit"] != opts.Commit {
 		return nil, fail("the subject is commit %q, not %q", sub.Digest["gitCommit"], opts.Commit)
 	}
-	out := &Verified{Statement: payload, Subject: sub, Predicate: p}
-	if pk := b.GetVerificationMaterial().GetPublicKey(); pk != nil {
-		out.KeyHint = pk.GetHint()
+	// The subject's digests and the predicate agree with each other.
+	if c := sub.Digest["gitCommit"]; c != "" {
+		want := sha256.Sum256(SubjectFile(c))
+		if sub.Digest["sha256"] != hex.EncodeToString(want[:]) {
+			return nil, fail("the subject's sha256 is not that of its commit's subject file")
+		}
+		if p.Job.HeadSHA != c {
+			return nil, fail("the subject is commit %q but the predicate's job.headSha is %q", c, p.Job.HeadSHA)
+		}
 	}
+	out := &Verified{Statement: payload, Subject: sub, Predicate: p}
 	if opts.Compliance != nil {
 		raw, err := json.Marshal(p)
 		if err != nil {
@@ -160,9 +170,15 @@ func Inspect(bundle []byte) (*Verified, error) {
 	if err := protojson.Unmarshal(bundle, &b); err != nil {
 		return nil, fmt.Errorf("not a Sigstore bundle: %v", err)
 	}
+	if pt := b.GetDsseEnvelope().GetPayloadType(); pt != PayloadType {
+		return nil, fmt.Errorf("payload type %q, want %q", pt, PayloadType)
+	}
 	var st statementJSON
 	if err := json.Unmarshal(b.GetDsseEnvelope().GetPayload(), &st); err != nil {
 		return nil, fmt.Errorf("payload is not an in-toto statement: %v", err)
+	}
+	if st.PredicateType != PredicateType {
+		return nil, fmt.Errorf("predicate type %q, want %q", st.PredicateType, PredicateType)
 	}
 	out := &Verified{Predicate: st.Predicate, Statement: b.GetDsseEnvelope().GetPayload()}
 	if len(st.Subject) > 0 {
@@ -171,16 +187,75 @@ func Inspect(bundle []byte) (*Verified, error) {
 	return out, nil
 }
 
-// strictJSON decodes one JSON value, refusing unknown fields and
+// strictJSON decodes one JSON value, refusing unknown fields, keys that
+// repeat in an object (Go matches keys without regard to case, so
+// "predicateType" and "PREDICATETYPE" would be one field read twice) and
 // trailing data.
 func strictJSON(b []byte, v any) error {
+	if err := noDuplicateKeys(b); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return err
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return fmt.Errorf("trailing data after the JSON value")
 	}
 	return nil
+}
+
+// noDuplicateKeys walks the JSON tokens and refuses an object with the
+// same key twice, compared without case.
+func noDuplicateKeys(b []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	type frame struct {
+		object bool
+		keys   map[string]bool
+		want   bool // the next string token is a key
+	}
+	var stack []*frame
+	for {
+		t, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		switch t := t.(type) {
+		case json.Delim:
+			switch t {
+			case '{', '[':
+				stack = append(stack, &frame{object: t == '{', keys: map[string]bool{}, want: t == '{'})
+			default:
+				stack = stack[:len(stack)-1]
+				if len(stack) > 0 && stack[len(stack)-1].object {
+					stack[len(stack)-1].want = true
+				}
+			}
+		case string:
+			if top != nil && top.object && top.want {
+				k := strings.ToLower(t)
+				if top.keys[k] {
+					return fmt.Errorf("the key %q appears twice in an object", t)
+				}
+				top.keys[k] = true
+				top.want = false
+				continue
+			}
+			if top != nil && top.object {
+				top.want = true
+			}
+		default:
+			if top != nil && top.object {
+				top.want = true
+			}
+		}
+	}
 }

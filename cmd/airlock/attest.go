@@ -46,20 +46,6 @@ func writeAttestation(ctx context.Context, res runner.Result, o *runOptions, std
 	}
 	m := o.meta
 	m.AirlockVersion, m.AirlockCommit = version, commit
-	// Revisions become commit ids; without a head, the workspace's HEAD.
-	if m.HeadSHA == "" {
-		m.HeadSHA = "HEAD"
-	}
-	for _, rev := range []*string{&m.HeadSHA, &m.BaseSHA} {
-		if *rev == "" {
-			continue
-		}
-		sha, err := gitexec.ResolveCommit(ctx, o.workspace, *rev)
-		if err != nil {
-			sha = ""
-		}
-		*rev = sha
-	}
 	if m.Repository == "" {
 		m.Repository = os.Getenv("GITHUB_REPOSITORY")
 		if m.Repository != "" {
@@ -67,7 +53,22 @@ func writeAttestation(ctx context.Context, res runner.Result, o *runOptions, std
 		}
 	}
 	abs, _ := filepath.Abs(o.workspace)
-	stmt, err := attest.Statement(attest.Subject(m, abs), attest.FromResult(res, m))
+	pred := attest.FromResult(res, m)
+	pred.Verdict.Reasons = append(pred.Verdict.Reasons, o.subjectNotes...)
+	// The job may have moved HEAD: the subject is what was resolved
+	// before it ran, and a move is on record.
+	if m.HeadSHA != "" && o.headWasImplicit {
+		if now, err := gitexec.ResolveCommit(context.WithoutCancel(ctx), o.workspace, "HEAD"); err != nil || now != m.HeadSHA {
+			pred.Verdict.Reasons = append(pred.Verdict.Reasons, fmt.Sprintf("the job moved HEAD from %s to %q", m.HeadSHA, now))
+		}
+	}
+	subject := attest.Subject(m, abs)
+	if err := attest.Fit(subject, &pred); err != nil {
+		info.Error = err.Error()
+		fmt.Fprintf(stderr, "airlock: ATTESTATION NOT WRITTEN: %v\n", err)
+		return info
+	}
+	stmt, err := attest.Statement(subject, pred)
 	if err != nil {
 		info.Error = err.Error()
 		fmt.Fprintf(stderr, "airlock: ATTESTATION NOT WRITTEN: %v\n", err)
@@ -106,6 +107,29 @@ func writeAttestation(ctx context.Context, res runner.Result, o *runOptions, std
 	}
 	fmt.Fprintf(stderr, "attestation: %s (signed, %d bytes)\n", info.Bundle, len(signed.Bundle))
 	return info
+}
+
+// resolveSubject turns the pull request's revisions into commit ids before
+// the job runs (the job can move HEAD and rewrite refs), defaulting the
+// head to the workspace's HEAD. A failure is noted for the verdict.
+func (o *runOptions) resolveSubject(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx)
+	if o.meta.HeadSHA == "" {
+		o.meta.HeadSHA, o.headWasImplicit = "HEAD", true
+	}
+	for _, rev := range []*string{&o.meta.HeadSHA, &o.meta.BaseSHA} {
+		if *rev == "" {
+			continue
+		}
+		sha, err := gitexec.ResolveCommit(ctx, o.workspace, *rev)
+		if err != nil {
+			if !o.headWasImplicit || rev != &o.meta.HeadSHA {
+				o.subjectNotes = append(o.subjectNotes, fmt.Sprintf("subject: could not resolve %q: %v", *rev, err))
+			}
+			sha = ""
+		}
+		*rev = sha
+	}
 }
 
 func newVerifyCmd(code *int) *cobra.Command {
@@ -152,7 +176,7 @@ or --json. Exit status 0: verified; 1: not verified (the reason is printed).`,
 				return nil
 			}
 			if htmlFile != "" {
-				if err := writeHTMLFile(htmlFile, res, "signature verified with "+keyFile); err != nil {
+				if err := writeHTMLFile(htmlFile, res, true, "signature verified with "+keyFile); err != nil {
 					return err
 				}
 			}
@@ -173,20 +197,23 @@ or --json. Exit status 0: verified; 1: not verified (the reason is printed).`,
 	return cmd
 }
 
-func writeHTMLFile(path string, v *attest.Verified, status string) error {
+func writeHTMLFile(path string, v *attest.Verified, verified bool, status string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := attest.WriteHTML(f, v, status); err != nil {
+	if err := attest.WriteHTML(f, v, verified, status); err != nil {
 		f.Close()
 		return err
 	}
 	return f.Close()
 }
 
-// printVerified is the readable report of a verified bundle.
-func printVerified(w io.Writer, v *attest.Verified) {
+// printVerified is the readable report of a verified bundle. Everything
+// from the job is shown through safe(): no control character reaches the
+// terminal.
+func printVerified(out io.Writer, v *attest.Verified) {
+	w := safeWriter{out}
 	p := v.Predicate
 	verdict := "PASSED"
 	if !p.Verdict.Passed {
@@ -202,15 +229,38 @@ func printVerified(w io.Writer, v *attest.Verified) {
 	for _, s := range p.Steps {
 		fmt.Fprintf(w, "  %-12s %-7s exit %d %s\n", s.Name, s.Status, s.ExitCode, s.Limit)
 	}
-	fmt.Fprintf(w, "processes: %d recorded, %d dropped\n", len(p.Processes.Execs), p.Processes.Dropped)
-	fmt.Fprintln(w, "egress:")
+	fmt.Fprintf(w, "processes: %d recorded, %d dropped, %d lost by the sentry\n", len(p.Processes.Execs), p.Processes.Dropped, p.Processes.DroppedBySentry)
+	fmt.Fprintf(w, "egress: %d decisions recorded, %d not\n", len(p.Egress.Decisions), p.Egress.Dropped)
 	for _, e := range p.Egress.Summary {
 		fmt.Fprintf(w, "  %-40s allowed %d denied %d (%d B out, %d B in)\n", e.Destination, e.Allowed, e.Denied, e.BytesOut, e.BytesIn)
 	}
-	fmt.Fprintf(w, "trust: %d finding(s)\n", len(p.Trust.Findings))
+	fmt.Fprintf(w, "trust: %d finding(s), %d not recorded\n", len(p.Trust.Findings), p.Trust.Dropped)
+	if p.Trust.Error != "" {
+		fmt.Fprintf(w, "  incomplete: %s\n", p.Trust.Error)
+	}
 	for _, f := range p.Trust.Findings {
 		fmt.Fprintf(w, "  %s %s %s %s [%s] %s\n", f.Phase, f.Category, f.Path, f.Kind, f.Action, f.Reason)
 	}
+}
+
+// safeWriter replaces control characters (terminal escapes, bidi
+// overrides) in what it writes, keeping newlines and tabs.
+type safeWriter struct{ w io.Writer }
+
+func (s safeWriter) Write(p []byte) (int, error) {
+	clean := strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n' || r == '\t':
+			return r
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069):
+			return '?'
+		}
+		return r
+	}, string(p))
+	if _, err := io.WriteString(s.w, clean); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 func newReportCmd() *cobra.Command {
@@ -245,7 +295,7 @@ func newReportCmd() *cobra.Command {
 			if out == "" {
 				out = strings.TrimSuffix(args[0], ".json") + ".html"
 			}
-			if err := writeHTMLFile(out, v, status); err != nil {
+			if err := writeHTMLFile(out, v, keyFile != "", status); err != nil {
 				return err
 			}
 			fmt.Fprintln(c.OutOrStdout(), out)
@@ -270,6 +320,9 @@ func newKeysCmd() *cobra.Command {
 			}
 			var password []byte
 			if v, ok := os.LookupEnv(passwordEnv); ok {
+				if v == "" {
+					return usagef("%s is set but empty: unset it for an unencrypted key, or give a password", passwordEnv)
+				}
 				password = []byte(v)
 			} else if passwordFile != "" {
 				p, err := attest.PasswordFromEnv(passwordEnv, passwordFile)()
@@ -293,8 +346,17 @@ func newKeysCmd() *cobra.Command {
 			if werr != nil {
 				return werr
 			}
-			if err := os.WriteFile(prefix+".pub", pub, 0o644); err != nil {
-				return err
+			pf, err := os.OpenFile(prefix+".pub", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+			if err != nil {
+				os.Remove(prefix + ".key")
+				return usageError{fmt.Errorf("%w (not overwriting an existing key)", err)}
+			}
+			_, werr = pf.Write(pub)
+			if cerr := pf.Close(); werr == nil {
+				werr = cerr
+			}
+			if werr != nil {
+				return werr
 			}
 			state := "not encrypted"
 			if len(password) > 0 {

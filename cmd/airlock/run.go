@@ -54,8 +54,10 @@ type runOptions struct {
 	attestDir          string
 	attestKey          string
 	attestPasswordFile string
-	policyKey          string      // attest.key of the policy
+	policyKey          string      // attest.key of the organisation policy
 	meta               attest.Meta // what the policy mode learnt of the pull request
+	headWasImplicit    bool        // no --head: the subject is the workspace's HEAD
+	subjectNotes       []string    // trouble resolving the subject, for the verdict
 }
 
 func (o *runOptions) addFlags(f *pflag.FlagSet) {
@@ -214,6 +216,7 @@ func runJob(ctx context.Context, job runner.Job, o *runOptions, stdout, stderr i
 	// commands (a fake "::stop-commands::" would silence airlock's
 	// annotations, "::add-mask::" hide evidence): they are off while the
 	// job runs, with a token the job cannot guess.
+	o.resolveSubject(ctx)
 	resume := pauseWorkflowCommands(stdout)
 	res, err := runner.Run(ctx, job, runtimeName())
 	resume()

@@ -72,7 +72,22 @@ func (o *runOptions) applyPolicy(ctx context.Context, flags *pflag.FlagSet, job 
 		return policyError{err}
 	}
 	info.Digest, info.Sources = eff.Digest, eff.Sources
-	o.policyKey = eff.Policy.Attest.Key
+	// The signing key comes from the organisation's policy only: a
+	// repository could otherwise name any key file on the host.
+	if len(srcs) > 0 && srcs[0].Kind == policies.KindOrg {
+		var org []policies.Source
+		for _, s := range srcs {
+			if s.Kind == policies.KindOrg {
+				org = append(org, s)
+			}
+		}
+		if orgEff, err := policies.Load(ctx, org); err == nil {
+			o.policyKey = orgEff.Policy.Attest.Key
+		}
+	}
+	if eff.Policy.Attest.Key != "" && eff.Policy.Attest.Key != o.policyKey {
+		fmt.Fprintf(os.Stderr, "airlock: ignoring attest.key from the repository policy: the signing key is the organisation's to choose\n")
+	}
 	o.meta.BaseSHA, o.meta.HeadSHA = base, head
 	if pr != nil {
 		o.meta.PullRequest, o.meta.Author, o.meta.Event = pr.Number, pr.Author, "pull_request"
