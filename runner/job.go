@@ -49,6 +49,9 @@ type Trust struct {
 	// Base and Head are the pull request's commits in the workspace's
 	// repository, for the authored diff (empty: no authored diff).
 	Base, Head string
+	// Deferred leaves the run-time snapshot to Session.TrustBaseline
+	// (the workspace is empty when the sandbox is created).
+	Deferred bool
 }
 
 // Step statuses in a Result.
@@ -108,7 +111,45 @@ type Result struct {
 // Run executes the job. The returned Result is complete on every path that
 // got as far as creating the sandbox; the error is airlock's own failure
 // (the job's steps failing is not an error, see Result.Passed).
-func Run(ctx context.Context, job Job, runtime string) (res Result, err error) {
+func Run(ctx context.Context, job Job, runtime string) (Result, error) {
+	s, err := Open(ctx, job, runtime)
+	if err != nil {
+		return s.Abandon(), err
+	}
+	failed := false
+	for _, spec := range s.job.Steps {
+		if failed || s.ctx.Err() != nil {
+			s.res.Steps = append(s.res.Steps, StepOutcome{Name: spec.Name, Command: spec.argv(), Status: StatusSkipped})
+			continue
+		}
+		out := s.Step(s.ctx, spec, s.job.Stdout, s.job.Stderr)
+		failed = out.Status != StatusPassed
+	}
+	return s.Close(), nil
+}
+
+// Session is a job's sandbox open for steps: Open creates it (with its
+// gateway and trust snapshot), Step runs one step at a time, Close ends
+// it and returns the Result. airlock run does all three at once; the
+// runner hook spreads them over the runner's calls.
+type Session struct {
+	job    Job
+	res    Result
+	ctx    context.Context
+	cancel context.CancelFunc
+	sb     *gvisor.Sandbox
+	gw     *egress.Egress
+	cfg    gvisor.Config
+	before *trust.Snapshot
+	outMu  sync.Mutex
+	multi  bool
+	closed bool
+}
+
+// Open reaps leftovers of killed airlocks, starts the egress gateway,
+// takes the trust snapshot and creates the sandbox. On error the session
+// is still returned for Abandon (its Result says what happened).
+func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) {
 	if job.Name == "" {
 		job.Name = "job"
 	}
@@ -118,17 +159,16 @@ func Run(ctx context.Context, job Job, runtime string) (res Result, err error) {
 	if job.Log == nil {
 		job.Log = io.Discard
 	}
-	res = Result{Job: job.Name, Start: time.Now().UTC(), Steps: []StepOutcome{}, Policy: job.Policy}
-	// Deferred in this order so the end time is taken after the sandbox
-	// is destroyed (deferred calls run last-in first-out).
-	defer func() {
-		res.End = time.Now().UTC()
-		res.Duration = res.End.Sub(res.Start)
-	}()
+	s = &Session{job: job, multi: len(job.Steps) > 1, ctx: ctx, cancel: func() {}}
+	s.res = Result{Job: job.Name, Start: time.Now().UTC(), Steps: []StepOutcome{}, Policy: job.Policy}
+	fail := func(e error) (*Session, error) {
+		s.res.Error = joinMsg(s.res.Error, e.Error())
+		return s, e
+	}
 	for _, kv := range job.Env {
 		k, v, _ := cutEnv(kv)
 		if err := checkEnv(k, v); err != nil {
-			return res, err
+			return s, err
 		}
 	}
 
@@ -138,7 +178,7 @@ func Run(ctx context.Context, job Job, runtime string) (res Result, err error) {
 	if rerr != nil {
 		slog.Warn("reaping leftover sandboxes", "err", rerr)
 	}
-	res.Reaped = reaped
+	s.res.Reaped = reaped
 	for _, r := range reaped {
 		fmt.Fprintf(job.Log, "airlock: cleaned up job %s left by airlock pid %d\n", r.ID, r.OwnerPID)
 		if r.Workspace != "" {
@@ -149,141 +189,181 @@ func Run(ctx context.Context, job Job, runtime string) (res Result, err error) {
 	}
 
 	if job.Sandbox.Limits.JobTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, job.Sandbox.Limits.JobTimeout)
-		defer cancel()
+		s.ctx, s.cancel = context.WithTimeout(ctx, job.Sandbox.Limits.JobTimeout)
 	}
-	var gw *egress.Egress
 	if job.Egress != nil {
 		ecfg := *job.Egress
 		if ecfg.CAValidity == 0 && job.Sandbox.Limits.JobTimeout > 0 {
 			ecfg.CAValidity = job.Sandbox.Limits.JobTimeout + 10*time.Minute
 		}
-		if gw, err = egress.Start(ecfg); err != nil {
-			err = fmt.Errorf("start the egress gateway: %w", err)
-			res.Error = err.Error()
-			return res, err
+		if s.gw, err = egress.Start(ecfg); err != nil {
+			return fail(fmt.Errorf("start the egress gateway: %w", err))
 		}
-		// Closed after the sandbox is destroyed (deferred calls run last
-		// first), so the last connections are recorded.
-		defer gw.Close()
-		job.Sandbox.NetNS = gw.NetNS()
-		files, err := gw.Files(rootfsSource(job.Sandbox.RootFS))
+		s.job.Sandbox.NetNS = s.gw.NetNS()
+		files, err := s.gw.Files(rootfsSource(job.Sandbox.RootFS))
 		if err != nil {
-			res.Error = err.Error()
-			return res, err
+			return fail(err)
 		}
-		job.Sandbox.Files = append(job.Sandbox.Files, files...)
-		job.Env = append(gw.Env(), job.Env...)
+		s.job.Sandbox.Files = append(s.job.Sandbox.Files, files...)
+		s.job.Env = append(s.gw.Env(), s.job.Env...)
 	}
-	var before *trust.Snapshot
 	if job.Trust != nil {
-		res.Trust = &trust.Report{Findings: []trust.Finding{}}
-		if before, err = beforeJob(ctx, &job, res.Trust); err != nil {
-			res.Error = err.Error()
-			return res, err
+		s.res.Trust = &trust.Report{Findings: []trust.Finding{}}
+		if job.Trust.Deferred {
+			// The hook: the workspace is filled by the job's checkout; the
+			// baseline is taken later (TrustBaseline).
+		} else if s.before, err = beforeJob(s.ctx, &s.job, s.res.Trust); err != nil {
+			return fail(err)
 		}
 	}
-	sb, err := gvisor.Create(ctx, job.Sandbox)
+	if s.sb, err = gvisor.Create(s.ctx, s.job.Sandbox); err != nil {
+		return fail(err)
+	}
+	s.cfg = s.sb.Config()
+	s.res.Sandbox = SandboxInfo{
+		ID: s.sb.ID(), Runtime: runtime, Platform: s.cfg.Platform, RootFS: rootfsName(s.cfg.RootFS),
+		Workspace: s.cfg.Workspace, WorkspaceMount: s.cfg.WorkspaceMount, User: *s.cfg.User,
+		Limits: s.cfg.Limits, Network: networkName(s.cfg.NetNS),
+	}
+	if s.gw != nil {
+		s.res.Sandbox.Network = "egress gateway " + s.gw.GatewayAddr().String()
+	}
+	return s, nil
+}
+
+// ID is the sandbox's id.
+func (s *Session) ID() string { return s.res.Sandbox.ID }
+
+// Step runs one step in the sandbox, writing its output (prefixed with
+// the step's name when the job has several) to stdout and stderr, and
+// records its outcome.
+func (s *Session) Step(ctx context.Context, spec StepSpec, stdout, stderr io.Writer) StepOutcome {
+	out := StepOutcome{Name: spec.Name, Command: spec.argv()}
+	prefix := ""
+	if s.multi {
+		prefix = "[" + spec.Name + "] "
+	}
+	so := newPrefixWriter(&s.outMu, orDiscard(stdout), prefix)
+	se := newPrefixWriter(&s.outMu, orDiscard(stderr), prefix)
+	before := s.sb.ExecCount()
+	stepStart := time.Now()
+	env := append(append([]string{}, s.job.Env...), envList(spec.Env)...)
+	sr, err := s.sb.Exec(ctx, gvisor.Step{
+		Args:    spec.argv(),
+		Env:     env,
+		Dir:     workDir(s.cfg.WorkspaceMount, spec.WorkingDirectory),
+		Timeout: time.Duration(spec.Timeout),
+		Stdout:  so,
+		Stderr:  se,
+	})
+	if s.gw != nil {
+		// Tell the step (and an agent reading its log) what was refused
+		// and how the policy would allow it.
+		rep := s.gw.Report(s.sb.Record())
+		egress.WriteRefusals(se, egress.Refusals(rep.Decisions, stepStart))
+	}
+	so.Flush()
+	se.Flush()
+	out.StepResult = sr
+	out.Processes = s.sb.ExecCount() - before
+	switch {
+	case err != nil:
+		out.Status = StatusError
+		out.Message = err.Error()
+	case sr.ExitCode != 0 || sr.Limit != "":
+		out.Status = StatusFailed
+	default:
+		out.Status = StatusPassed
+	}
+	if out.Message != "" {
+		fmt.Fprintf(s.job.Log, "airlock: step %q: %s\n", spec.Name, out.Message)
+	}
+	s.res.Steps = append(s.res.Steps, out)
+	return out
+}
+
+// TrustBaseline takes the run-time trust snapshot now, when it was
+// deferred and not yet taken (the hook takes it once the job's checkout
+// has filled the workspace). The read-only mounts of a deferred baseline
+// cannot be added to a running sandbox: "readonly" acts as "revert".
+func (s *Session) TrustBaseline() error {
+	if s.job.Trust == nil || s.before != nil {
+		return nil
+	}
+	b, err := trust.Take(s.cfg.Workspace, s.job.Trust.Set)
 	if err != nil {
-		res.Error = err.Error()
-		return res, err
+		return err
 	}
-	cfg := sb.Config()
-	res.Sandbox = SandboxInfo{
-		ID: sb.ID(), Runtime: runtime, Platform: cfg.Platform, RootFS: rootfsName(cfg.RootFS),
-		Workspace: cfg.Workspace, WorkspaceMount: cfg.WorkspaceMount, User: *cfg.User,
-		Limits: cfg.Limits, Network: networkName(cfg.NetNS),
+	s.before = b
+	return nil
+}
+
+// Kill stops every process of the running step (the sandbox stays).
+func (s *Session) Kill() error {
+	if s.sb == nil {
+		return nil
 	}
-	if gw != nil {
-		res.Sandbox.Network = "egress gateway " + gw.GatewayAddr().String()
+	return s.sb.Kill()
+}
+
+// Close ends the session: the verdict, then the sandbox destroyed, the
+// gateway closed and its record read, the run-time trust diff and its
+// actions, the workspace tidied. It returns the Result; a second call
+// returns it again.
+func (s *Session) Close() Result {
+	if s.closed {
+		return s.res
 	}
-	// Destroy on every path, with a context that outlives cancellation.
-	defer func() {
-		if err := sb.Destroy(context.WithoutCancel(ctx)); err != nil {
-			res.Error = joinMsg(res.Error, "destroy sandbox: "+err.Error())
-		}
-		res.Processes = sb.Record()
-		if gw != nil {
-			// Closed first: connections still open end now and are
-			// recorded with their byte counts.
-			gw.Close()
-			rep := gw.Report(res.Processes)
-			res.Egress = &rep
-		}
-		if before != nil {
-			afterJob(cfg.Workspace, cfg.WorkspaceMount, job.Trust.Set, before, res.Trust, res.Processes.WritesRefused, res.Processes.Execs)
-			if res.Trust.Failed {
-				res.Passed = false
-				if res.ExitCode == 0 {
-					res.ExitCode = 1
-				}
+	s.closed = true
+	defer s.cancel()
+	s.res.Passed, s.res.ExitCode = verdict(s.res.Steps)
+	if err := s.ctx.Err(); err != nil && errors.Is(err, context.Canceled) {
+		s.res.Error = joinMsg(s.res.Error, "job cancelled")
+	}
+	ctx := context.WithoutCancel(s.ctx)
+	if err := s.sb.Destroy(ctx); err != nil {
+		s.res.Error = joinMsg(s.res.Error, "destroy sandbox: "+err.Error())
+	}
+	s.res.Processes = s.sb.Record()
+	if s.gw != nil {
+		// Closed first: connections still open end now and are recorded
+		// with their byte counts.
+		s.gw.Close()
+		rep := s.gw.Report(s.res.Processes)
+		s.res.Egress = &rep
+	}
+	if s.before != nil {
+		afterJob(s.cfg.Workspace, s.cfg.WorkspaceMount, s.job.Trust.Set, s.before, s.res.Trust, s.res.Processes.WritesRefused, s.res.Processes.Execs)
+		if s.res.Trust.Failed {
+			s.res.Passed = false
+			if s.res.ExitCode == 0 {
+				s.res.ExitCode = 1
 			}
 		}
-		rep, err := workspace.Tidy(cfg.Workspace, cfg.User.UID)
-		if err != nil {
-			res.Error = joinMsg(res.Error, "tidy workspace: "+err.Error())
-		}
-		res.Workspace = rep
-	}()
+	}
+	rep, err := workspace.Tidy(s.cfg.Workspace, s.cfg.User.UID)
+	if err != nil {
+		s.res.Error = joinMsg(s.res.Error, "tidy workspace: "+err.Error())
+	}
+	s.res.Workspace = rep
+	s.res.End = time.Now().UTC()
+	s.res.Duration = s.res.End.Sub(s.res.Start)
+	return s.res
+}
 
-	multi := len(job.Steps) > 1
-	var outMu sync.Mutex
-	failed := false
-	for _, spec := range job.Steps {
-		out := StepOutcome{Name: spec.Name, Command: spec.argv()}
-		if failed || ctx.Err() != nil {
-			out.Status = StatusSkipped
-			res.Steps = append(res.Steps, out)
-			continue
-		}
-		prefix := ""
-		if multi {
-			prefix = "[" + spec.Name + "] "
-		}
-		stdout := newPrefixWriter(&outMu, orDiscard(job.Stdout), prefix)
-		stderr := newPrefixWriter(&outMu, orDiscard(job.Stderr), prefix)
-		before := sb.ExecCount()
-		stepStart := time.Now()
-		sr, err := sb.Exec(ctx, gvisor.Step{
-			Args:    spec.argv(),
-			Env:     append(append([]string{}, job.Env...), envList(spec.Env)...),
-			Dir:     workDir(cfg.WorkspaceMount, spec.WorkingDirectory),
-			Timeout: time.Duration(spec.Timeout),
-			Stdout:  stdout,
-			Stderr:  stderr,
-		})
-		if gw != nil {
-			// Tell the step (and an agent reading its log) what was
-			// refused and how the policy would allow it.
-			rep := gw.Report(sb.Record())
-			egress.WriteRefusals(stderr, egress.Refusals(rep.Decisions, stepStart))
-		}
-		stdout.Flush()
-		stderr.Flush()
-		out.StepResult = sr
-		out.Processes = sb.ExecCount() - before
-		switch {
-		case err != nil:
-			out.Status = StatusError
-			out.Message = err.Error()
-			failed = true
-		case sr.ExitCode != 0 || sr.Limit != "":
-			out.Status = StatusFailed
-			failed = true
-		default:
-			out.Status = StatusPassed
-		}
-		if out.Message != "" {
-			fmt.Fprintf(job.Log, "airlock: step %q: %s\n", spec.Name, out.Message)
-		}
-		res.Steps = append(res.Steps, out)
+// Abandon releases what a failed Open started and returns its Result.
+func (s *Session) Abandon() Result {
+	if s.sb != nil {
+		return s.Close()
 	}
-	res.Passed, res.ExitCode = verdict(res.Steps)
-	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
-		res.Error = joinMsg(res.Error, "job cancelled")
+	s.closed = true
+	s.cancel()
+	if s.gw != nil {
+		s.gw.Close()
 	}
-	return res, nil
+	s.res.End = time.Now().UTC()
+	s.res.Duration = s.res.End.Sub(s.res.Start)
+	return s.res
 }
 
 // verdict: passed when every step passed; the exit code is the first
