@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"path"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -52,6 +53,10 @@ type Trust struct {
 	// Deferred leaves the run-time snapshot to Session.TrustBaseline
 	// (the workspace is empty when the sandbox is created).
 	Deferred bool
+	// Dir is the repository inside the workspace (relative; default the
+	// workspace itself): the runner's work directory holds more than the
+	// checkout.
+	Dir string
 }
 
 // Step statuses in a Result.
@@ -290,12 +295,28 @@ func (s *Session) TrustBaseline() error {
 	if s.job.Trust == nil || s.before != nil {
 		return nil
 	}
-	b, err := trust.Take(s.cfg.Workspace, s.job.Trust.Set)
+	dir, _ := s.trustRoot()
+	b, err := trust.Take(dir, s.job.Trust.Set)
 	if err != nil {
 		return err
 	}
 	s.before = b
 	return nil
+}
+
+// trustRoot is the repository the trust checks look at, on the host and
+// inside the sandbox.
+func (s *Session) trustRoot() (host, inSandbox string) {
+	if s.job.Trust == nil || s.job.Trust.Dir == "" {
+		return s.cfg.Workspace, s.cfg.WorkspaceMount
+	}
+	return filepath.Join(s.cfg.Workspace, s.job.Trust.Dir), path.Join(s.cfg.WorkspaceMount, s.job.Trust.Dir)
+}
+
+// TrustRootHost is the host directory of the trust checks.
+func (s *Session) TrustRootHost() string {
+	h, _ := s.trustRoot()
+	return h
 }
 
 // Kill stops every process of the running step (the sandbox stays).
@@ -333,7 +354,8 @@ func (s *Session) Close() Result {
 		s.res.Egress = &rep
 	}
 	if s.before != nil {
-		afterJob(s.cfg.Workspace, s.cfg.WorkspaceMount, s.job.Trust.Set, s.before, s.res.Trust, s.res.Processes.WritesRefused, s.res.Processes.Execs)
+		host, inSandbox := s.trustRoot()
+		afterJob(host, inSandbox, s.job.Trust.Set, s.before, s.res.Trust, s.res.Processes.WritesRefused, s.res.Processes.Execs)
 		if s.res.Trust.Failed {
 			s.res.Passed = false
 			if s.res.ExitCode == 0 {

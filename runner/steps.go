@@ -26,6 +26,9 @@ type StepSpec struct {
 	WorkingDirectory string `json:"working-directory,omitempty"`
 	// Timeout bounds the step ("90s", "10m").
 	Timeout Duration `json:"timeout,omitempty"`
+	// Command, when set, is run as is instead of Run through a shell
+	// (the runner hook's entry point and arguments).
+	Command []string `json:"-"`
 }
 
 // Duration is a time.Duration that reads "90s" or a number of seconds.
@@ -141,6 +144,9 @@ func checkEnv(k, v string) error {
 
 // argv is the command that runs the step's script.
 func (s StepSpec) argv() []string {
+	if len(s.Command) > 0 {
+		return s.Command
+	}
 	if s.Shell == "bash" {
 		return []string{"bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", s.Run}
 	}

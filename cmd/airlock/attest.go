@@ -118,8 +118,8 @@ func (o *runOptions) resolveSubject(ctx context.Context) {
 		o.meta.HeadSHA, o.headWasImplicit = "HEAD", true
 	}
 	for _, rev := range []*string{&o.meta.HeadSHA, &o.meta.BaseSHA} {
-		if *rev == "" {
-			continue
+		if *rev == "" || isCommitID(*rev) {
+			continue // a commit id stays as given, even if not fetched
 		}
 		sha, err := gitexec.ResolveCommit(ctx, o.workspace, *rev)
 		if err != nil {
@@ -370,4 +370,16 @@ func newKeysCmd() *cobra.Command {
 	gen.Flags().StringVar(&passwordFile, "password-file", "", "file holding the password (when "+passwordEnv+" is not set)")
 	keys.AddCommand(gen)
 	return keys
+}
+
+func isCommitID(s string) bool {
+	if len(s) != 40 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

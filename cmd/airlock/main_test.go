@@ -22,7 +22,7 @@ import (
 const cliEnv = "AIRLOCK_CLI_TEST"
 
 func TestMain(m *testing.M) {
-	gvisor.Dispatch()
+	dispatchRoles()
 	if os.Getenv(cliEnv) != "" {
 		os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 	}
@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 // cliStateBase holds the state directories of these tests' jobs.
 const cliStateBase = "/run/airlock-test-cli"
 
-func workspace(t *testing.T) string {
+func workspace(t testing.TB) string {
 	t.Helper()
 	ws := t.TempDir()
 	if err := os.Chown(ws, 1000, 1000); err != nil {
@@ -41,7 +41,7 @@ func workspace(t *testing.T) string {
 	return ws
 }
 
-func stateDir(t *testing.T) string {
+func stateDir(t testing.TB) string {
 	t.Helper()
 	d := filepath.Join(cliStateBase, filepath.Base(t.TempDir()))
 	t.Cleanup(func() {
@@ -132,7 +132,7 @@ func TestRunJSON(t *testing.T) {
 }
 
 // cli starts the test binary as the airlock CLI in its own process.
-func cli(t *testing.T, args ...string) *exec.Cmd {
+func cli(t testing.TB, args ...string) *exec.Cmd {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {

@@ -156,7 +156,7 @@ steps: ci: [{name: "hello", run: "echo from-policy; id -u"}]
 
 // newRepo makes an empty directory for a git repository and a function
 // that runs git in it, failing the test on error.
-func newRepo(t *testing.T) (string, func(args ...string) string) {
+func newRepo(t testing.TB) (string, func(args ...string) string) {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("git not installed")

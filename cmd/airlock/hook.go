@@ -1,0 +1,466 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/policies"
+	"github.com/airlock-ci/airlock/runner"
+	"github.com/airlock-ci/airlock/runner/hook"
+	"github.com/airlock-ci/airlock/runner/trust"
+)
+
+// Environment of the runner host that configures the hook.
+const (
+	hookDirEnv = "AIRLOCK_HOOK_DIR" // where job directories go (default /run/airlock/hooks)
+	orgDirEnv  = "AIRLOCK_ORG_DIR"  // organisation policy (default /etc/airlock)
+	keyEnv     = "AIRLOCK_ATTEST_KEY"
+)
+
+// The job container's paths, as the runner mounts them.
+const (
+	containerWork     = "/__w"
+	containerTemp     = "/__w/_temp"
+	containerEvent    = "/github/workflow/event.json"
+	prepareTimeout    = 2 * time.Minute
+	cleanupTimeout    = 5 * time.Minute
+	daemonSocket      = "daemon.sock"
+	daemonReady       = "ready"
+	daemonFailed      = "failed"
+	prepareInputFile  = "prepare.json"
+	daemonLogFile     = "daemon.log"
+	daemonPIDFile     = "daemon.pid"
+	daemonArg0        = "airlock-hook-daemon"
+	attestSubdir      = "airlock"
+	defaultHookJobDir = "/run/airlock/hooks"
+)
+
+func newHookCmd(code *int) *cobra.Command {
+	return &cobra.Command{
+		Use:   "hook",
+		Short: "The GitHub Actions runner's container hook (ACTIONS_RUNNER_CONTAINER_HOOKS runs it through index.js)",
+		Long: `hook reads one container-hook call from standard input (prepare_job,
+run_script_step, run_container_step or cleanup_job) and runs the job's
+steps in an airlock sandbox. prepare_job starts a daemon per job that
+owns the sandbox, its egress gateway and its records; the other calls
+talk to it. Configure the runner host with AIRLOCK_ORG_DIR (organisation
+policy), AIRLOCK_ATTEST_KEY (signing key) and AIRLOCK_HOOK_DIR.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			in, err := hook.ReadInput(c.InOrStdin())
+			if err != nil {
+				return usageError{err}
+			}
+			ctx, stop := signal.NotifyContext(c.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			switch in.Command {
+			case hook.PrepareJob:
+				return hookPrepare(ctx, in, c.OutOrStdout())
+			case hook.RunScriptStep:
+				var args hook.ScriptArgs
+				if err := json.Unmarshal(in.Args, &args); err != nil {
+					return usagef("run_script_step: %v", err)
+				}
+				n, err := hook.Call(ctx, socketOf(in.State), hook.Request{Op: "step", Step: &args}, c.OutOrStdout(), c.ErrOrStderr())
+				if err != nil {
+					return err
+				}
+				*code = n
+				return nil
+			case hook.RunContainerStep:
+				return fmt.Errorf("run_container_step: airlock runs no Docker actions (there is no image store in the sandbox); replace the action with run: steps or a JavaScript action")
+			default:
+				return hookCleanup(ctx, in, c.OutOrStdout(), c.ErrOrStderr())
+			}
+		},
+	}
+}
+
+func hookJobsRoot() string {
+	if d := os.Getenv(hookDirEnv); d != "" {
+		return d
+	}
+	return defaultHookJobDir
+}
+
+// socketOf is the daemon socket of a job, from the runner's state. The
+// directory must be one of ours.
+func socketOf(st hook.State) string {
+	dir := filepath.Clean(st.JobDir)
+	if st.JobDir == "" || filepath.Dir(dir) != filepath.Clean(hookJobsRoot()) {
+		return filepath.Join(hookJobsRoot(), "no-such-job", daemonSocket)
+	}
+	return filepath.Join(dir, daemonSocket)
+}
+
+// hookPrepare starts the job's daemon and answers the runner.
+func hookPrepare(ctx context.Context, in hook.Input, stdout io.Writer) error {
+	if in.ResponseFile == nil || *in.ResponseFile == "" {
+		return usagef("prepare_job: no responseFile")
+	}
+	var args hook.PrepareArgs
+	if err := json.Unmarshal(in.Args, &args); err != nil || args.Container == nil {
+		return usagef("prepare_job: the job has no container: airlock needs container: in every job (ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER=true)")
+	}
+	if len(args.Services) > 0 {
+		return usagef("prepare_job: service containers are not supported by airlock; remove services: from the job")
+	}
+	args.Container.Registry = nil // never stored, never passed on
+	b := make([]byte, 8)
+	rand.Read(b)
+	id := "hook-" + hex.EncodeToString(b)
+	dir := filepath.Join(hookJobsRoot(), id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("prepare_job: job directory: %w", err)
+	}
+	plan, _ := json.Marshal(args)
+	if err := os.WriteFile(filepath.Join(dir, prepareInputFile), plan, 0o600); err != nil {
+		return fmt.Errorf("prepare_job: %w", err)
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, daemonLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	// The daemon outlives this process: its own session, no terminal,
+	// output to the job's log file.
+	cmd := exec.Command("/proc/self/exe", dir)
+	cmd.Args[0] = daemonArg0
+	cmd.Env = os.Environ()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("prepare_job: start the job daemon: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.NewTimer(prepareTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := os.Stat(filepath.Join(dir, daemonReady)); err == nil {
+			break
+		}
+		select {
+		case <-tick.C:
+			continue
+		case err := <-exited:
+			msg, _ := os.ReadFile(filepath.Join(dir, daemonFailed))
+			return fmt.Errorf("prepare_job: the job could not start: %s (%v)", strings.TrimSpace(string(msg)), err)
+		case <-deadline.C:
+			cmd.Process.Kill()
+			return fmt.Errorf("prepare_job: the job daemon did not start within %v (see %s)", prepareTimeout, filepath.Join(dir, daemonLogFile))
+		case <-ctx.Done():
+			cmd.Process.Kill()
+			return ctx.Err()
+		}
+	}
+	cmd.Process.Release()
+	resp := hook.Response{
+		State:   hook.State{Container: id, JobDir: dir},
+		Context: hook.ResponseContext{Container: hook.ResponseContainer{ID: id, Network: "airlock", Ports: map[string]string{}}, Services: []hook.ResponseContainer{}},
+	}
+	line, _ := json.Marshal(resp)
+	f, err := os.OpenFile(*in.ResponseFile, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return fmt.Errorf("prepare_job: response file: %w", err)
+	}
+	_, werr := f.Write(append(line, '\n'))
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	fmt.Fprintf(stdout, "airlock: job %s prepared in a gVisor sandbox\n", id)
+	return werr
+}
+
+// hookCleanup ends the job through its daemon; without one (a failed
+// prepare, a crash, a second cleanup) it removes what is left.
+func hookCleanup(ctx context.Context, in hook.Input, stdout, stderr io.Writer) error {
+	if in.State.JobDir == "" {
+		return nil // prepare_job never answered: nothing was kept
+	}
+	sock := socketOf(in.State)
+	dir := filepath.Dir(sock)
+	// Bounded: a daemon that hangs must not hang the runner; what it
+	// leaves is reaped below.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_, err := hook.Call(cctx, sock, hook.Request{Op: "cleanup"}, stdout, stderr)
+	if err != nil && !isNoDaemon(err) {
+		fmt.Fprintf(stderr, "airlock: cleanup: %v\n", err)
+		// A daemon that did not finish is stopped; its sandbox is then
+		// a leftover like any other.
+		if b, rerr := os.ReadFile(filepath.Join(dir, daemonPIDFile)); rerr == nil {
+			var pid int
+			if _, serr := fmt.Sscan(string(b), &pid); serr == nil && pid > 1 {
+				syscall.Kill(pid, syscall.SIGKILL)
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}
+	// Whatever the daemon could not remove (it was killed, say).
+	if _, rerr := gvisor.Reap(context.WithoutCancel(ctx), filepath.Join(dir, "state")); rerr != nil {
+		fmt.Fprintf(stderr, "airlock: cleanup: %v\n", rerr)
+	}
+	if filepath.Dir(dir) == filepath.Clean(hookJobsRoot()) {
+		os.RemoveAll(dir)
+	}
+	return nil
+}
+
+func isNoDaemon(err error) bool {
+	return strings.Contains(err.Error(), "daemon is not running")
+}
+
+// hookDaemon is the job daemon (argv[0] daemonArg0): it opens the job's
+// session and serves the hook calls until cleanup_job.
+func hookDaemon(dir string) int {
+	fail := func(err error) int {
+		os.WriteFile(filepath.Join(dir, daemonFailed), []byte(err.Error()), 0o600)
+		fmt.Fprintf(os.Stderr, "airlock hook daemon: %v\n", err)
+		return 1
+	}
+	signal.Ignore(syscall.SIGHUP)
+	os.WriteFile(filepath.Join(dir, daemonPIDFile), []byte(fmt.Sprint(os.Getpid())), 0o600)
+	b, err := os.ReadFile(filepath.Join(dir, prepareInputFile))
+	if err != nil {
+		return fail(err)
+	}
+	var args hook.PrepareArgs
+	if err := json.Unmarshal(b, &args); err != nil || args.Container == nil {
+		return fail(fmt.Errorf("prepare input: %v", err))
+	}
+	d := &hookJob{dir: dir}
+	job, err := d.build(context.Background(), args)
+	if err != nil {
+		return fail(err)
+	}
+	logf := os.Stderr
+	job.Log, job.Stdout, job.Stderr = logf, logf, logf
+	s, err := runner.Open(context.Background(), job, runtimeName())
+	if err != nil {
+		s.Abandon()
+		return fail(err)
+	}
+	d.session = s
+	sock := filepath.Join(dir, daemonSocket)
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		s.Abandon()
+		return fail(err)
+	}
+	os.Chmod(sock, 0o600)
+	srv := hook.NewServer(d)
+	// SIGTERM (the host shutting down) ends the job as cleanup would.
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-term
+		hook.Call(context.Background(), sock, hook.Request{Op: "cleanup"}, io.Discard, io.Discard)
+	}()
+	if err := os.WriteFile(filepath.Join(dir, daemonReady), []byte(s.ID()), 0o600); err != nil {
+		s.Abandon()
+		return fail(err)
+	}
+	srv.Serve(ln)
+	<-srv.Done()
+	return 0
+}
+
+// hookJob is the daemon's job: its session and what the attestation
+// needs.
+type hookJob struct {
+	dir      string
+	session  *runner.Session
+	opts     runOptions
+	mounts   hook.Mounts
+	baseline bool
+}
+
+// build turns the job container into a runner.Job under the effective
+// policy: the runner's work directory as the workspace at /__w, its
+// externals read-only, the GitHub home and workflow directories; never
+// the Docker socket nor the workflow's own volumes.
+func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job, error) {
+	var job runner.Job
+	c := args.Container
+	d.mounts = hook.Mounts(c.SystemMountVolumes)
+	work, ok := d.mounts.Host(containerWork)
+	if !ok {
+		return job, fmt.Errorf("the runner gave no mount for %s", containerWork)
+	}
+	if len(c.UserMountVolumes) > 0 {
+		fmt.Fprintf(os.Stderr, "airlock: the job's own volumes are not mounted (%d): a workflow may not mount host paths into the sandbox\n", len(c.UserMountVolumes))
+	}
+	cfg := gvisor.Config{Workspace: work, WorkspaceMount: containerWork, StateRoot: filepath.Join(d.dir, "state"), Limits: gvisor.DefaultLimits()}
+	for _, m := range d.mounts.Sorted() {
+		t := path.Clean(m.Target)
+		switch {
+		case t == containerWork, strings.HasPrefix(t, containerWork+"/"):
+			if h, _ := d.mounts.Host(path.Dir(t)); h != "" && path.Join(h, path.Base(t)) == path.Clean(m.Source) {
+				continue // already inside the workspace mount
+			}
+			if t != containerWork {
+				return job, fmt.Errorf("mount %s is not below the runner's work directory; airlock needs it there", t)
+			}
+		case strings.Contains(t, "docker.sock"):
+			continue // never
+		default:
+			cfg.Mounts = append(cfg.Mounts, gvisor.Mount{Source: m.Source, Destination: t, ReadOnly: m.ReadOnly})
+		}
+	}
+	job.Name = "job"
+	for k, v := range c.Env {
+		job.Env = append(job.Env, k+"="+v)
+	}
+	// The policy: the organisation's, and the repository's at the pull
+	// request's base commit when the workspace has it.
+	srcs, err := loadOrgPolicy(os.Getenv(orgDirEnv))
+	if err != nil {
+		return job, err
+	}
+	info := &runner.PolicyInfo{}
+	repoDir := ""
+	if rel, ok := strings.CutPrefix(path.Clean(c.WorkingDirectory), containerWork+"/"); ok {
+		repoDir = rel
+	}
+	if ev, ok := d.mounts.Host(containerEvent); ok {
+		if payload, err := readCapped(ev, policies.MaxEventSize); err == nil {
+			if pr, err := policies.ParsePullRequest(payload); err == nil {
+				d.opts.meta.PullRequest, d.opts.meta.Author, d.opts.meta.Event = pr.Number, pr.Author, "pull_request"
+				d.opts.meta.BaseSHA, d.opts.meta.HeadSHA = pr.BaseSHA, pr.HeadSHA
+				if src, err := policies.FromCommit(ctx, filepath.Join(work, repoDir), pr.BaseSHA); err == nil && src != nil {
+					srcs = append(srcs, *src)
+				} else {
+					fmt.Fprintf(os.Stderr, "airlock: the repository policy at %.12s is not readable here yet (the checkout runs later): the organisation policy applies\n", pr.BaseSHA)
+				}
+			}
+		}
+	}
+	eff, err := policies.Load(ctx, srcs)
+	if err != nil {
+		return job, err
+	}
+	info.Digest, info.Sources = eff.Digest, eff.Sources
+	job.Policy = info
+	pcfg, err := runner.SandboxFromPolicy(eff.Policy.Sandbox)
+	if err != nil {
+		return job, err
+	}
+	cfg.Limits, cfg.ExtraMasks, cfg.Capabilities, cfg.User = pcfg.Limits, pcfg.ExtraMasks, pcfg.Capabilities, pcfg.User
+	cfg.ExtraMasks = append(cfg.ExtraMasks, d.dir)
+	job.Sandbox = cfg
+	if job.Egress, err = runner.EgressFromPolicy(eff.Policy.Egress, os.LookupEnv); err != nil {
+		return job, err
+	}
+	set, err := trust.NewSet(eff.Policy.Trust)
+	if err != nil {
+		return job, err
+	}
+	job.Trust = &runner.Trust{Set: set, Deferred: true, Dir: repoDir}
+	// What the attestation needs.
+	d.opts.workspace = filepath.Join(work, repoDir)
+	d.opts.stateDir = filepath.Join(d.dir, "state")
+	if tmp, ok := d.mounts.Host(containerTemp); ok {
+		d.opts.attestDir = filepath.Join(tmp, attestSubdir)
+	}
+	d.opts.attestKey = os.Getenv(keyEnv)
+	if len(srcs) > 0 && srcs[0].Kind == policies.KindOrg {
+		if orgEff, err := policies.Load(ctx, srcs[:1]); err == nil {
+			d.opts.policyKey = orgEff.Policy.Attest.Key
+		}
+	}
+	return job, nil
+}
+
+// Step runs one runner step: the entry point and its arguments, with the
+// step's environment and PATH. The trust baseline is taken before the
+// first step that finds the repository checked out.
+func (d *hookJob) Step(ctx context.Context, a hook.ScriptArgs, stdout, stderr io.Writer) (int, error) {
+	if !d.baseline {
+		if _, err := os.Stat(filepath.Join(d.session.TrustRootHost(), ".git")); err == nil {
+			if err := d.session.TrustBaseline(); err != nil {
+				fmt.Fprintf(stderr, "airlock: trust snapshot: %v\n", err)
+			}
+			d.baseline = true
+		}
+	}
+	if a.EntryPoint == "" {
+		return 1, errors.New("run_script_step: no entryPoint")
+	}
+	env := map[string]string{}
+	for k, v := range a.Env {
+		env[k] = v
+	}
+	p := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	if len(a.PrependPath) > 0 {
+		p = strings.Join(a.PrependPath, ":") + ":" + p
+	}
+	env["PATH"] = p
+	out := d.session.Step(ctx, runner.StepSpec{
+		Name: path.Base(a.EntryPoint), Command: append([]string{a.EntryPoint}, a.EntryPointArgs...),
+		Env: env, WorkingDirectory: a.WorkingDirectory,
+	}, stdout, stderr)
+	switch {
+	case out.Status == runner.StatusError:
+		return 1, nil
+	case out.ExitCode == 0 && out.Status != runner.StatusPassed:
+		return 1, nil
+	}
+	return out.ExitCode, nil
+}
+
+// Cleanup ends the job: the sandbox destroyed, the run-time trust diff,
+// the signed attestation in the runner's temp directory (for
+// actions/upload-artifact), the summary and annotations in the log.
+func (d *hookJob) Cleanup(ctx context.Context, stdout, stderr io.Writer) error {
+	if !d.baseline {
+		// Not even one step: nothing to compare against.
+		d.session.TrustBaseline()
+	}
+	d.opts.resolveSubject(ctx)
+	res := d.session.Close()
+	att := writeAttestation(ctx, res, &d.opts, stderr)
+	runner.WriteSummary(stderr, res)
+	if res.Trust != nil {
+		res.Trust.WriteAnnotations(stdout)
+	}
+	if att.Bundle != "" {
+		fmt.Fprintf(stdout, "airlock: attestation %s\n", att.Bundle)
+	}
+	if !res.Passed {
+		return fmt.Errorf("the job failed: %s", strings.Join(attestReasons(res), "; "))
+	}
+	return nil
+}
+
+func attestReasons(res runner.Result) []string {
+	var out []string
+	for _, s := range res.Steps {
+		if s.Status != runner.StatusPassed {
+			out = append(out, fmt.Sprintf("step %s %s", s.Name, s.Status))
+		}
+	}
+	if res.Trust != nil && res.Trust.Failed {
+		out = append(out, res.Trust.Reason)
+	}
+	return out
+}

@@ -1,0 +1,196 @@
+package hook
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// Handler is what the daemon does for requests.
+type Handler interface {
+	// Step runs one step and returns its exit code.
+	Step(ctx context.Context, args ScriptArgs, stdout, stderr io.Writer) (int, error)
+	// Cleanup ends the job, writing its report to stdout and stderr:
+	// everything is released when it returns.
+	Cleanup(ctx context.Context, stdout, stderr io.Writer) error
+}
+
+// Server serves one job's requests: steps one at a time; a cleanup stops
+// a running step first, then ends the job and the server.
+type Server struct {
+	h  Handler
+	mu sync.Mutex // held while a step or the cleanup runs
+
+	cmu     sync.Mutex
+	cancel  context.CancelFunc // of the running step
+	closing bool
+	done    chan struct{}
+}
+
+// NewServer returns a server for h.
+func NewServer(h Handler) *Server { return &Server{h: h, done: make(chan struct{})} }
+
+// Done is closed once the cleanup has run.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Serve accepts connections until the cleanup has run.
+func (s *Server) Serve(ln net.Listener) {
+	go func() { <-s.done; ln.Close() }()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go s.serve(c)
+	}
+}
+
+func (s *Server) serve(c net.Conn) {
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var req Request
+	if err := json.NewDecoder(io.LimitReader(c, maxInput)).Decode(&req); err != nil {
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+	enc := &frameWriter{enc: json.NewEncoder(c)}
+	switch req.Op {
+	case "step":
+		if req.Step == nil {
+			enc.end(-1, "no step")
+			return
+		}
+		code, err := s.step(c, *req.Step, enc)
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+		}
+		enc.end(code, msg)
+	case "cleanup":
+		err := s.cleanup(enc)
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+		}
+		enc.end(0, msg)
+	default:
+		enc.end(-1, fmt.Sprintf("unknown request %q", req.Op))
+	}
+}
+
+func (s *Server) step(c net.Conn, args ScriptArgs, enc *frameWriter) (int, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.cmu.Lock()
+	if s.closing {
+		s.cmu.Unlock()
+		return -1, errors.New("the job is being cleaned up")
+	}
+	s.cmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cmu.Lock()
+	if s.closing {
+		s.cmu.Unlock()
+		return -1, errors.New("the job is being cleaned up")
+	}
+	s.cancel = cancel
+	s.cmu.Unlock()
+	// The hook process going away (the runner cancelled the step) ends
+	// the step: the client never writes again, so a read returns then.
+	go func() {
+		io.Copy(io.Discard, c)
+		cancel()
+	}()
+	return s.h.Step(ctx, args, enc.stream(1), enc.stream(2))
+}
+
+func (s *Server) cleanup(enc *frameWriter) error {
+	s.cmu.Lock()
+	if s.closing {
+		s.cmu.Unlock()
+		<-s.done
+		return nil
+	}
+	s.closing = true
+	if s.cancel != nil {
+		s.cancel() // a running step is stopped before the job ends
+	}
+	s.cmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.h.Cleanup(context.Background(), enc.stream(1), enc.stream(2))
+	close(s.done)
+	return err
+}
+
+// frameWriter writes frames as JSON lines, one writer at a time.
+type frameWriter struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+}
+
+func (f *frameWriter) stream(n int) io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if err := f.enc.Encode(Frame{Stream: n, Data: p}); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	})
+}
+
+func (f *frameWriter) end(code int, msg string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.enc.Encode(Frame{Done: true, Exit: code, Error: msg})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (w writerFunc) Write(p []byte) (int, error) { return w(p) }
+
+// Call sends a request to the daemon at sock and copies the answer's
+// output to stdout and stderr. It returns the exit code the daemon sent.
+// ctx ending closes the connection, which stops a running step.
+func Call(ctx context.Context, sock string, req Request, stdout, stderr io.Writer) (int, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", sock)
+	if err != nil {
+		return -1, fmt.Errorf("hook: the job's daemon is not running (%w): was prepare_job run, or the job cleaned up?", err)
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	if err := json.NewEncoder(c).Encode(req); err != nil {
+		return -1, fmt.Errorf("hook: send to the job's daemon: %w", err)
+	}
+	if uc, ok := c.(*net.UnixConn); ok && req.Op == "cleanup" {
+		uc.CloseWrite()
+	}
+	dec := json.NewDecoder(bufio.NewReader(c))
+	for {
+		var f Frame
+		if err := dec.Decode(&f); err != nil {
+			return -1, fmt.Errorf("hook: the job's daemon went away: %w", err)
+		}
+		switch {
+		case f.Done:
+			if f.Error != "" {
+				return f.Exit, errors.New(f.Error)
+			}
+			return f.Exit, nil
+		case f.Stream == 1:
+			stdout.Write(f.Data)
+		case f.Stream == 2:
+			stderr.Write(f.Data)
+		}
+	}
+}
