@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -23,6 +24,7 @@ import (
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
+	"github.com/airlock-ci/airlock/runner/github"
 	"github.com/airlock-ci/airlock/runner/hook"
 	"github.com/airlock-ci/airlock/runner/trust"
 )
@@ -32,7 +34,39 @@ const (
 	hookDirEnv = "AIRLOCK_HOOK_DIR" // where job directories go (default /run/airlock/hooks)
 	orgDirEnv  = "AIRLOCK_ORG_DIR"  // organisation policy (default /etc/airlock)
 	keyEnv     = "AIRLOCK_ATTEST_KEY"
+	// The GitHub API, optional: a token, or a GitHub App (id,
+	// installation, private key file); the API root for GHES and tests.
+	ghTokenEnv        = "AIRLOCK_GITHUB_TOKEN"
+	ghAppIDEnv        = "AIRLOCK_GITHUB_APP_ID"
+	ghInstallationEnv = "AIRLOCK_GITHUB_APP_INSTALLATION_ID"
+	ghAppKeyEnv       = "AIRLOCK_GITHUB_APP_KEY"
+	ghAPIEnv          = "AIRLOCK_GITHUB_API_URL"
 )
+
+// githubFromEnv returns the GitHub client the runner host configured, or
+// nil when none is.
+func githubFromEnv() (*github.Client, error) {
+	o := github.Options{BaseURL: os.Getenv(ghAPIEnv), Token: os.Getenv(ghTokenEnv)}
+	if id := os.Getenv(ghAppIDEnv); id != "" {
+		var app github.App
+		if _, err := fmt.Sscan(id, &app.ID); err != nil {
+			return nil, fmt.Errorf("%s: %v", ghAppIDEnv, err)
+		}
+		if _, err := fmt.Sscan(os.Getenv(ghInstallationEnv), &app.InstallationID); err != nil {
+			return nil, fmt.Errorf("%s: %v", ghInstallationEnv, err)
+		}
+		key, err := readCapped(os.Getenv(ghAppKeyEnv), 64<<10)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", ghAppKeyEnv, err)
+		}
+		app.PrivateKey = key
+		o.App, o.Token = &app, ""
+	}
+	if o.Token == "" && o.App == nil {
+		return nil, nil
+	}
+	return github.New(o)
+}
 
 // The job container's paths, as the runner mounts them.
 const (
@@ -120,7 +154,16 @@ func hookPrepare(ctx context.Context, in hook.Input, stdout io.Writer) error {
 		return usagef("prepare_job: the job has no container: airlock needs container: in every job (ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER=true)")
 	}
 	if len(args.Services) > 0 {
-		return usagef("prepare_job: service containers are not supported by airlock; remove services: from the job")
+		var names []string
+		for _, raw := range args.Services {
+			var svc struct {
+				ContextName string `json:"contextName"`
+				Image       string `json:"image"`
+			}
+			json.Unmarshal(raw, &svc)
+			names = append(names, fmt.Sprintf("%s (%s)", svc.ContextName, svc.Image))
+		}
+		return usagef("prepare_job: service containers are not supported by airlock: %s; remove them from the job's services:", strings.Join(names, ", "))
 	}
 	args.Container.Registry = nil // never stored, never passed on
 	b := make([]byte, 8)
@@ -293,6 +336,10 @@ type hookJob struct {
 	opts     runOptions
 	mounts   hook.Mounts
 	baseline bool
+	// The GitHub API, when configured: the repository and the check run.
+	gh          *github.Client
+	owner, repo string
+	checkID     int64
 }
 
 // build turns the job container into a runner.Job under the effective
@@ -342,15 +389,24 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 	if rel, ok := strings.CutPrefix(path.Clean(c.WorkingDirectory), containerWork+"/"); ok {
 		repoDir = rel
 	}
+	if d.gh, err = githubFromEnv(); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock: GitHub API not used: %v\n", err)
+	}
 	if ev, ok := d.mounts.Host(containerEvent); ok {
 		if payload, err := readCapped(ev, policies.MaxEventSize); err == nil {
 			if pr, err := policies.ParsePullRequest(payload); err == nil {
 				d.opts.meta.PullRequest, d.opts.meta.Author, d.opts.meta.Event = pr.Number, pr.Author, "pull_request"
 				d.opts.meta.BaseSHA, d.opts.meta.HeadSHA = pr.BaseSHA, pr.HeadSHA
-				if src, err := policies.FromCommit(ctx, filepath.Join(work, repoDir), pr.BaseSHA); err == nil && src != nil {
+				d.owner, d.repo = baseRepo(payload)
+				if d.owner != "" {
+					d.opts.meta.Repository = "https://github.com/" + d.owner + "/" + d.repo
+				}
+				src, err := d.repoPolicy(ctx, filepath.Join(work, repoDir), pr.BaseSHA)
+				switch {
+				case err != nil:
+					fmt.Fprintf(os.Stderr, "airlock: the repository policy at %.12s could not be read (%v): the organisation policy applies alone\n", pr.BaseSHA, err)
+				case src != nil:
 					srcs = append(srcs, *src)
-				} else {
-					fmt.Fprintf(os.Stderr, "airlock: the repository policy at %.12s is not readable here yet (the checkout runs later): the organisation policy applies\n", pr.BaseSHA)
 				}
 			}
 		}
@@ -383,12 +439,52 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 		d.opts.attestDir = filepath.Join(tmp, attestSubdir)
 	}
 	d.opts.attestKey = os.Getenv(keyEnv)
+	if d.gh != nil && d.owner != "" && d.opts.meta.HeadSHA != "" {
+		if d.checkID, err = d.gh.StartCheck(ctx, d.owner, d.repo, d.opts.meta.HeadSHA); err != nil {
+			fmt.Fprintf(os.Stderr, "airlock: check run not created: %v\n", err)
+		}
+	}
 	if len(srcs) > 0 && srcs[0].Kind == policies.KindOrg {
 		if orgEff, err := policies.Load(ctx, srcs[:1]); err == nil {
 			d.opts.policyKey = orgEff.Policy.Attest.Key
 		}
 	}
 	return job, nil
+}
+
+// repoPolicy reads .github/airlock.cue at the base commit: from the
+// workspace's git objects when it has them, else through the GitHub API.
+func (d *hookJob) repoPolicy(ctx context.Context, repoDir, base string) (*policies.Source, error) {
+	if src, err := policies.FromCommit(ctx, repoDir, base); err == nil {
+		return src, nil
+	}
+	if d.gh == nil || d.owner == "" {
+		return nil, errors.New("the workspace has no git objects yet (the checkout runs later) and no GitHub API is configured")
+	}
+	data, err := d.gh.FileAtRef(ctx, d.owner, d.repo, policies.RepoPolicyPath, base)
+	if err != nil || data == nil {
+		return nil, err
+	}
+	return &policies.Source{Kind: policies.KindRepo, Path: policies.RepoPolicyPath, Commit: base, Data: data}, nil
+}
+
+// baseRepo is the pull request's base repository from the event.
+func baseRepo(payload []byte) (owner, repo string) {
+	var ev struct {
+		PullRequest struct {
+			Base struct {
+				Repo struct {
+					FullName string `json:"full_name"`
+				} `json:"repo"`
+			} `json:"base"`
+		} `json:"pull_request"`
+	}
+	json.Unmarshal(payload, &ev)
+	owner, repo, _ = strings.Cut(ev.PullRequest.Base.Repo.FullName, "/")
+	if repo == "" || strings.ContainsAny(repo, "/ ") {
+		return "", ""
+	}
+	return owner, repo
 }
 
 // Step runs one runner step: the entry point and its arguments, with the
@@ -446,10 +542,50 @@ func (d *hookJob) Cleanup(ctx context.Context, stdout, stderr io.Writer) error {
 	if att.Bundle != "" {
 		fmt.Fprintf(stdout, "airlock: attestation %s\n", att.Bundle)
 	}
+	if d.checkID != 0 {
+		if err := d.gh.CompleteCheck(ctx, d.owner, d.repo, d.checkID, checkReport(res, att)); err != nil {
+			// Reported, never failing the job.
+			fmt.Fprintf(stderr, "airlock: check run not completed: %v\n", err)
+		}
+	}
 	if !res.Passed {
 		return fmt.Errorf("the job failed: %s", strings.Join(attestReasons(res), "; "))
 	}
 	return nil
+}
+
+// checkReport turns a job's result into its check run.
+func checkReport(res runner.Result, att *attestationInfo) github.Report {
+	r := github.Report{Conclusion: "success", Title: "airlock: passed"}
+	if !res.Passed {
+		r.Conclusion, r.Title = "failure", "airlock: failed"
+	}
+	var sum strings.Builder
+	for _, s := range res.Steps {
+		fmt.Fprintf(&sum, "- step `%s`: %s (exit %d)\n", strings.ReplaceAll(s.Name, "`", "'"), s.Status, s.ExitCode)
+	}
+	if res.Trust != nil {
+		sum.WriteString("\n" + res.Trust.Markdown())
+		for _, f := range res.Trust.Findings {
+			level := map[string]string{"error": "failure", "warning": "warning"}[f.Severity]
+			if level == "" {
+				level = "notice"
+			}
+			r.Annotations = append(r.Annotations, github.Annotation{Path: f.Path, Line: f.Line, Level: level, Title: "airlock trust: " + f.Category, Message: f.Reason})
+		}
+	}
+	r.Summary = sum.String()
+	var text strings.Builder
+	if e := res.Egress; e != nil {
+		fmt.Fprintf(&text, "Egress: %d allowed, %d denied.\n", e.Allowed, e.Denied)
+	}
+	if att != nil && att.Bundle != "" {
+		if b, err := os.ReadFile(att.Bundle); err == nil {
+			fmt.Fprintf(&text, "Attestation: `%s`, sha256 `%x`.\n", filepath.Base(att.Bundle), sha256.Sum256(b))
+		}
+	}
+	r.Text = text.String()
+	return r
 }
 
 func attestReasons(res runner.Result) []string {

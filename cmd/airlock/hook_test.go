@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -161,7 +165,47 @@ func (h *runnerHost) cleanup(state map[string]any) (int, string) {
 // cleanup writes a signed attestation that verifies.
 func TestHookJob(t *testing.T) {
 	h := newRunnerHost(t)
+	// The GitHub API, faked with the real shapes: the policy at the base
+	// commit through the contents API (the workspace has no git objects
+	// at prepare time on a real runner), and the check run.
+	var mu sync.Mutex
+	var calls []string
+	var conclusion string
+	var annotations int
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == "GET" && r.URL.Path == "/repos/acme/app/contents/.github/airlock.cue" && r.URL.Query().Get("ref") == h.base:
+			json.NewEncoder(w).Encode(map[string]any{"type": "file", "encoding": "base64", "size": 26, "path": ".github/airlock.cue",
+				"content": base64.StdEncoding.EncodeToString([]byte("sandbox: limits: pids: 321\n"))})
+		case r.Method == "POST" && r.URL.Path == "/repos/acme/app/check-runs":
+			json.NewEncoder(w).Encode(map[string]any{"id": 5, "name": "airlock"})
+		case r.Method == "PATCH" && r.URL.Path == "/repos/acme/app/check-runs/5":
+			var body struct {
+				Conclusion string `json:"conclusion"`
+				Output     struct {
+					Annotations []any `json:"annotations"`
+				} `json:"output"`
+			}
+			json.NewDecoder(r.Body).Decode(&body)
+			if body.Conclusion != "" {
+				conclusion = body.Conclusion
+			}
+			annotations += len(body.Output.Annotations)
+			json.NewEncoder(w).Encode(map[string]any{"id": 5})
+		default:
+			http.Error(w, `{"message":"Not Found"}`, 404)
+		}
+	}))
+	defer api.Close()
+	h.env = append(h.env, ghAPIEnv+"="+api.URL, ghTokenEnv+"=ghp_hooktesttoken")
+	// On a real runner the checkout comes later: no git objects yet.
+	os.Rename(filepath.Join(h.repo, ".git"), filepath.Join(h.root, "git-later"))
 	state := h.prepare()
+	os.Rename(filepath.Join(h.root, "git-later"), filepath.Join(h.repo, ".git"))
 	steps := []struct {
 		script string
 		code   int
@@ -195,9 +239,14 @@ func TestHookJob(t *testing.T) {
 	if code := execute([]string{"verify", "--key", h.keyPub, "--commit", h.head, bundles[0]}, &vo, &ve); code != 0 {
 		t.Fatalf("verify: %d %s %s", code, vo.String(), ve.String())
 	}
-	if !strings.Contains(vo.String(), "exit 3") {
-		t.Errorf("the attestation does not carry the failed step: %s", vo.String())
+	if !strings.Contains(vo.String(), "exit 3") || !strings.Contains(vo.String(), "(2 sources)") {
+		t.Errorf("the attestation does not carry the failed step and both policies: %s", vo.String())
 	}
+	mu.Lock()
+	if conclusion != "failure" {
+		t.Errorf("check run conclusion %q; API calls %v", conclusion, calls)
+	}
+	mu.Unlock()
 	// A second cleanup is harmless.
 	if code, out := h.cleanup(state); code != 0 {
 		t.Errorf("second cleanup: exit %d: %s", code, out)
