@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -341,5 +343,34 @@ func TestVerifyHardening(t *testing.T) {
 	signed, _ := Sign(s, b)
 	if len(signed.Bundle) > MaxBundleSize {
 		t.Errorf("a fitted statement makes a %d-byte bundle, more than verify reads", len(signed.Bundle))
+	}
+}
+
+// Files the policy names become further subjects with their sha256;
+// links out of the workspace are not followed, missing files are notes.
+func TestArtifactSubjects(t *testing.T) {
+	ws := t.TempDir()
+	os.MkdirAll(filepath.Join(ws, "dist"), 0o755)
+	os.WriteFile(filepath.Join(ws, "dist", "app"), []byte("binary"), 0o755)
+	os.Symlink("/etc/hostname", filepath.Join(ws, "dist", "escape"))
+	arts, notes := Artifacts(ws, []string{"dist/app", "dist/escape", "missing.tar"})
+	want := sha256.Sum256([]byte("binary"))
+	if len(arts) != 1 || arts[0].Name != "dist/app" || arts[0].Digest["sha256"] != hex.EncodeToString(want[:]) {
+		t.Fatalf("artifacts %+v", arts)
+	}
+	if len(notes) != 2 {
+		t.Errorf("notes %v", notes)
+	}
+	k := keyFiles(t)["ecdsa"]
+	s, _ := LoadSigner(context.Background(), k.ref, nil)
+	v, _ := LoadVerifier(k.pub)
+	st, err := Statement(Subject(Meta{Repository: "r", HeadSHA: commitA}, "/ws"), predicate(1, 1, 0), arts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed, _ := Sign(s, st)
+	got, err := Verify(signed.Bundle, v, VerifyOptions{Commit: commitA})
+	if err != nil || len(got.Artifacts) != 1 || got.Artifacts[0].Digest["sha256"] != arts[0].Digest["sha256"] {
+		t.Fatalf("verified %+v %v", got, err)
 	}
 }

@@ -5,7 +5,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
+	"path"
 	"slices"
 	"strings"
 
@@ -277,6 +280,58 @@ func Fit(subject SubjectInfo, p *Predicate) error {
 	return fmt.Errorf("statement: does not fit")
 }
 
+// MaxArtifacts bounds the artifact subjects; maxArtifactSize one file.
+const (
+	MaxArtifacts    = 100
+	maxArtifactSize = 4 << 30
+)
+
+// Artifacts digests the files the policy names as subjects (paths
+// relative to the workspace, globs allowed), read through os.Root so no
+// link leads out of it. What cannot be read is a note, not a subject.
+func Artifacts(workspace string, patterns []string) ([]SubjectInfo, []string) {
+	root, err := os.OpenRoot(workspace)
+	if err != nil {
+		return nil, []string{"artifacts: " + err.Error()}
+	}
+	defer root.Close()
+	var out []SubjectInfo
+	var notes []string
+	for _, pat := range patterns {
+		matches, err := fs.Glob(root.FS(), path.Clean(strings.TrimPrefix(pat, "/")))
+		if err != nil || len(matches) == 0 {
+			notes = append(notes, fmt.Sprintf("artifact %q: no such file", pat))
+			continue
+		}
+		for _, m := range matches {
+			if len(out) == MaxArtifacts {
+				notes = append(notes, fmt.Sprintf("more than %d artifacts: the rest are not subjects", MaxArtifacts))
+				return out, notes
+			}
+			f, err := root.Open(m)
+			if err != nil {
+				notes = append(notes, fmt.Sprintf("artifact %q: %v", m, err))
+				continue
+			}
+			fi, err := f.Stat()
+			if err != nil || !fi.Mode().IsRegular() || fi.Size() > maxArtifactSize {
+				f.Close()
+				notes = append(notes, fmt.Sprintf("artifact %q: not a regular file of at most %d bytes", m, int64(maxArtifactSize)))
+				continue
+			}
+			h := sha256.New()
+			_, err = io.Copy(h, f)
+			f.Close()
+			if err != nil {
+				notes = append(notes, fmt.Sprintf("artifact %q: %v", m, err))
+				continue
+			}
+			out = append(out, SubjectInfo{Name: m, Digest: map[string]string{"sha256": hex.EncodeToString(h.Sum(nil))}})
+		}
+	}
+	return out, notes
+}
+
 // clip bounds a job-derived string.
 func clip(s string, n int) string {
 	if len(s) <= n {
@@ -297,13 +352,14 @@ type statementJSON struct {
 	Predicate     Predicate     `json:"predicate"`
 }
 
-// Statement serialises the in-toto Statement v1 for subject and
-// predicate. These bytes are what is signed and stored.
-func Statement(subject SubjectInfo, p Predicate) ([]byte, error) {
+// Statement serialises the in-toto Statement v1 for subject (the commit)
+// and artifacts (further subjects) and predicate. These bytes are what
+// is signed and stored.
+func Statement(subject SubjectInfo, p Predicate, artifacts ...SubjectInfo) ([]byte, error) {
 	if subject.Name == "" || len(subject.Digest) == 0 {
 		return nil, fmt.Errorf("statement: the subject needs a name and a digest")
 	}
-	b, err := json.Marshal(statementJSON{Type: StatementType, Subject: []SubjectInfo{subject}, PredicateType: PredicateType, Predicate: p})
+	b, err := json.Marshal(statementJSON{Type: StatementType, Subject: append([]SubjectInfo{subject}, artifacts...), PredicateType: PredicateType, Predicate: p})
 	if err != nil {
 		return nil, fmt.Errorf("encode statement: %w", err)
 	}

@@ -40,7 +40,9 @@ type VerifyOptions struct {
 type Verified struct {
 	Statement []byte      `json:"-"`
 	Subject   SubjectInfo `json:"subject"`
-	Predicate Predicate   `json:"predicate"`
+	// Artifacts are the further subjects: files the policy names.
+	Artifacts []SubjectInfo `json:"artifacts"`
+	Predicate Predicate     `json:"predicate"`
 }
 
 // SubjectInfo is the statement's subject.
@@ -99,8 +101,13 @@ func Verify(bundle []byte, v signature.Verifier, opts VerifyOptions) (*Verified,
 	if st.PredicateType != PredicateType {
 		return nil, fail("predicate type %q, want %q", st.PredicateType, PredicateType)
 	}
-	if len(st.Subject) != 1 || len(st.Subject[0].Digest) == 0 {
-		return nil, fail("the statement has %d subjects, want 1 with a digest", len(st.Subject))
+	if len(st.Subject) == 0 || len(st.Subject) > MaxArtifacts+1 {
+		return nil, fail("the statement has %d subjects, want the commit and at most %d artifacts", len(st.Subject), MaxArtifacts)
+	}
+	for _, s := range st.Subject {
+		if s.Name == "" || len(s.Digest) == 0 {
+			return nil, fail("a subject without a name or a digest")
+		}
 	}
 	sub, p := st.Subject[0], st.Predicate
 	if opts.Commit != "" && sub.Digest["gitCommit"] != opts.Commit {
@@ -116,7 +123,7 @@ func Verify(bundle []byte, v signature.Verifier, opts VerifyOptions) (*Verified,
 			return nil, fail("the subject is commit %q but the predicate's job.headSha is %q", c, p.Job.HeadSHA)
 		}
 	}
-	out := &Verified{Statement: payload, Subject: sub, Predicate: p}
+	out := &Verified{Statement: payload, Subject: sub, Artifacts: st.Subject[1:], Predicate: p}
 	if opts.Compliance != nil {
 		raw, err := json.Marshal(p)
 		if err != nil {

@@ -68,7 +68,11 @@ func writeAttestation(ctx context.Context, res runner.Result, o *runOptions, std
 		fmt.Fprintf(stderr, "airlock: ATTESTATION NOT WRITTEN: %v\n", err)
 		return info
 	}
-	stmt, err := attest.Statement(subject, pred)
+	artifacts, notes := attest.Artifacts(o.workspace, o.attestSubjects)
+	for _, n := range notes {
+		fmt.Fprintf(stderr, "airlock: attestation: %s\n", n)
+	}
+	stmt, err := attest.Statement(subject, pred, artifacts...)
 	if err != nil {
 		info.Error = err.Error()
 		fmt.Fprintf(stderr, "airlock: ATTESTATION NOT WRITTEN: %v\n", err)

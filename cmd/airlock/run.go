@@ -55,6 +55,7 @@ type runOptions struct {
 	attestKey          string
 	attestPasswordFile string
 	policyKey          string      // attest.key of the organisation policy
+	attestSubjects     []string    // attest.subjects of the policy
 	meta               attest.Meta // what the policy mode learnt of the pull request
 	headWasImplicit    bool        // no --head: the subject is the workspace's HEAD
 	subjectNotes       []string    // trouble resolving the subject, for the verdict

@@ -72,6 +72,7 @@ func (o *runOptions) applyPolicy(ctx context.Context, flags *pflag.FlagSet, job 
 		return policyError{err}
 	}
 	info.Digest, info.Sources = eff.Digest, eff.Sources
+	o.attestSubjects = eff.Policy.Attest.Subjects
 	// The signing key comes from the organisation's policy only: a
 	// repository could otherwise name any key file on the host.
 	if len(srcs) > 0 && srcs[0].Kind == policies.KindOrg {
