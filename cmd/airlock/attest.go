@@ -224,6 +224,9 @@ func printVerified(out io.Writer, v *attest.Verified) {
 		verdict = "FAILED"
 	}
 	fmt.Fprintf(w, "VERIFIED: %s %v\n", v.Subject.Name, v.Subject.Digest)
+	for _, a := range v.Artifacts {
+		fmt.Fprintf(w, "  artifact %s sha256:%s\n", a.Name, a.Digest["sha256"])
+	}
 	fmt.Fprintf(w, "job %s %s (exit %d) on airlock %s, gVisor %s, host %s\n", p.Job.Name, verdict, p.Verdict.ExitCode, p.Runner.AirlockVersion, p.Runner.GVisorVersion, p.Runner.Hostname)
 	for _, r := range p.Verdict.Reasons {
 		fmt.Fprintf(w, "  reason: %s\n", r)
