@@ -448,8 +448,8 @@ func TestSandboxHTTPSSecret(t *testing.T) {
 		Allow:      []policies.EgressRule{{Host: "tls.up.test", Ports: []int{port}}, {Host: "plain.up.test", Ports: []int{port}}},
 		Resolve:    map[string]string{"tls.up.test": upstreamAddr, "plain.up.test": upstreamAddr},
 		AllowCIDRs: []string{upstreamAddr + "/32"},
-		Secrets:    []policies.Secret{{Host: "tls.up.test", Header: "Authorization", FromEnv: "UP_TOKEN"}},
-	}, func(k string) (string, bool) { return value, k == "UP_TOKEN" })
+		Secrets:    []policies.Secret{{Host: "tls.up.test", Header: "Authorization", FromEnv: "AIRLOCK_SECRET_UP_TOKEN"}},
+	}, func(k string) (string, bool) { return value, k == "AIRLOCK_SECRET_UP_TOKEN" })
 	if err != nil {
 		t.Fatal(err)
 	}

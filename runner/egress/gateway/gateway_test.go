@@ -355,9 +355,9 @@ func TestSecretInjectedAndNeverEchoed(t *testing.T) {
 	defer up.Close()
 	h := newHarness(t, portOf(up), func(port int) policies.Egress {
 		e := pinnedUp(port)
-		e.Secrets = []policies.Secret{{Host: "up.test", Header: "Authorization", FromEnv: "TOKEN"}}
+		e.Secrets = []policies.Secret{{Host: "up.test", Header: "Authorization", FromEnv: "AIRLOCK_SECRET_TOKEN"}}
 		return e
-	}, map[string]string{"TOKEN": "Bearer tok-123456789"})
+	}, map[string]string{"AIRLOCK_SECRET_TOKEN": "Bearer tok-123456789"})
 	pu, _ := url.Parse("http://" + h.proxy)
 	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
 	req, _ := http.NewRequest("GET", "http://up.test:"+strconv.Itoa(h.port)+"/", nil)
@@ -744,9 +744,9 @@ func TestSecretEchoVariantsAndAbort(t *testing.T) {
 	defer up.Close()
 	h := newHarness(t, portOf(up), func(port int) policies.Egress {
 		e := pinnedUp(port)
-		e.Secrets = []policies.Secret{{Host: "up.test", Header: "Authorization", FromEnv: "TOKEN"}}
+		e.Secrets = []policies.Secret{{Host: "up.test", Header: "Authorization", FromEnv: "AIRLOCK_SECRET_TOKEN"}}
 		return e
-	}, map[string]string{"TOKEN": "tok-abcdef"})
+	}, map[string]string{"AIRLOCK_SECRET_TOKEN": "tok-abcdef"})
 	pu, _ := url.Parse("http://" + h.proxy)
 	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), DisableCompression: true}}
 	req, _ := http.NewRequest("GET", "http://up.test:"+strconv.Itoa(h.port)+"/", nil)

@@ -94,6 +94,9 @@ func Compile(e policies.Egress, lookupEnv func(string) (string, bool)) (*Policy,
 		p.Pinned[strings.ToLower(name)] = addr.Unmap()
 	}
 	for i, s := range e.Secrets {
+		if !strings.HasPrefix(s.FromEnv, "AIRLOCK_SECRET_") {
+			return nil, fmt.Errorf("egress.secrets[%d]: fromEnv %q: only AIRLOCK_SECRET_* variables can be injected", i, s.FromEnv)
+		}
 		v, ok := lookupEnv(s.FromEnv)
 		if !ok || v == "" {
 			return nil, fmt.Errorf("egress.secrets[%d]: %s is not set in airlock's environment; export it for airlock (it never reaches the sandbox) or remove the secret from the policy", i, s.FromEnv)

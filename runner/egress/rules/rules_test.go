@@ -11,7 +11,7 @@ import (
 func compile(t *testing.T, e policies.Egress) *Policy {
 	t.Helper()
 	p, err := Compile(e, func(k string) (string, bool) {
-		if k == "NPM_TOKEN" {
+		if k == "AIRLOCK_SECRET_NPM_TOKEN" {
 			return "s3cret-value", true
 		}
 		return "", false
@@ -135,7 +135,8 @@ func TestCompileErrors(t *testing.T) {
 		e    policies.Egress
 		want string
 	}{
-		{"missing secret", policies.Egress{Secrets: []policies.Secret{{Host: "a.test", Header: "Authorization", FromEnv: "MISSING"}}}, "MISSING is not set in airlock's environment"},
+		{"missing secret", policies.Egress{Secrets: []policies.Secret{{Host: "a.test", Header: "Authorization", FromEnv: "AIRLOCK_SECRET_MISSING"}}}, "AIRLOCK_SECRET_MISSING is not set in airlock's environment"},
+		{"not a secret variable", policies.Egress{Secrets: []policies.Secret{{Host: "a.test", Header: "Authorization", FromEnv: "AIRLOCK_KEY_PASSWORD"}}}, "only AIRLOCK_SECRET_"},
 		{"bad cidr", policies.Egress{AllowCIDRs: []string{"10.0.0.0/99"}}, "egress.allowCIDRs"},
 		{"bad pin", policies.Egress{Resolve: map[string]string{"a.test": "nope"}}, `egress.resolve["a.test"]`},
 	}
@@ -147,7 +148,7 @@ func TestCompileErrors(t *testing.T) {
 			}
 		})
 	}
-	p := compile(t, policies.Egress{Secrets: []policies.Secret{{Host: "NPM.example.com", Header: "Authorization", FromEnv: "NPM_TOKEN"}}})
+	p := compile(t, policies.Egress{Secrets: []policies.Secret{{Host: "NPM.example.com", Header: "Authorization", FromEnv: "AIRLOCK_SECRET_NPM_TOKEN"}}})
 	if s := p.SecretsFor("npm.example.com"); len(s) != 1 || s[0].Value != "s3cret-value" {
 		t.Errorf("SecretsFor = %+v", s)
 	}
