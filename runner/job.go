@@ -239,6 +239,9 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 // ID is the sandbox's id.
 func (s *Session) ID() string { return s.res.Sandbox.ID }
 
+// Context ends when the job's time is up (or the job was cancelled).
+func (s *Session) Context() context.Context { return s.ctx }
+
 // Step runs one step in the sandbox, writing its output (prefixed with
 // the step's name when the job has several) to stdout and stderr, and
 // records its outcome.

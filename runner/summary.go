@@ -50,7 +50,7 @@ func WriteSummary(w io.Writer, res Result) {
 			if dest == "" {
 				dest = d.Address
 			}
-			fmt.Fprintf(w, "  denied %s:%d (%s) %s\n", dest, d.Port, d.Protocol, d.Rule)
+			fmt.Fprintf(w, "  denied %s:%d (%s) %s\n", inert(dest), d.Port, d.Protocol, inert(d.Rule))
 		}
 	}
 	if t := res.Trust; t != nil {
@@ -68,16 +68,28 @@ func WriteSummary(w io.Writer, res Result) {
 			if f.Outcome != "" {
 				line += ", " + f.Outcome
 			}
-			fmt.Fprintln(w, line+"]")
+			fmt.Fprintln(w, inert(line)+"]")
 		}
 		if t.Failed {
-			fmt.Fprintf(w, "job fails: %s\n", t.Reason)
+			fmt.Fprintf(w, "job fails: %s\n", inert(t.Reason))
 		}
 		if t.Error != "" {
-			fmt.Fprintf(w, "trust: incomplete: %s\n", t.Error)
+			fmt.Fprintf(w, "trust: incomplete: %s\n", inert(t.Error))
 		}
 	}
 	if res.Error != "" {
 		fmt.Fprintf(w, "airlock: %s\n", res.Error)
 	}
+}
+
+// inert makes job-derived text safe on one log line: control characters
+// (a newline would start a line the runner reads as a workflow command,
+// an escape would rewrite the terminal) are shown as '?'.
+func inert(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) {
+			return '?'
+		}
+		return r
+	}, s)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/airlock-ci/airlock/runner/github"
 	"github.com/airlock-ci/airlock/runner/hook"
 	"github.com/airlock-ci/airlock/runner/trust"
+	workspacetidy "github.com/airlock-ci/airlock/runner/workspace"
 )
 
 // Environment of the runner host that configures the hook.
@@ -73,6 +74,9 @@ const (
 	containerWork     = "/__w"
 	containerTemp     = "/__w/_temp"
 	containerEvent    = "/github/workflow/event.json"
+	safePath          = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	responsesDir      = "_runner_hook_responses"
+	watchdogSlack     = 15 * time.Minute
 	prepareTimeout    = 2 * time.Minute
 	cleanupTimeout    = 5 * time.Minute
 	daemonSocket      = "daemon.sock"
@@ -98,6 +102,10 @@ talk to it. Configure the runner host with AIRLOCK_ORG_DIR (organisation
 policy), AIRLOCK_ATTEST_KEY (signing key) and AIRLOCK_HOOK_DIR.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			// The runner prepends the job's $GITHUB_PATH entries to the
+			// hook's PATH: nothing here, nor in the daemon, may look a
+			// program up through it.
+			os.Setenv("PATH", safePath)
 			in, err := hook.ReadInput(c.InOrStdin())
 			if err != nil {
 				return usageError{err}
@@ -207,12 +215,17 @@ func hookPrepare(ctx context.Context, in hook.Input, stdout io.Writer) error {
 			continue
 		case err := <-exited:
 			msg, _ := os.ReadFile(filepath.Join(dir, daemonFailed))
+			removeJob(dir)
 			return fmt.Errorf("prepare_job: the job could not start: %s (%v)", strings.TrimSpace(string(msg)), err)
 		case <-deadline.C:
 			cmd.Process.Kill()
-			return fmt.Errorf("prepare_job: the job daemon did not start within %v (see %s)", prepareTimeout, filepath.Join(dir, daemonLogFile))
+			<-exited
+			removeJob(dir)
+			return fmt.Errorf("prepare_job: the job daemon did not start within %v", prepareTimeout)
 		case <-ctx.Done():
 			cmd.Process.Kill()
+			<-exited
+			removeJob(dir)
 			return ctx.Err()
 		}
 	}
@@ -247,26 +260,57 @@ func hookCleanup(ctx context.Context, in hook.Input, stdout, stderr io.Writer) e
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	_, err := hook.Call(cctx, sock, hook.Request{Op: "cleanup"}, stdout, stderr)
-	if err != nil && !isNoDaemon(err) {
+	var verdict *hook.DaemonError
+	if err != nil && !errors.As(err, &verdict) && !isNoDaemon(err) {
 		fmt.Fprintf(stderr, "airlock: cleanup: %v\n", err)
-		// A daemon that did not finish is stopped; its sandbox is then
-		// a leftover like any other.
-		if b, rerr := os.ReadFile(filepath.Join(dir, daemonPIDFile)); rerr == nil {
-			var pid int
-			if _, serr := fmt.Sscan(string(b), &pid); serr == nil && pid > 1 {
-				syscall.Kill(pid, syscall.SIGKILL)
-				time.Sleep(100 * time.Millisecond)
-			}
-		}
+		// A daemon that did not answer is stopped (if that pid is still
+		// our daemon); its sandbox is then a leftover like any other.
+		killDaemon(dir)
 	}
-	// Whatever the daemon could not remove (it was killed, say).
-	if _, rerr := gvisor.Reap(context.WithoutCancel(ctx), filepath.Join(dir, "state")); rerr != nil {
-		fmt.Fprintf(stderr, "airlock: cleanup: %v\n", rerr)
-	}
-	if filepath.Dir(dir) == filepath.Clean(hookJobsRoot()) {
-		os.RemoveAll(dir)
+	removeJob(dir)
+	if verdict != nil {
+		return verdict // the job failed: cleanup_job says so
 	}
 	return nil
+}
+
+// killDaemon stops the job's daemon, when the pid in its file is still
+// the daemon of this job (a pid can be reused).
+func killDaemon(dir string) {
+	b, err := os.ReadFile(filepath.Join(dir, daemonPIDFile))
+	if err != nil {
+		return
+	}
+	var pid int
+	if _, err := fmt.Sscan(string(b), &pid); err != nil || pid <= 1 {
+		return
+	}
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if !strings.HasPrefix(string(cmdline), daemonArg0+"\x00"+dir) {
+		return
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	for i := 0; i < 50; i++ {
+		if syscall.Kill(pid, 0) != nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// removeJob reaps what a job left (its sandbox, if the daemon could not
+// destroy it), tidies the workspace, and removes the job's directory.
+func removeJob(dir string) {
+	if filepath.Dir(dir) != filepath.Clean(hookJobsRoot()) {
+		return
+	}
+	reaped, _ := gvisor.Reap(context.Background(), filepath.Join(dir, "state"))
+	for _, r := range reaped {
+		if r.Workspace != "" {
+			workspacetidy.Tidy(r.Workspace, r.SandboxUID)
+		}
+	}
+	os.RemoveAll(dir)
 }
 
 func isNoDaemon(err error) bool {
@@ -319,6 +363,13 @@ func hookDaemon(dir string) int {
 		<-term
 		hook.Call(context.Background(), sock, hook.Request{Op: "cleanup"}, io.Discard, io.Discard)
 	}()
+	// A job whose cleanup never comes (the runner died, or its state was
+	// lost) ends by itself after its time.
+	if d.jobTimeout > 0 {
+		time.AfterFunc(d.jobTimeout+watchdogSlack, func() {
+			hook.Call(context.Background(), sock, hook.Request{Op: "cleanup"}, io.Discard, io.Discard)
+		})
+	}
 	if err := os.WriteFile(filepath.Join(dir, daemonReady), []byte(s.ID()), 0o600); err != nil {
 		s.Abandon()
 		return fail(err)
@@ -340,6 +391,7 @@ type hookJob struct {
 	gh          *github.Client
 	owner, repo string
 	checkID     int64
+	jobTimeout  time.Duration
 }
 
 // build turns the job container into a runner.Job under the effective
@@ -401,7 +453,7 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 				if d.owner != "" {
 					d.opts.meta.Repository = "https://github.com/" + d.owner + "/" + d.repo
 				}
-				src, err := d.repoPolicy(ctx, filepath.Join(work, repoDir), pr.BaseSHA)
+				src, err := d.repoPolicy(ctx, pr.BaseSHA)
 				switch {
 				case err != nil:
 					fmt.Fprintf(os.Stderr, "airlock: the repository policy at %.12s could not be read (%v): the organisation policy applies alone\n", pr.BaseSHA, err)
@@ -423,7 +475,6 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 	}
 	cfg.Limits, cfg.ExtraMasks, cfg.Capabilities, cfg.User = pcfg.Limits, pcfg.ExtraMasks, pcfg.Capabilities, pcfg.User
 	cfg.ExtraMasks = append(cfg.ExtraMasks, d.dir)
-	job.Sandbox = cfg
 	if job.Egress, err = runner.EgressFromPolicy(eff.Policy.Egress, os.LookupEnv); err != nil {
 		return job, err
 	}
@@ -432,13 +483,22 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 		return job, err
 	}
 	job.Trust = &runner.Trust{Set: set, Deferred: true, Dir: repoDir}
+	d.jobTimeout = cfg.Limits.JobTimeout
 	// What the attestation needs.
 	d.opts.workspace = filepath.Join(work, repoDir)
 	d.opts.stateDir = filepath.Join(d.dir, "state")
+	// Attestations go where the job cannot reach (a symlink planted in
+	// the runner's temp directory would make root write elsewhere).
+	d.opts.attestDir = filepath.Join(hookJobsRoot(), "attestations")
+	// The runner reads each call's response (and the state it saves) from
+	// its temp directory: the job must not be able to write those.
 	if tmp, ok := d.mounts.Host(containerTemp); ok {
-		d.opts.attestDir = filepath.Join(tmp, attestSubdir)
+		if err := os.MkdirAll(filepath.Join(tmp, responsesDir), 0o755); err == nil {
+			cfg.ExtraMasks = append(cfg.ExtraMasks, path.Join(containerTemp, responsesDir))
+		}
 	}
 	d.opts.attestKey = os.Getenv(keyEnv)
+	job.Sandbox = cfg
 	if d.gh != nil && d.owner != "" && d.opts.meta.HeadSHA != "" {
 		if d.checkID, err = d.gh.StartCheck(ctx, d.owner, d.repo, d.opts.meta.HeadSHA); err != nil {
 			fmt.Fprintf(os.Stderr, "airlock: check run not created: %v\n", err)
@@ -452,14 +512,13 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 	return job, nil
 }
 
-// repoPolicy reads .github/airlock.cue at the base commit: from the
-// workspace's git objects when it has them, else through the GitHub API.
-func (d *hookJob) repoPolicy(ctx context.Context, repoDir, base string) (*policies.Source, error) {
-	if src, err := policies.FromCommit(ctx, repoDir, base); err == nil {
-		return src, nil
-	}
+// repoPolicy reads .github/airlock.cue at the base commit through the
+// GitHub API. Never from the workspace's git objects: on a self-hosted
+// runner they are what earlier jobs left, and a job can rewrite a loose
+// object (git does not re-hash what it reads).
+func (d *hookJob) repoPolicy(ctx context.Context, base string) (*policies.Source, error) {
 	if d.gh == nil || d.owner == "" {
-		return nil, errors.New("the workspace has no git objects yet (the checkout runs later) and no GitHub API is configured")
+		return nil, errors.New("no GitHub API is configured (AIRLOCK_GITHUB_TOKEN or a GitHub App)")
 	}
 	data, err := d.gh.FileAtRef(ctx, d.owner, d.repo, policies.RepoPolicyPath, base)
 	if err != nil || data == nil {
@@ -511,6 +570,11 @@ func (d *hookJob) Step(ctx context.Context, a hook.ScriptArgs, stdout, stderr io
 		p = strings.Join(a.PrependPath, ":") + ":" + p
 	}
 	env["PATH"] = p
+	// The job's own time limit bounds every step too.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(d.session.Context(), cancel)
+	defer stop()
 	out := d.session.Step(ctx, runner.StepSpec{
 		Name: path.Base(a.EntryPoint), Command: append([]string{a.EntryPoint}, a.EntryPointArgs...),
 		Env: env, WorkingDirectory: a.WorkingDirectory,

@@ -110,6 +110,16 @@ func newRunnerHost(t testing.TB) *runnerHost {
 	return h
 }
 
+// hooksRoot is the hook's directory on this host.
+func (h *runnerHost) hooksRoot() string {
+	for _, e := range h.env {
+		if v, ok := strings.CutPrefix(e, hookDirEnv+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 // call runs one hook call in a fresh process, as the runner does.
 func (h *runnerHost) call(input []byte) (int, string) {
 	h.t.Helper()
@@ -212,7 +222,7 @@ func TestHookJob(t *testing.T) {
 		want   string
 	}{
 		{`echo "one $STEP_VAR $(pwd) $(id -u)"; echo kept > /tmp/state; sleep 600 & echo $! > /tmp/bg`, 0, "one x /__w/app/app 1000"},
-		{`cat /tmp/state; kill -0 $(cat /tmp/bg) && echo background-alive; ls /host-etc /var/run/docker.sock 2>&1 | head -2; echo $PATH`, 0, "kept"},
+		{`cat /tmp/state; kill -0 $(cat /tmp/bg) && echo background-alive; ls /host-etc /var/run/docker.sock 2>&1 | head -2; echo '{"state":{}}' > /__w/_temp/_runner_hook_responses/r.json || echo responses-refused; echo $PATH`, 0, "responses-refused"},
 		{`git log --oneline | wc -l; env | grep -c registry-secret-bar || true; grep -rls registry-secret-bar /__w /github /tmp /run 2>/dev/null | head -1; exit 3`, 3, "2"},
 	}
 	for i, s := range steps {
@@ -228,10 +238,10 @@ func TestHookJob(t *testing.T) {
 		}
 	}
 	code, out := h.cleanup(state)
-	if !strings.Contains(out, "airlock: attestation ") {
-		t.Fatalf("cleanup: exit %d: %s", code, out)
+	if !strings.Contains(out, "airlock: attestation ") || code == 0 {
+		t.Fatalf("cleanup of a failed job: exit %d: %s", code, out)
 	}
-	bundles, _ := filepath.Glob(filepath.Join(h.temp, "airlock", "*.sigstore.json"))
+	bundles, _ := filepath.Glob(filepath.Join(h.hooksRoot(), "attestations", "*.sigstore.json"))
 	if len(bundles) != 1 {
 		t.Fatalf("bundles: %v", bundles)
 	}

@@ -2,13 +2,25 @@
 // names this file, and the runner runs it with its own Node for every
 // hook call. All logic is in Go: this only runs `airlock hook` with the
 // call's JSON on standard input and returns its exit status.
-// AIRLOCK_BIN names the airlock binary (default: airlock on PATH).
+//
+// AIRLOCK_BIN names the airlock binary, as an absolute path (default
+// /usr/local/bin/airlock). Never a PATH lookup: the runner prepends the
+// job's $GITHUB_PATH entries to this process's PATH.
 "use strict";
-const { spawnSync } = require("child_process");
-const bin = process.env.AIRLOCK_BIN || "airlock";
-const r = spawnSync(bin, ["hook"], { stdio: "inherit" });
-if (r.error) {
-  console.error(`airlock hook: cannot run ${bin}: ${r.error.message}`);
+const { spawn } = require("child_process");
+const path = require("path");
+const bin = process.env.AIRLOCK_BIN || "/usr/local/bin/airlock";
+if (!path.isAbsolute(bin)) {
+  console.error(`airlock hook: AIRLOCK_BIN must be an absolute path, not ${bin}`);
   process.exit(1);
 }
-process.exit(r.status === null ? 1 : r.status);
+const child = spawn(bin, ["hook"], { stdio: "inherit" });
+// The runner signals this process when it cancels a step: pass it on.
+for (const sig of ["SIGINT", "SIGTERM"]) {
+  process.on(sig, () => child.kill(sig));
+}
+child.on("error", (err) => {
+  console.error(`airlock hook: cannot run ${bin}: ${err.message}`);
+  process.exit(1);
+});
+child.on("exit", (code, signal) => process.exit(code === null ? 1 : code));

@@ -59,7 +59,7 @@ func (s *Server) serve(c net.Conn) {
 		return
 	}
 	c.SetReadDeadline(time.Time{})
-	enc := &frameWriter{enc: json.NewEncoder(c)}
+	enc := &frameWriter{enc: json.NewEncoder(c), conn: c}
 	switch req.Op {
 	case "step":
 		if req.Step == nil {
@@ -78,7 +78,9 @@ func (s *Server) serve(c net.Conn) {
 		if err != nil {
 			msg = err.Error()
 		}
+		// The answer goes out before the daemon may exit.
 		enc.end(0, msg)
+		s.finish()
 	default:
 		enc.end(-1, fmt.Sprintf("unknown request %q", req.Op))
 	}
@@ -125,21 +127,35 @@ func (s *Server) cleanup(enc *frameWriter) error {
 	s.cmu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	err := s.h.Cleanup(context.Background(), enc.stream(1), enc.stream(2))
-	close(s.done)
-	return err
+	return s.h.Cleanup(context.Background(), enc.stream(1), enc.stream(2))
 }
 
-// frameWriter writes frames as JSON lines, one writer at a time.
-type frameWriter struct {
-	mu  sync.Mutex
-	enc *json.Encoder
+// finish ends the server once the cleanup's answer is sent.
+func (s *Server) finish() {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	select {
+	case <-s.done:
+	default:
+		close(s.done)
+	}
 }
+
+// frameWriter writes frames as JSON lines, one writer at a time; a
+// client that stops reading does not wedge the daemon.
+type frameWriter struct {
+	mu   sync.Mutex
+	enc  *json.Encoder
+	conn net.Conn
+}
+
+const frameTimeout = 30 * time.Second
 
 func (f *frameWriter) stream(n int) io.Writer {
 	return writerFunc(func(p []byte) (int, error) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		f.conn.SetWriteDeadline(time.Now().Add(frameTimeout))
 		if err := f.enc.Encode(Frame{Stream: n, Data: p}); err != nil {
 			return 0, err
 		}
@@ -150,8 +166,15 @@ func (f *frameWriter) stream(n int) io.Writer {
 func (f *frameWriter) end(code int, msg string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.conn.SetWriteDeadline(time.Now().Add(frameTimeout))
 	f.enc.Encode(Frame{Done: true, Exit: code, Error: msg})
 }
+
+// DaemonError is a failure the daemon reported (the job failed, say), as
+// opposed to not reaching it.
+type DaemonError struct{ Msg string }
+
+func (e *DaemonError) Error() string { return e.Msg }
 
 type writerFunc func([]byte) (int, error)
 
@@ -184,7 +207,7 @@ func Call(ctx context.Context, sock string, req Request, stdout, stderr io.Write
 		switch {
 		case f.Done:
 			if f.Error != "" {
-				return f.Exit, errors.New(f.Error)
+				return f.Exit, &DaemonError{f.Error}
 			}
 			return f.Exit, nil
 		case f.Stream == 1:
