@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -34,9 +35,10 @@ func (g *Gateway) newHTTPServer(h http.Handler) *http.Server {
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, connKey{}, c)
 		},
-		// The sandbox's malformed requests are its own business; they are
-		// answered with 400 and need not reach airlock's log.
-		ErrorLog: nil,
+		// The sandbox's malformed requests are its own business: they are
+		// answered with 400 and must not flood airlock's log (nil would
+		// print them to airlock's standard error).
+		ErrorLog: log.New(io.Discard, "", 0),
 	}
 }
 
