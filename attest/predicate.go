@@ -85,6 +85,10 @@ type Job struct {
 	HeadSHA     string `json:"headSha"`
 	Author      string `json:"author"`
 	Event       string `json:"event"`
+	// ContainerImage is the job container's image as the workflow named
+	// it (runner hook), recorded only: the sandbox's root is the host's
+	// or the policy's.
+	ContainerImage string `json:"containerImage"`
 }
 
 // Step is one step of the job.

@@ -28,6 +28,8 @@ type Meta struct {
 	PullRequest int
 	Author      string
 	Event       string
+	// ContainerImage is the job container's image (runner hook).
+	ContainerImage string
 }
 
 // Bounds that keep a statement small enough to store.
@@ -67,7 +69,7 @@ func FromResult(res runner.Result, m Meta) Predicate {
 			AirlockVersion: m.AirlockVersion, AirlockCommit: m.AirlockCommit,
 			GVisorVersion: res.Sandbox.Runtime, Platform: res.Sandbox.Platform,
 		},
-		Job:       Job{Name: res.Job, Repository: m.Repository, PullRequest: m.PullRequest, BaseSHA: m.BaseSHA, HeadSHA: m.HeadSHA, Author: m.Author, Event: m.Event},
+		Job:       Job{Name: res.Job, Repository: m.Repository, PullRequest: m.PullRequest, BaseSHA: m.BaseSHA, HeadSHA: m.HeadSHA, Author: m.Author, Event: m.Event, ContainerImage: clip(m.ContainerImage, 512)},
 		Steps:     []Step{},
 		Verdict:   Verdict{Passed: res.Passed, ExitCode: res.ExitCode, Reasons: []string{}},
 		Times:     RunTimes{Start: res.Start, End: res.End},

@@ -427,6 +427,7 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 		}
 	}
 	job.Name = "job"
+	d.opts.meta.ContainerImage = c.Image
 	for k, v := range c.Env {
 		job.Env = append(job.Env, k+"="+v)
 	}

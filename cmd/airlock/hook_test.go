@@ -249,6 +249,11 @@ func TestHookJob(t *testing.T) {
 	if code := execute([]string{"verify", "--key", h.keyPub, "--commit", h.head, bundles[0]}, &vo, &ve); code != 0 {
 		t.Fatalf("verify: %d %s %s", code, vo.String(), ve.String())
 	}
+	var vj bytes.Buffer
+	execute([]string{"verify", "--key", h.keyPub, "--json", bundles[0]}, &vj, &ve)
+	if !strings.Contains(vj.String(), `"containerImage": "node:20"`) {
+		t.Errorf("the job image is not recorded: %.400s", vj.String())
+	}
 	if !strings.Contains(vo.String(), "exit 3") || !strings.Contains(vo.String(), "(2 sources)") {
 		t.Errorf("the attestation does not carry the failed step and both policies: %s", vo.String())
 	}
