@@ -239,7 +239,10 @@ func resources(l Limits) *specs.LinuxResources {
 		// A host-side backstop only: the sentry, gofer and the systrap stub
 		// processes (about one per guest process) live in this cgroup. The
 		// guest limit is RLIMIT_NPROC, which fails fork with EAGAIN cleanly.
-		r.Pids = &specs.LinuxPids{Limit: int64(l.Pids)*2 + 512}
+		// Generous: under a fork bomb the sentry's Go runtime needs host
+		// threads too (its trace sinks block in writes), and a sentry that
+		// cannot make one dies ("newosproc") instead of refusing forks.
+		r.Pids = &specs.LinuxPids{Limit: int64(l.Pids)*4 + 2048}
 	}
 	return r
 }
