@@ -259,14 +259,19 @@ func hookCleanup(ctx context.Context, in hook.Input, stdout, stderr io.Writer) e
 	// leaves is reaped below.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
+	pid := daemonPID(dir)
 	_, err := hook.Call(cctx, sock, hook.Request{Op: "cleanup"}, stdout, stderr)
 	var verdict *hook.DaemonError
 	if err != nil && !errors.As(err, &verdict) && !isNoDaemon(err) {
 		fmt.Fprintf(stderr, "airlock: cleanup: %v\n", err)
 		// A daemon that did not answer is stopped (if that pid is still
 		// our daemon); its sandbox is then a leftover like any other.
-		killDaemon(dir)
+		if pid > 0 {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
+	// cleanup_job returns once the daemon is gone, not just answered.
+	waitGone(pid, 10*time.Second)
 	removeJob(dir)
 	if verdict != nil {
 		return verdict // the job failed: cleanup_job says so
@@ -274,27 +279,38 @@ func hookCleanup(ctx context.Context, in hook.Input, stdout, stderr io.Writer) e
 	return nil
 }
 
-// killDaemon stops the job's daemon, when the pid in its file is still
-// the daemon of this job (a pid can be reused).
-func killDaemon(dir string) {
+// daemonPID is the pid of the job's daemon when it is running (the pid
+// in its file, checked against the process's command line: a pid can be
+// reused), or 0.
+func daemonPID(dir string) int {
 	b, err := os.ReadFile(filepath.Join(dir, daemonPIDFile))
 	if err != nil {
-		return
+		return 0
 	}
 	var pid int
 	if _, err := fmt.Sscan(string(b), &pid); err != nil || pid <= 1 {
-		return
+		return 0
 	}
 	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if !strings.HasPrefix(string(cmdline), daemonArg0+"\x00"+dir) {
+		return 0
+	}
+	return pid
+}
+
+// waitGone waits for a process to exit, up to timeout.
+func waitGone(pid int, timeout time.Duration) {
+	if pid <= 0 {
 		return
 	}
-	syscall.Kill(pid, syscall.SIGKILL)
-	for i := 0; i < 50; i++ {
+	for end := time.Now().Add(timeout); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		if syscall.Kill(pid, 0) != nil {
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		// A zombie is gone for our purposes.
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && strings.Contains(string(st), ") Z ") {
+			return
+		}
 	}
 }
 
@@ -376,6 +392,9 @@ func hookDaemon(dir string) int {
 	}
 	srv.Serve(ln)
 	<-srv.Done()
+	// The job is over (cleanup_job, the watchdog or a signal): nothing of
+	// it stays on the host but its attestation.
+	os.RemoveAll(dir)
 	return 0
 }
 
