@@ -39,9 +39,10 @@ type Receiver struct {
 	record    *Record
 	maxPacket int
 
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns []*net.UnixConn
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  []*net.UnixConn
+	closed bool // Close has run: connections accepted after it are closed at once
 }
 
 // Listen creates the SOCK_SEQPACKET socket at path (which must not exist)
@@ -72,6 +73,7 @@ func (r *Receiver) Path() string { return r.path }
 func (r *Receiver) Close() error {
 	err := r.listener.Close()
 	r.mu.Lock()
+	r.closed = true
 	for _, c := range r.conns {
 		c.Close()
 	}
@@ -100,6 +102,13 @@ func (r *Receiver) acceptLoop() {
 			continue
 		}
 		r.mu.Lock()
+		if r.closed {
+			// Accepted just as Close ran: Close has already closed the
+			// others and would not see this one.
+			r.mu.Unlock()
+			c.Close()
+			return
+		}
 		r.conns = append(r.conns, c)
 		r.mu.Unlock()
 		r.wg.Add(1)
