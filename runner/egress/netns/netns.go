@@ -81,10 +81,28 @@ func New(subnet, pool netip.Prefix) (_ *Pair, err error) {
 	return p, nil
 }
 
-// inNewNamespaces creates both namespaces on a locked thread, which is
-// put back into its original namespace before it is unlocked (a thread
-// that cannot go back is left locked, so Go retires it).
+// inNewNamespaces creates both namespaces on a thread of their own (see
+// onThread): creating one moves the thread into it.
 func inNewNamespaces(p *Pair) error {
+	return onThread(func() error {
+		for _, h := range []*netns.NsHandle{&p.sandbox, &p.gateway} {
+			ns, err := netns.New()
+			if err != nil {
+				return fmt.Errorf("netns: create namespace: %w", err)
+			}
+			*h = ns
+			if err := disableIPv6(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// onThread runs fn on a locked OS thread and puts the thread back into
+// its original namespace afterwards. A thread that cannot go back is left
+// locked, so Go retires it when its goroutine ends.
+func onThread(fn func() error) error {
 	runtime.LockOSThread()
 	orig, err := netns.Get()
 	if err != nil {
@@ -92,29 +110,12 @@ func inNewNamespaces(p *Pair) error {
 		return fmt.Errorf("netns: current namespace: %w", err)
 	}
 	defer orig.Close()
-	restore := func() error {
-		if err := netns.Set(orig); err != nil {
-			return err
-		}
-		runtime.UnlockOSThread()
-		return nil
+	ferr := fn()
+	if err := netns.Set(orig); err != nil {
+		return errors.Join(ferr, fmt.Errorf("netns: return to the original namespace: %w", err))
 	}
-	for _, h := range []*netns.NsHandle{&p.sandbox, &p.gateway} {
-		ns, err := netns.New()
-		if err != nil {
-			restore()
-			return fmt.Errorf("netns: create namespace: %w", err)
-		}
-		*h = ns
-		if err := disableIPv6(); err != nil {
-			restore()
-			return err
-		}
-	}
-	if err := restore(); err != nil {
-		return fmt.Errorf("netns: return to the original namespace: %w", err)
-	}
-	return nil
+	runtime.UnlockOSThread()
+	return ferr
 }
 
 // disableIPv6 turns IPv6 off in the calling thread's namespace.
@@ -200,24 +201,12 @@ func (p *Pair) SandboxPath() string {
 // InGateway runs fn on a thread inside the gateway namespace (to open
 // listening sockets there); the thread returns to its namespace after.
 func (p *Pair) InGateway(fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("netns: current namespace: %w", err)
-	}
-	defer orig.Close()
-	if err := netns.Set(p.gateway); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("netns: enter gateway namespace: %w", err)
-	}
-	ferr := fn()
-	if err := netns.Set(orig); err != nil {
-		// Leave the thread locked: Go retires it when this goroutine ends.
-		return fmt.Errorf("netns: leave gateway namespace: %w", err)
-	}
-	runtime.UnlockOSThread()
-	return ferr
+	return onThread(func() error {
+		if err := netns.Set(p.gateway); err != nil {
+			return fmt.Errorf("netns: enter gateway namespace: %w", err)
+		}
+		return fn()
+	})
 }
 
 // Close releases our references; the namespaces and the veth pair go away
