@@ -307,6 +307,26 @@ func (g *Gateway) tunnel(c net.Conn, br *bufio.Reader, d *rules.Decision, rule r
 			up.Close()
 		}
 	}
+	defer func() {
+		if up != nil {
+			g.untrack(up)
+		}
+	}()
+	// connect dials the upstream; false when that was refused (and
+	// recorded) or the gateway is closing.
+	connect := func() bool {
+		conn, v, err := g.dialUpstream(g.ctx, d.Name, d.Port)
+		if err != nil {
+			deny(v)
+			return false
+		}
+		if !g.track(conn) {
+			c.Close()
+			return false
+		}
+		up, upR = conn, bufio.NewReaderSize(conn, 4096)
+		return true
+	}
 	kind := sniff(c, br, g.cfg.PeekTimeout)
 	if kind == kindUnknown {
 		if rule.HTTPOnly() {
@@ -317,18 +337,9 @@ func (g *Gateway) tunnel(c net.Conn, br *bufio.Reader, d *rules.Decision, rule r
 			// first. HTTP and TLS servers never do; if the client does,
 			// its bytes are checked as if they had come at once, so
 			// waiting does not get around the SNI and Host checks.
-			var v rules.Verdict
-			var err error
-			if up, v, err = g.dialUpstream(g.ctx, d.Name, d.Port); err != nil {
-				deny(v)
+			if !connect() {
 				return
 			}
-			if !g.track(up) {
-				c.Close()
-				return
-			}
-			defer g.untrack(up)
-			upR = bufio.NewReaderSize(up, 4096)
 			if kind = firstSpeaker(c, br, up, upR, g.cfg.IdleTimeout); kind == kindClient {
 				kind = sniff(c, br, g.cfg.PeekTimeout)
 			}
@@ -385,19 +396,8 @@ func (g *Gateway) tunnel(c net.Conn, br *bufio.Reader, d *rules.Decision, rule r
 		deny(rules.Verdict{Rule: rule.Name(), Reason: fmt.Sprintf("port %d carries only TLS or HTTP through the gateway, and this connection is neither", d.Port)})
 		return
 	}
-	if up == nil {
-		var v rules.Verdict
-		var err error
-		if up, v, err = g.dialUpstream(g.ctx, d.Name, d.Port); err != nil {
-			deny(v)
-			return
-		}
-		if !g.track(up) {
-			c.Close()
-			return
-		}
-		defer g.untrack(up)
-		upR = bufio.NewReaderSize(up, 4096)
+	if up == nil && !connect() {
+		return
 	}
 	d.Upstream = up.RemoteAddr().String()
 	d.Apply(rules.Verdict{Allowed: true, Rule: rule.Name()})
