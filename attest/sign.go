@@ -13,7 +13,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strings"
@@ -26,6 +25,8 @@ import (
 	"github.com/sigstore/sigstore/pkg/signature"
 	"github.com/sigstore/sigstore/pkg/signature/kms"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/airlock-ci/airlock/internal/files"
 )
 
 // Media and payload types.
@@ -78,7 +79,7 @@ func LoadSigner(ctx context.Context, ref string, password PasswordFunc) (signatu
 		}
 		return sv, nil
 	}
-	b, err := readCapped(ref, maxKeyFile)
+	b, err := files.ReadCapped(ref, maxKeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("signing key: %w", err)
 	}
@@ -196,20 +197,4 @@ func GenerateKeyPair(password []byte) (privPEM, pubPEM []byte, err error) {
 		return privPEM, pubPEM, err
 	}
 	return cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), pf)
-}
-
-func readCapped(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
-	}
-	return b, nil
 }

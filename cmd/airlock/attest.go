@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/internal/gitexec"
 	"github.com/airlock-ci/airlock/runner"
 )
@@ -152,7 +153,7 @@ or --json. Exit status 0: verified; 1: not verified (the reason is printed).`,
 			if keyFile == "" {
 				return usagef("--key is required: the public key (PEM) the bundle must be signed with")
 			}
-			pub, err := readCapped(keyFile, 64<<10)
+			pub, err := files.ReadCapped(keyFile, 64<<10)
 			if err != nil {
 				return usageError{err}
 			}
@@ -160,7 +161,7 @@ or --json. Exit status 0: verified; 1: not verified (the reason is printed).`,
 			if err != nil {
 				return usageError{err}
 			}
-			bundle, err := readCapped(args[0], attest.MaxBundleSize)
+			bundle, err := files.ReadCapped(args[0], attest.MaxBundleSize)
 			if err != nil {
 				*code = 1
 				fmt.Fprintf(c.ErrOrStderr(), "NOT VERIFIED: %v\n", err)
@@ -168,7 +169,7 @@ or --json. Exit status 0: verified; 1: not verified (the reason is printed).`,
 			}
 			opts := attest.VerifyOptions{Commit: commitSHA}
 			if policyFile != "" {
-				if opts.Compliance, err = readCapped(policyFile, 1<<20); err != nil {
+				if opts.Compliance, err = files.ReadCapped(policyFile, 1<<20); err != nil {
 					return usageError{err}
 				}
 				opts.ComplianceName = policyFile
@@ -277,14 +278,14 @@ func newReportCmd() *cobra.Command {
 		Short: "Render an attestation bundle as a self-contained HTML page",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			bundle, err := readCapped(args[0], attest.MaxBundleSize)
+			bundle, err := files.ReadCapped(args[0], attest.MaxBundleSize)
 			if err != nil {
 				return usageError{err}
 			}
 			var v *attest.Verified
 			status := "SIGNATURE NOT CHECKED (give --key)"
 			if keyFile != "" {
-				pub, err := readCapped(keyFile, 64<<10)
+				pub, err := files.ReadCapped(keyFile, 64<<10)
 				if err != nil {
 					return usageError{err}
 				}

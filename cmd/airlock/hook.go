@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/github"
@@ -56,7 +57,7 @@ func githubFromEnv() (*github.Client, error) {
 		if _, err := fmt.Sscan(os.Getenv(ghInstallationEnv), &app.InstallationID); err != nil {
 			return nil, fmt.Errorf("%s: %v", ghInstallationEnv, err)
 		}
-		key, err := readCapped(os.Getenv(ghAppKeyEnv), 64<<10)
+		key, err := files.ReadCapped(os.Getenv(ghAppKeyEnv), 64<<10)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %v", ghAppKeyEnv, err)
 		}
@@ -465,7 +466,7 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 		fmt.Fprintf(os.Stderr, "airlock: GitHub API not used: %v\n", err)
 	}
 	if ev, ok := d.mounts.Host(containerEvent); ok {
-		if payload, err := readCapped(ev, policies.MaxEventSize); err == nil {
+		if payload, err := files.ReadCapped(ev, policies.MaxEventSize); err == nil {
 			if pr, err := policies.ParsePullRequest(payload); err == nil {
 				d.opts.meta.PullRequest, d.opts.meta.Author, d.opts.meta.Event = pr.Number, pr.Author, "pull_request"
 				d.opts.meta.BaseSHA, d.opts.meta.HeadSHA = pr.BaseSHA, pr.HeadSHA

@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 
 	"github.com/spf13/pflag"
 
+	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/trust"
@@ -35,7 +35,7 @@ func (o *runOptions) applyPolicy(ctx context.Context, flags *pflag.FlagSet, job 
 	base, head := o.base, o.head
 	var pr *policies.PullRequest
 	if o.eventFile != "" {
-		payload, err := readCapped(o.eventFile, policies.MaxEventSize)
+		payload, err := files.ReadCapped(o.eventFile, policies.MaxEventSize)
 		if err != nil {
 			return usageError{err}
 		}
@@ -171,19 +171,3 @@ type policyError struct{ err error }
 
 func (p policyError) Error() string { return p.err.Error() }
 func (p policyError) Unwrap() error { return p.err }
-
-func readCapped(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
-	}
-	return b, nil
-}
