@@ -47,18 +47,3 @@ func TestPrefixWriterBoundsPartialLine(t *testing.T) {
 		t.Errorf("lost output: %d of %d bytes", got, 3*maxHeldLine)
 	}
 }
-
-// Job-derived text in the summary cannot start a line of its own (a
-// workflow command) or drive the terminal.
-func TestInert(t *testing.T) {
-	for in, want := range map[string]string{
-		"plain path.yml":                      "plain path.yml",
-		".github/x\n::stop-commands::t\n.yml": ".github/x?::stop-commands::t?.yml",
-		"a\x1b[2Kb\rc":                        "a?[2Kb?c",
-		"bidi\u202eevil":                      "bidi?evil",
-	} {
-		if got := inert(in); got != want {
-			t.Errorf("inert(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/runner/egress"
 )
 
@@ -50,7 +51,7 @@ func WriteSummary(w io.Writer, res Result) {
 			if dest == "" {
 				dest = d.Address
 			}
-			fmt.Fprintf(w, "  denied %s:%d (%s) %s\n", inert(dest), d.Port, d.Protocol, inert(d.Rule))
+			fmt.Fprintf(w, "  denied %s:%d (%s) %s\n", textsafe.Line(dest), d.Port, d.Protocol, textsafe.Line(d.Rule))
 		}
 	}
 	if t := res.Trust; t != nil {
@@ -68,28 +69,16 @@ func WriteSummary(w io.Writer, res Result) {
 			if f.Outcome != "" {
 				line += ", " + f.Outcome
 			}
-			fmt.Fprintln(w, inert(line)+"]")
+			fmt.Fprintln(w, textsafe.Line(line)+"]")
 		}
 		if t.Failed {
-			fmt.Fprintf(w, "job fails: %s\n", inert(t.Reason))
+			fmt.Fprintf(w, "job fails: %s\n", textsafe.Line(t.Reason))
 		}
 		if t.Error != "" {
-			fmt.Fprintf(w, "trust: incomplete: %s\n", inert(t.Error))
+			fmt.Fprintf(w, "trust: incomplete: %s\n", textsafe.Line(t.Error))
 		}
 	}
 	if res.Error != "" {
 		fmt.Fprintf(w, "airlock: %s\n", res.Error)
 	}
-}
-
-// inert makes job-derived text safe on one log line: control characters
-// (a newline would start a line the runner reads as a workflow command,
-// an escape would rewrite the terminal) are shown as '?'.
-func inert(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) {
-			return '?'
-		}
-		return r
-	}, s)
 }

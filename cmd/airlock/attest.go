@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/internal/gitexec"
+	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/runner"
 )
 
@@ -256,16 +257,7 @@ func printVerified(out io.Writer, v *attest.Verified) {
 type safeWriter struct{ w io.Writer }
 
 func (s safeWriter) Write(p []byte) (int, error) {
-	clean := strings.Map(func(r rune) rune {
-		switch {
-		case r == '\n' || r == '\t':
-			return r
-		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069):
-			return '?'
-		}
-		return r
-	}, string(p))
-	if _, err := io.WriteString(s.w, clean); err != nil {
+	if _, err := io.WriteString(s.w, textsafe.Lines(string(p))); err != nil {
 		return 0, err
 	}
 	return len(p), nil

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/airlock-ci/airlock/internal/textsafe"
 )
 
 // Report is the trust section of a job's result.
@@ -109,7 +111,7 @@ func (r *Report) Markdown() string {
 // embeds or formats.
 func mdCell(s string) string {
 	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || r == 0x2028 || r == 0x2029 {
+		if textsafe.Control(r) {
 			return ' '
 		}
 		return r
