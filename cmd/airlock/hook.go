@@ -525,11 +525,7 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 			fmt.Fprintf(os.Stderr, "airlock: check run not created: %v\n", err)
 		}
 	}
-	if len(srcs) > 0 && srcs[0].Kind == policies.KindOrg {
-		if orgEff, err := policies.Load(ctx, srcs[:1]); err == nil {
-			d.opts.policyKey = orgEff.Policy.Attest.Key
-		}
-	}
+	d.opts.policyKey = orgAttestKey(ctx, srcs)
 	return job, nil
 }
 

@@ -73,19 +73,7 @@ func (o *runOptions) applyPolicy(ctx context.Context, flags *pflag.FlagSet, job 
 	}
 	info.Digest, info.Sources = eff.Digest, eff.Sources
 	o.attestSubjects = eff.Policy.Attest.Subjects
-	// The signing key comes from the organisation's policy only: a
-	// repository could otherwise name any key file on the host.
-	if len(srcs) > 0 && srcs[0].Kind == policies.KindOrg {
-		var org []policies.Source
-		for _, s := range srcs {
-			if s.Kind == policies.KindOrg {
-				org = append(org, s)
-			}
-		}
-		if orgEff, err := policies.Load(ctx, org); err == nil {
-			o.policyKey = orgEff.Policy.Attest.Key
-		}
-	}
+	o.policyKey = orgAttestKey(ctx, srcs)
 	if eff.Policy.Attest.Key != "" && eff.Policy.Attest.Key != o.policyKey {
 		fmt.Fprintf(os.Stderr, "airlock: ignoring attest.key from the repository policy: the signing key is the organisation's to choose\n")
 	}
@@ -164,6 +152,25 @@ func (o *runOptions) applyPolicy(ctx context.Context, flags *pflag.FlagSet, job 
 		}
 	}
 	return nil
+}
+
+// orgAttestKey is attest.key as the organisation's policy files alone
+// set it: a repository could otherwise name any key file on the host.
+func orgAttestKey(ctx context.Context, srcs []policies.Source) string {
+	var org []policies.Source
+	for _, s := range srcs {
+		if s.Kind == policies.KindOrg {
+			org = append(org, s)
+		}
+	}
+	if len(org) == 0 {
+		return ""
+	}
+	eff, err := policies.Load(ctx, org)
+	if err != nil {
+		return ""
+	}
+	return eff.Policy.Attest.Key
 }
 
 // policyError marks an invalid policy (exit 65).
