@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -116,7 +117,7 @@ func Compare(before, after *Snapshot, set *Set) []Finding {
 		out = append(out, Finding{Phase: Runtime, Category: "trust", Path: ".", Kind: KindIncomplete, Severity: "error", Action: ActionFail,
 			Reason: fmt.Sprintf("the workspace is too large to inspect in full (more than %d entries or %d bytes to hash): findings may be missing", maxWalkEntries, maxReadTotal)})
 	}
-	for _, p := range sortedKeys(paths) {
+	for _, p := range slices.Sorted(maps.Keys(paths)) {
 		b, a := before.Entries[p], after.Entries[p]
 		var f *Finding
 		switch {
@@ -206,15 +207,6 @@ func severity(action string) string {
 		return "warning"
 	}
 	return "notice"
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 func truncate(s string, n int) string {

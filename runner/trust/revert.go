@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
+	"slices"
 	"syscall"
 )
 
@@ -106,19 +108,11 @@ func ReadonlyPaths(snap *Snapshot, set *Set, ws string) []string {
 			add(".git/config")
 		}
 	}
-	for _, p := range sortedEntryPaths(snap) {
+	for _, p := range slices.Sorted(maps.Keys(snap.Entries)) {
 		c := snap.Entries[p].Category
 		if ro[c] && c != GitHooks && c != GitConfig {
 			add(p)
 		}
 	}
 	return out
-}
-
-func sortedEntryPaths(s *Snapshot) []string {
-	m := map[string]bool{}
-	for p := range s.Entries {
-		m[p] = true
-	}
-	return sortedKeys(m)
 }

@@ -2,6 +2,7 @@ package trust
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -101,7 +102,7 @@ func escalations(w *actionlint.Workflow) []escalation {
 	}
 	permissionEscalations("workflow", w.Permissions, add)
 	envEscalations("workflow", w.Env, add)
-	for _, id := range sortedJobIDs(w) {
+	for _, id := range slices.Sorted(maps.Keys(w.Jobs)) {
 		j := w.Jobs[id]
 		permissionEscalations("job "+id, j.Permissions, add)
 		envEscalations("job "+id, j.Env, add)
@@ -153,7 +154,7 @@ func permissionEscalations(where string, p *actionlint.Permissions, add addFunc)
 	if p.All != nil && p.All.Value == "write-all" {
 		add("perm:"+where+":all", p.All.Pos, fmt.Sprintf("%s: permissions write-all", where))
 	}
-	for _, name := range sortedScopes(p) {
+	for _, name := range slices.Sorted(maps.Keys(p.Scopes)) {
 		s := p.Scopes[name]
 		if s.Value != nil && s.Value.Value == "write" {
 			add("perm:"+where+":"+name, s.Value.Pos, fmt.Sprintf("%s: permission %s: write", where, name))
@@ -204,24 +205,6 @@ func stringEscalations(where string, s *actionlint.String, isRun bool, add addFu
 		m := s.Value[loc[0]:loc[1]]
 		add("inject:"+where+":"+m, linePos(s, loc[0]), fmt.Sprintf("%s: %s is expanded into a shell script (script injection)", where, m))
 	}
-}
-
-func sortedJobIDs(w *actionlint.Workflow) []string {
-	ids := make([]string, 0, len(w.Jobs))
-	for id := range w.Jobs {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
-}
-
-func sortedScopes(p *actionlint.Permissions) []string {
-	names := make([]string, 0, len(p.Scopes))
-	for n := range p.Scopes {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
 }
 
 // linePos is the position of byte i of a string's value: a multi-line
