@@ -169,9 +169,10 @@ var gitSkip = map[string]bool{".git/objects": true, ".git/refs": true, ".git/log
 // walkGitFiles records the other trust files inside .git: commondir,
 // alternates, submodule and worktree configs and hooks.
 func (s *Snapshot) walkGitFiles(root *os.Root, set *Set) {
-	if e := s.add(root, ".git/objects/info/alternates", GitConfig); e == nil {
-		delete(s.Entries, ".git/objects/info/alternates")
-		s.Notes = s.Notes[:len(s.Notes)-1] // absent: the usual case
+	// objects/ is not walked; its one configuration file is looked up
+	// (usually absent).
+	if _, err := root.Lstat(".git/objects/info/alternates"); err == nil {
+		s.add(root, ".git/objects/info/alternates", GitConfig)
 	}
 	visited := 0
 	fs.WalkDir(root.FS(), ".git", func(p string, d fs.DirEntry, err error) error {
