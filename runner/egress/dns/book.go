@@ -30,32 +30,6 @@ func NewAllowlist(allowed func(name string) bool, first, last netip.Addr) (*Allo
 	return &Allowlist{allowed: allowed, next: first, last: last, names: map[string]netip.Addr{}, addrs: map[netip.Addr]string{}}, nil
 }
 
-// HostList is a predicate for NewAllowlist from exact names and
-// "*.suffix" wildcards (any name below the suffix, not the suffix itself).
-func HostList(hosts []string) func(string) bool {
-	exact := map[string]bool{}
-	var suffixes []string
-	for _, h := range hosts {
-		h = strings.TrimSuffix(strings.ToLower(h), ".")
-		if s, ok := strings.CutPrefix(h, "*."); ok {
-			suffixes = append(suffixes, "."+s)
-		} else {
-			exact[h] = true
-		}
-	}
-	return func(name string) bool {
-		if exact[name] {
-			return true
-		}
-		for _, s := range suffixes {
-			if strings.HasSuffix(name, s) && len(name) > len(s) {
-				return true
-			}
-		}
-		return false
-	}
-}
-
 // Lookup implements Book.
 func (a *Allowlist) Lookup(name string) (netip.Addr, bool) {
 	if !validName(name) || !a.allowed(name) {

@@ -7,12 +7,29 @@ import (
 	"time"
 
 	mdns "github.com/miekg/dns"
+
+	"github.com/airlock-ci/airlock/policies"
+	"github.com/airlock-ci/airlock/runner/egress/rules"
 )
+
+// allowing is the policy's own name check (egress.allow with hosts).
+func allowing(tb testing.TB, hosts ...string) func(string) bool {
+	tb.Helper()
+	var e policies.Egress
+	for _, h := range hosts {
+		e.Allow = append(e.Allow, policies.EgressRule{Host: h})
+	}
+	p, err := rules.Compile(e, func(string) (string, bool) { return "", false })
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p.NameAllowed
+}
 
 // startServer runs the server on loopback with a small pool.
 func startServer(t *testing.T, hosts []string, first, last string) (*Server, string, *Allowlist) {
 	t.Helper()
-	book, err := NewAllowlist(HostList(hosts), netip.MustParseAddr(first), netip.MustParseAddr(last))
+	book, err := NewAllowlist(allowing(t, hosts...), netip.MustParseAddr(first), netip.MustParseAddr(last))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func TestSandboxResolvesThroughGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pair.Close()
-	book, err := NewAllowlist(HostList([]string{"proxy.golang.org"}), netip.MustParseAddr("198.18.0.16"), netip.MustParseAddr("198.18.0.250"))
+	book, err := NewAllowlist(allowing(t, "proxy.golang.org"), netip.MustParseAddr("198.18.0.16"), netip.MustParseAddr("198.18.0.250"))
 	if err != nil {
 		t.Fatal(err)
 	}
