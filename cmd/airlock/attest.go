@@ -307,6 +307,19 @@ func newReportCmd() *cobra.Command {
 	return cmd
 }
 
+// createNew writes a key file that must not exist yet.
+func createNew(path string, data []byte, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return usageError{fmt.Errorf("%w (not overwriting an existing key)", err)}
+	}
+	_, werr := f.Write(data)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	return werr
+}
+
 func newKeysCmd() *cobra.Command {
 	keys := &cobra.Command{Use: "keys", Short: "Signing keys for attestations"}
 	var prefix, passwordFile string
@@ -335,28 +348,12 @@ func newKeysCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			f, err := os.OpenFile(prefix+".key", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-			if err != nil {
-				return usageError{fmt.Errorf("%w (not overwriting an existing key)", err)}
+			if err := createNew(prefix+".key", priv, 0o600); err != nil {
+				return err
 			}
-			_, werr := f.Write(priv)
-			if cerr := f.Close(); werr == nil {
-				werr = cerr
-			}
-			if werr != nil {
-				return werr
-			}
-			pf, err := os.OpenFile(prefix+".pub", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-			if err != nil {
+			if err := createNew(prefix+".pub", pub, 0o644); err != nil {
 				os.Remove(prefix + ".key")
-				return usageError{fmt.Errorf("%w (not overwriting an existing key)", err)}
-			}
-			_, werr = pf.Write(pub)
-			if cerr := pf.Close(); werr == nil {
-				werr = cerr
-			}
-			if werr != nil {
-				return werr
+				return err
 			}
 			state := "not encrypted"
 			if len(password) > 0 {
