@@ -14,24 +14,6 @@ import (
 // iteration so a noisy machine affects both alike. See BENCHMARKS.md.
 // Run: CGO_ENABLED=0 go test -run XXX -bench . ./runner/egress/gateway/
 
-// echoServer answers every connection by echoing it.
-func echoServer(b *testing.B) net.Listener {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(c, c); c.Close() }()
-		}
-	}()
-	return ln
-}
-
 // roundTrip connects, sends a line, reads it back and closes.
 func roundTrip(b *testing.B, addr string) time.Duration {
 	start := time.Now()
@@ -62,7 +44,7 @@ func median(ds []time.Duration) time.Duration {
 // the gateway (accept, sniff, policy, host-side dial, splice) against a
 // direct loopback connection. Target: under 1 ms added at the median.
 func BenchmarkConnectionSetup(b *testing.B) {
-	ln := echoServer(b)
+	ln := upstream(b, echo)
 	defer ln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
 	h := newHarness(b, port, pinnedUp, nil)
@@ -79,27 +61,11 @@ func BenchmarkConnectionSetup(b *testing.B) {
 	b.ReportMetric(float64(mg)/float64(md), "gateway/direct")
 }
 
-// sinkServer counts what each connection sends until EOF and answers
-// with the count.
-func sinkServer(b *testing.B) net.Listener {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				n, _ := io.Copy(io.Discard, c)
-				binary.Write(c, binary.BigEndian, n)
-			}()
-		}
-	}()
-	return ln
+// sink counts what the connection sends until EOF and answers with the
+// count.
+func sink(c net.Conn) {
+	n, _ := io.Copy(io.Discard, c)
+	binary.Write(c, binary.BigEndian, n)
 }
 
 // send pushes size bytes to addr and waits for the sink's count.
@@ -130,7 +96,7 @@ func send(b *testing.B, addr string, size int64) time.Duration {
 // BenchmarkBulkTransfer: 1 GiB through the gateway against direct
 // loopback. Target: at least half the direct throughput.
 func BenchmarkBulkTransfer(b *testing.B) {
-	ln := sinkServer(b)
+	ln := upstream(b, sink)
 	defer ln.Close()
 	h := newHarness(b, ln.Addr().(*net.TCPAddr).Port, pinnedUp, nil)
 	const size = 1 << 30

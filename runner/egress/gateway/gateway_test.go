@@ -58,6 +58,33 @@ type harness struct {
 	dials []string
 }
 
+// upstream serves each connection to a loopback listener with handle
+// until the test ends.
+func upstream(tb testing.TB, handle func(net.Conn)) net.Listener {
+	tb.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				handle(c)
+			}()
+		}
+	}()
+	return ln
+}
+
+// echo sends back what the connection sends.
+func echo(c net.Conn) { io.Copy(c, c) }
+
 // portOf is an httptest server's port.
 func portOf(s *httptest.Server) int {
 	u, _ := url.Parse(s.URL)
@@ -548,24 +575,10 @@ func TestSlowClientStillChecked(t *testing.T) {
 // A protocol whose server speaks first (an SSH-like banner) works through
 // the gateway when the rule allows the port.
 func TestServerSpeaksFirst(t *testing.T) {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.WriteString(c, "SSH-2.0-upstream\r\n")
-				io.Copy(c, c)
-			}()
-		}
-	}()
+	ln := upstream(t, func(c net.Conn) {
+		io.WriteString(c, "SSH-2.0-upstream\r\n")
+		echo(c)
+	})
 	h := newHarness(t, ln.Addr().(*net.TCPAddr).Port, pinnedUp, nil)
 	c, err := net.Dial("tcp", h.direct())
 	if err != nil {
@@ -619,20 +632,7 @@ func TestJobCANameConstraints(t *testing.T) {
 // An idle connection ends after the idle timeout; a busy one at the total
 // limit.
 func TestTimeouts(t *testing.T) {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(c, c); c.Close() }()
-		}
-	}()
+	ln := upstream(t, echo)
 	for _, tc := range []struct {
 		name        string
 		idle, max   time.Duration
