@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -65,6 +66,9 @@ type Effective struct {
 	CUE string `json:"-"`
 	// Explain says, for each value, which files set it.
 	Explain []Origin `json:"-"`
+	// Org is the organisation's files alone: what a repository may not
+	// choose (host paths, the signing key) is read from here.
+	Org *Policy `json:"-"`
 }
 
 // Origin is where one value of the effective policy came from.
@@ -172,6 +176,9 @@ func Load(ctx context.Context, sources []Source) (*Effective, error) {
 	// and is abandoned (not waited for) when the deadline passes.
 	go func() {
 		eff, err := evaluate(sources)
+		if err == nil {
+			err = orgOnly(eff)
+		}
 		done <- result{eff, err}
 	}()
 	select {
@@ -220,6 +227,56 @@ func evaluate(sources []Source) (*Effective, error) {
 		return nil, fmt.Errorf("format effective policy: %w", err)
 	}
 	return &Effective{Policy: p, Sources: sources, Digest: hex.EncodeToString(sum[:]), CUE: string(text), Explain: explain(v, sources, compiled)}, nil
+}
+
+// orgOnly evaluates the organisation's files alone into eff.Org and
+// refuses a repository policy that changes a host choice: the root
+// filesystem, host mounts and image directories name paths on the runner,
+// which only its administrators may pick. (The signing key is taken from
+// eff.Org by its users, and a repository's is ignored.)
+func orgOnly(eff *Effective) error {
+	var org []Source
+	for _, s := range eff.Sources {
+		if s.Kind == KindOrg {
+			org = append(org, s)
+		}
+	}
+	if len(org) == len(eff.Sources) {
+		eff.Org = &eff.Policy
+		return nil
+	}
+	o, err := evaluate(org)
+	if err != nil {
+		return fmt.Errorf("organisation policy alone: %w", err)
+	}
+	eff.Org = &o.Policy
+	var problems []string
+	for _, f := range []struct {
+		name      string
+		org, repo any
+	}{
+		{"sandbox.rootfs", o.Policy.Sandbox.RootFS, eff.Policy.Sandbox.RootFS},
+		{"sandbox.mounts", o.Policy.Sandbox.Mounts, eff.Policy.Sandbox.Mounts},
+		{"sandbox.images", o.Policy.Sandbox.Images, eff.Policy.Sandbox.Images},
+	} {
+		if !reflect.DeepEqual(f.org, f.repo) {
+			problems = append(problems, fmt.Sprintf("%s: set by the repository policy (%s); it names host paths, which only the organisation policy on the runner may choose: remove it from the repository policy, or ask the runner's administrators to add it", f.name, repoPaths(eff.Sources)))
+		}
+	}
+	if len(problems) > 0 {
+		return &Error{Problems: problems}
+	}
+	return nil
+}
+
+func repoPaths(srcs []Source) string {
+	var out []string
+	for _, s := range srcs {
+		if s.Kind != KindOrg {
+			out = append(out, s.Path)
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // explain walks the effective value's leaves (scalars and lists) and, for

@@ -108,6 +108,15 @@ func TestOrgAndRepo(t *testing.T) {
 				t.Errorf("sets did not add up: %v %v", p.Sandbox.Masks, p.Egress.DenyCIDRs)
 			}
 		}},
+		{name: "mount a host path", repo: "sandbox: mounts: [{source: \"/etc\", destination: \"/x\", readOnly: false}]\n", wantErr: []string{"sandbox.mounts: set by the repository policy (.github/airlock.cue)", "only the organisation policy"}},
+		{name: "choose the root filesystem", repo: "sandbox: rootfs: \"/home\"\n", wantErr: []string{"sandbox.rootfs: set by the repository policy"}},
+		{name: "map an image to a host directory", repo: "sandbox: images: \"node:20\": \"/\"\n", wantErr: []string{"sandbox.images: set by the repository policy"}},
+		{name: "restate the default root", repo: "sandbox: rootfs: \"host\"\nsandbox: services: true\n", check: func(t *testing.T, p Policy) {
+			if p.Sandbox.RootFS != "host" || !p.Sandbox.Services {
+				t.Errorf("sandbox = %+v", p.Sandbox)
+			}
+		}},
+		{name: "bad image reference", repo: "sandbox: images: \"node 20\": \"/srv/x\"\n", wantErr: []string{"sandbox.images"}},
 		{name: "bad egress host", repo: "egress: allow: [{host: \"evil.com/x\"}]\n", wantErr: []string{"egress.allow.0.host"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

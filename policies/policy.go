@@ -25,6 +25,10 @@ type Sandbox struct {
 	RootFS         string  `json:"rootfs"`
 	WorkspaceMount string  `json:"workspaceMount"`
 	Mounts         []Mount `json:"mounts"`
+	// Images maps an image reference to an unpacked rootfs directory.
+	Images map[string]string `json:"images"`
+	// Services allows the job's service containers.
+	Services bool `json:"services"`
 	// Masks is a set: path -> true.
 	Masks        map[string]bool `json:"masks"`
 	User         *User           `json:"user,omitempty"`

@@ -73,7 +73,7 @@ func (o *runOptions) applyPolicy(ctx context.Context, flags *pflag.FlagSet, job 
 	}
 	info.Digest, info.Sources = eff.Digest, eff.Sources
 	o.attestSubjects = eff.Policy.Attest.Subjects
-	o.policyKey = orgAttestKey(ctx, srcs)
+	o.policyKey = eff.Org.Attest.Key
 	if eff.Policy.Attest.Key != "" && eff.Policy.Attest.Key != o.policyKey {
 		fmt.Fprintf(os.Stderr, "airlock: ignoring attest.key from the repository policy: the signing key is the organisation's to choose\n")
 	}
@@ -152,25 +152,6 @@ func (o *runOptions) applyPolicy(ctx context.Context, flags *pflag.FlagSet, job 
 		}
 	}
 	return nil
-}
-
-// orgAttestKey is attest.key as the organisation's policy files alone
-// set it: a repository could otherwise name any key file on the host.
-func orgAttestKey(ctx context.Context, srcs []policies.Source) string {
-	var org []policies.Source
-	for _, s := range srcs {
-		if s.Kind == policies.KindOrg {
-			org = append(org, s)
-		}
-	}
-	if len(org) == 0 {
-		return ""
-	}
-	eff, err := policies.Load(ctx, org)
-	if err != nil {
-		return ""
-	}
-	return eff.Policy.Attest.Key
 }
 
 // policyError marks an invalid policy (exit 65).
