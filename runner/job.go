@@ -57,6 +57,12 @@ type Trust struct {
 	// workspace itself): the runner's work directory holds more than the
 	// checkout.
 	Dir string
+	// Authored are authored findings found elsewhere (the hook reads the
+	// pull request's files through the GitHub API), put in the report as
+	// they are.
+	Authored []trust.Finding
+	// AuthoredError says why the authored diff is missing or incomplete.
+	AuthoredError string
 }
 
 // Step statuses in a Result.
@@ -213,7 +219,7 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 		s.job.Env = append(s.gw.Env(), s.job.Env...)
 	}
 	if job.Trust != nil {
-		s.res.Trust = &trust.Report{Findings: []trust.Finding{}}
+		s.res.Trust = &trust.Report{Findings: append([]trust.Finding{}, job.Trust.Authored...), Error: job.Trust.AuthoredError}
 		if job.Trust.Deferred {
 			// The hook: the workspace is filled by the job's checkout; the
 			// baseline is taken later (TrustBaseline).

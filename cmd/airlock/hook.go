@@ -504,6 +504,12 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 		return job, err
 	}
 	job.Trust = &runner.Trust{Set: set, Deferred: true, Dir: repoDir}
+	switch {
+	case d.gh != nil && d.owner != "" && d.opts.meta.PullRequest > 0:
+		job.Trust.Authored, job.Trust.AuthoredError = authoredFromAPI(ctx, d.gh, d.owner, d.repo, d.opts.meta.PullRequest, d.opts.meta.BaseSHA, d.opts.meta.HeadSHA, set)
+	case d.opts.meta.PullRequest > 0:
+		job.Trust.AuthoredError = "authored diff: not taken: it needs the GitHub API (AIRLOCK_GITHUB_TOKEN or a GitHub App)"
+	}
 	d.jobTimeout = cfg.Limits.JobTimeout
 	// What the attestation needs.
 	d.opts.workspace = filepath.Join(work, repoDir)
@@ -525,7 +531,7 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 			fmt.Fprintf(os.Stderr, "airlock: check run not created: %v\n", err)
 		}
 	}
-	d.opts.policyKey = orgAttestKey(ctx, srcs)
+	d.opts.policyKey = eff.Org.Attest.Key
 	return job, nil
 }
 

@@ -31,6 +31,10 @@ type runnerHost struct {
 	keyPub                 string
 }
 
+// agentWorkflow is what the agent's pull request adds: a workflow that
+// runs with the base repository's secrets.
+const agentWorkflow = "on: pull_request_target\njobs:\n  x:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo hi\n"
+
 func newRunnerHost(t testing.TB) *runnerHost {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -55,7 +59,10 @@ func newRunnerHost(t testing.TB) *runnerHost {
 	git("commit", "-q", "-m", "base")
 	h.base = git("rev-parse", "HEAD")
 	os.WriteFile(filepath.Join(repo, "main.go"), []byte("package main\n// agent\n"), 0o644)
-	git("commit", "-q", "-am", "agent")
+	os.MkdirAll(filepath.Join(repo, ".github", "workflows"), 0o755)
+	os.WriteFile(filepath.Join(repo, ".github", "workflows", "ci.yml"), []byte(agentWorkflow), 0o644)
+	git("add", "-A")
+	git("commit", "-q", "-m", "agent")
 	h.head = git("rev-parse", "HEAD")
 	// The checkout, where the runner has it: _work/app/app.
 	dst := filepath.Join(h.work, "app", "app")
@@ -191,6 +198,15 @@ func TestHookJob(t *testing.T) {
 		case r.Method == "GET" && r.URL.Path == "/repos/acme/app/contents/.github/airlock.cue" && r.URL.Query().Get("ref") == h.base:
 			json.NewEncoder(w).Encode(map[string]any{"type": "file", "encoding": "base64", "size": 26, "path": ".github/airlock.cue",
 				"content": base64.StdEncoding.EncodeToString([]byte("sandbox: limits: pids: 321\n"))})
+		// The authored diff: the pull request's files, the merge base,
+		// and the trust-sensitive file at the head commit.
+		case r.Method == "GET" && r.URL.Path == "/repos/acme/app/pulls/7/files":
+			json.NewEncoder(w).Encode([]map[string]any{{"filename": "main.go", "status": "modified"}, {"filename": ".github/workflows/ci.yml", "status": "added"}})
+		case r.Method == "GET" && r.URL.Path == "/repos/acme/app/compare/"+h.base+"..."+h.head:
+			json.NewEncoder(w).Encode(map[string]any{"merge_base_commit": map[string]any{"sha": h.base}, "files": []any{}})
+		case r.Method == "GET" && r.URL.Path == "/repos/acme/app/contents/.github/workflows/ci.yml" && r.URL.Query().Get("ref") == h.head:
+			json.NewEncoder(w).Encode(map[string]any{"type": "file", "encoding": "base64", "size": len(agentWorkflow), "path": ".github/workflows/ci.yml",
+				"content": base64.StdEncoding.EncodeToString([]byte(agentWorkflow))})
 		case r.Method == "POST" && r.URL.Path == "/repos/acme/app/check-runs":
 			json.NewEncoder(w).Encode(map[string]any{"id": 5, "name": "airlock"})
 		case r.Method == "PATCH" && r.URL.Path == "/repos/acme/app/check-runs/5":
@@ -257,9 +273,16 @@ func TestHookJob(t *testing.T) {
 	if !strings.Contains(vo.String(), "exit 3") || !strings.Contains(vo.String(), "(2 sources)") {
 		t.Errorf("the attestation does not carry the failed step and both policies: %s", vo.String())
 	}
+	// The authored diff came through the API: the new workflow and its
+	// pull_request_target trigger are findings, annotated on the check run.
+	for _, w := range []string{`"phase": "authored"`, `"path": ".github/workflows/ci.yml"`, "pull_request_target"} {
+		if !strings.Contains(vj.String(), w) {
+			t.Errorf("the attestation lacks %s", w)
+		}
+	}
 	mu.Lock()
-	if conclusion != "failure" {
-		t.Errorf("check run conclusion %q; API calls %v", conclusion, calls)
+	if conclusion != "failure" || annotations < 2 {
+		t.Errorf("check run conclusion %q, %d annotations; API calls %v", conclusion, annotations, calls)
 	}
 	mu.Unlock()
 	// A second cleanup is harmless.

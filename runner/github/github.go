@@ -190,8 +190,18 @@ type PullRequest struct {
 	BaseSHA        string
 	HeadSHA        string
 	Labels         []string
-	ChangedFiles   []string
+	Files          []ChangedFile
 	FilesTruncated bool
+}
+
+// ChangedFile is one file a pull request changes.
+type ChangedFile struct {
+	Path string
+	// Previous is the old path of a renamed or copied file.
+	Previous string
+	// Status as GitHub says it: added, removed, modified, renamed,
+	// copied, changed or unchanged.
+	Status string
 }
 
 // maxFiles bounds the changed files read (GitHub lists 3,000 at most).
@@ -209,25 +219,38 @@ func (c *Client) GetPullRequest(ctx context.Context, owner, repo string, number 
 	for _, l := range pr.Labels {
 		out.Labels = append(out.Labels, l.GetName())
 	}
+	out.Files, out.FilesTruncated, err = c.listFiles(ctx, owner, repo, number)
+	return out, err
+}
+
+// ChangedFiles lists the files a pull request changes (the event payload
+// has only their number); truncated when there are more than GitHub
+// lists.
+func (c *Client) ChangedFiles(ctx context.Context, owner, repo string, number int) ([]ChangedFile, bool, error) {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	return c.listFiles(ctx, owner, repo, number)
+}
+
+func (c *Client) listFiles(ctx context.Context, owner, repo string, number int) ([]ChangedFile, bool, error) {
+	var out []ChangedFile
 	opts := &gh.ListOptions{PerPage: 100}
 	for {
 		files, resp, err := c.gh.PullRequests.ListFiles(ctx, owner, repo, number, opts)
 		if err != nil {
-			return out, fmt.Errorf("github: files of %s/%s#%d: %w", owner, repo, number, err)
+			return out, false, fmt.Errorf("github: files of %s/%s#%d: %w", owner, repo, number, err)
 		}
 		for _, f := range files {
-			out.ChangedFiles = append(out.ChangedFiles, f.GetFilename())
+			out = append(out, ChangedFile{Path: f.GetFilename(), Previous: f.GetPreviousFilename(), Status: f.GetStatus()})
 		}
 		if resp.NextPage == 0 {
-			break
+			return out, false, nil
 		}
-		if len(out.ChangedFiles) >= maxFiles {
-			out.FilesTruncated = true
-			break
+		if len(out) >= maxFiles {
+			return out, true, nil
 		}
 		opts.Page = resp.NextPage
 	}
-	return out, nil
 }
 
 // maxFile bounds a file read through the contents API.
@@ -261,4 +284,21 @@ func (c *Client) FileAtRef(ctx context.Context, owner, repo, path, ref string) (
 		return nil, fmt.Errorf("github: %s at %.12s is larger than %d bytes", path, ref, maxFile)
 	}
 	return []byte(content), nil
+}
+
+// MergeBase is the merge base of two commits (what a pull request's
+// changes are measured from; its base branch may have moved on).
+func (c *Client) MergeBase(ctx context.Context, owner, repo, base, head string) (string, error) {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	// One commit per page: only the merge base is wanted.
+	cmp, _, err := c.gh.Repositories.CompareCommits(ctx, owner, repo, base, head, &gh.ListOptions{PerPage: 1})
+	if err != nil {
+		return "", fmt.Errorf("github: compare %.12s...%.12s: %w", base, head, err)
+	}
+	sha := cmp.GetMergeBaseCommit().GetSHA()
+	if sha == "" {
+		return "", fmt.Errorf("github: compare %.12s...%.12s: no merge base", base, head)
+	}
+	return sha, nil
 }

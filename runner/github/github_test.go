@@ -141,7 +141,7 @@ func TestRetriesAndRetryAfter(t *testing.T) {
 	if calls[0].auth != "Bearer "+testToken {
 		t.Errorf("authorization %q", calls[0].auth)
 	}
-	if got.Author != "Copilot" || got.HeadSHA == "" || len(got.ChangedFiles) != 2 {
+	if got.Author != "Copilot" || got.HeadSHA == "" || len(got.Files) != 2 {
 		t.Errorf("pull request = %+v", got)
 	}
 	if strings.Contains(log.String(), testToken) || !strings.Contains(log.String(), "retrying") {

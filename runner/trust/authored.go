@@ -56,18 +56,23 @@ func AuthoredDiff(ctx context.Context, repo, base, head string, set *Set) ([]Fin
 		if cat == "" {
 			continue
 		}
-		fs, err := authoredFindings(ctx, repo, c, cat)
-		if err != nil {
-			return nil, err
-		}
-		for i := range fs {
-			fs[i].Phase, fs[i].Category = Authored, cat
-			fs[i].Action = set.AuthoredAction(cat)
-			fs[i].Severity = severity(fs[i].Action)
-		}
-		out = append(out, fs...)
+		oldData, oldErr := blob(ctx, repo, c.oldObj)
+		newData, newErr := blob(ctx, repo, c.newObj)
+		fs := describeChange(c, cat, oldData, newData, errors.Join(oldErr, newErr) != nil)
+		out = append(out, stampAuthored(fs, cat, set)...)
 	}
 	return out, nil
+}
+
+// stampAuthored marks findings as the pull request's, with the policy's
+// action for their category.
+func stampAuthored(fs []Finding, cat string, set *Set) []Finding {
+	for i := range fs {
+		fs[i].Phase, fs[i].Category = Authored, cat
+		fs[i].Action = set.AuthoredAction(cat)
+		fs[i].Severity = severity(fs[i].Action)
+	}
+	return fs
 }
 
 // parseRaw parses `git diff-tree -r -z --raw` output.
@@ -84,8 +89,10 @@ func parseRaw(raw []byte) ([]change, error) {
 	return out, nil
 }
 
-// authoredFindings describes one changed path.
-func authoredFindings(ctx context.Context, repo string, c change, cat string) ([]Finding, error) {
+// describeChange is the findings of one changed path, given both sides'
+// bytes (nil for a side that does not exist); unreadable: too large, or
+// not to be had.
+func describeChange(c change, cat string, oldData, newData []byte, unreadable bool) []Finding {
 	f := Finding{Path: c.path}
 	switch {
 	case c.status == 'A':
@@ -94,7 +101,7 @@ func authoredFindings(ctx context.Context, repo string, c change, cat string) ([
 		f.Kind, f.Reason = KindDeleted, "deleted by the pull request"
 	case c.oldMode != c.newMode && (c.oldMode == "120000" || c.newMode == "120000"):
 		f.Kind, f.Reason = KindSymlink, fmt.Sprintf("type changed (mode %s -> %s)", c.oldMode, c.newMode)
-	case c.oldObj == c.newObj:
+	case c.oldObj != "" && c.oldObj == c.newObj:
 		f.Kind, f.Reason = KindModeChanged, fmt.Sprintf("mode %s -> %s", c.oldMode, c.newMode)
 	default:
 		f.Kind, f.Reason = KindModified, "changed by the pull request"
@@ -102,16 +109,14 @@ func authoredFindings(ctx context.Context, repo string, c change, cat string) ([
 	if c.newMode == "120000" {
 		f.Reason += " (a symlink)"
 	}
-	oldData, oldErr := blob(ctx, repo, c.oldObj)
-	newData, newErr := blob(ctx, repo, c.newObj)
-	if errors.Join(oldErr, newErr) != nil {
+	if unreadable {
 		f.Diff = "(too large to show)"
-		return []Finding{f}, nil
+		return []Finding{f}
 	}
 	// Files where only some content matters.
 	if b, a := facts(c.path, oldData), facts(c.path, newData); c.status == 'M' && b != nil && a != nil {
 		if slices.Equal(b, a) {
-			return nil, nil
+			return nil
 		}
 		f.Reason = factsReason(b, a)
 	}
@@ -121,7 +126,35 @@ func authoredFindings(ctx context.Context, repo string, c change, cat string) ([
 	if cat == CI && isWorkflow(c.path) && c.status != 'D' {
 		out = append(out, WorkflowEscalations(c.path, oldData, newData)...)
 	}
-	return out, nil
+	return out
+}
+
+// ChangedContent is one file a pull request changes, with both sides'
+// bytes as read elsewhere (the GitHub API, when the workspace has no
+// trustworthy git objects).
+type ChangedContent struct {
+	Path string
+	// Status is 'A' (added), 'D' (deleted) or 'M' (modified).
+	Status   byte
+	Old, New []byte
+	// Unreadable: a side could not be read (too large, not a file).
+	Unreadable bool
+}
+
+// AuthoredFromContents returns the authored findings for changed files
+// whose bytes the caller read. File modes are not known this way: a
+// change of mode alone is not seen.
+func AuthoredFromContents(files []ChangedContent, set *Set) []Finding {
+	var out []Finding
+	for _, c := range files {
+		cat := set.Category(c.Path)
+		if cat == "" {
+			continue
+		}
+		fs := describeChange(change{status: c.Status, path: c.Path}, cat, c.Old, c.New, c.Unreadable)
+		out = append(out, stampAuthored(fs, cat, set)...)
+	}
+	return out
 }
 
 func isWorkflow(p string) bool {

