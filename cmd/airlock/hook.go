@@ -412,6 +412,8 @@ type hookJob struct {
 	owner, repo string
 	checkID     int64
 	jobTimeout  time.Duration
+	// images are the policy's image directories, for Docker actions.
+	images map[string]string
 }
 
 // build turns the job container into a runner.Job under the effective
@@ -495,6 +497,17 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 		return job, err
 	}
 	cfg.Limits, cfg.ExtraMasks, cfg.Capabilities, cfg.User = pcfg.Limits, pcfg.ExtraMasks, pcfg.Capabilities, pcfg.User
+	cfg.Mounts = append(cfg.Mounts, pcfg.Mounts...)
+	// The job container's image runs on the directory the policy maps it
+	// to; any other image is recorded but not run (there is no image
+	// store): the job gets the policy's root.
+	cfg.RootFS = pcfg.RootFS
+	if dir, ok := policies.ImageRoot(eff.Policy.Sandbox.Images, c.Image); ok {
+		cfg.RootFS = dir
+	} else if c.Image != "" {
+		fmt.Fprintf(os.Stderr, "airlock: the job's image %q is not mapped to a root filesystem (sandbox.images): the job runs on sandbox.rootfs (%s)\n", c.Image, eff.Policy.Sandbox.RootFS)
+	}
+	d.images = eff.Policy.Sandbox.Images
 	cfg.ExtraMasks = append(cfg.ExtraMasks, d.dir)
 	if job.Egress, err = runner.EgressFromPolicy(eff.Policy.Egress, os.LookupEnv); err != nil {
 		return job, err

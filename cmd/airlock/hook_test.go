@@ -27,6 +27,7 @@ type runnerHost struct {
 	root, work, temp, repo string
 	base, head             string
 	env                    []string
+	org                    string // the organisation policy's directory
 	prepareJSON            []byte
 	keyPub                 string
 }
@@ -90,6 +91,7 @@ func newRunnerHost(t testing.TB) *runnerHost {
 	}
 	h.keyPub = filepath.Join(dir, "k.pub")
 	org := filepath.Join(dir, "org")
+	h.org = org
 	os.MkdirAll(org, 0o755)
 	os.WriteFile(filepath.Join(org, "org.cue"), []byte("package airlock\negress: default: \"deny\"\n"), 0o644)
 	h.env = []string{hookDirEnv + "=" + filepath.Join(state, "hooks"), orgDirEnv + "=" + org, keyEnv + "=" + filepath.Join(dir, "k.key")}
