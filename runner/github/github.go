@@ -302,3 +302,41 @@ func (c *Client) MergeBase(ctx context.Context, owner, repo, base, head string) 
 	}
 	return sha, nil
 }
+
+// TreeFile is a file (blob) of a commit's tree.
+type TreeFile struct {
+	Path, Mode, SHA string
+	Size            int64
+}
+
+// Tree lists the files of a commit (recursively; blobs only). GitHub
+// lists at most 100,000 entries: truncated says it stopped.
+func (c *Client) Tree(ctx context.Context, owner, repo, commit string) ([]TreeFile, bool, error) {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	t, _, err := c.gh.Git.GetTree(ctx, owner, repo, commit, true)
+	if err != nil {
+		return nil, false, fmt.Errorf("github: tree of %.12s: %w", commit, err)
+	}
+	var out []TreeFile
+	for _, e := range t.Entries {
+		if e.GetType() == "blob" {
+			out = append(out, TreeFile{Path: e.GetPath(), Mode: e.GetMode(), SHA: e.GetSHA(), Size: int64(e.GetSize())})
+		}
+	}
+	return out, t.GetTruncated(), nil
+}
+
+// Blob reads a file's bytes by its object id, up to maxFile bytes.
+func (c *Client) Blob(ctx context.Context, owner, repo, sha string) ([]byte, error) {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	b, _, err := c.gh.Git.GetBlobRaw(ctx, owner, repo, sha)
+	if err != nil {
+		return nil, fmt.Errorf("github: blob %.12s: %w", sha, err)
+	}
+	if len(b) > maxFile {
+		return nil, fmt.Errorf("github: blob %.12s is larger than %d bytes", sha, maxFile)
+	}
+	return b, nil
+}

