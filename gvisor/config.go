@@ -209,27 +209,54 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		c.User = &u
 	}
-	for i, m := range c.Mounts {
-		fi, err := os.Stat(m.Source)
-		if err != nil || !fi.IsDir() {
-			return c, fmt.Errorf("%w: mount source %s: not a directory on the host", ErrInvalidConfig, m.Source)
-		}
-		if !filepath.IsAbs(m.Destination) || filepath.Clean(m.Destination) == "/" {
-			return c, fmt.Errorf("%w: mount destination %q: must be an absolute path other than /", ErrInvalidConfig, m.Destination)
-		}
-		c.Mounts[i].Source, c.Mounts[i].Destination = filepath.Clean(m.Source), filepath.Clean(m.Destination)
+	if c.Mounts, err = checkMounts(c.Mounts); err != nil {
+		return c, err
 	}
 	for _, m := range c.ExtraMasks {
 		if !filepath.IsAbs(m) {
 			return c, fmt.Errorf("%w: mask %q: must be an absolute path", ErrInvalidConfig, m)
 		}
 	}
-	for _, cp := range c.Capabilities {
-		if !strings.HasPrefix(cp, "CAP_") {
-			return c, fmt.Errorf("%w: capability %q: use the CAP_ form, e.g. CAP_NET_BIND_SERVICE", ErrInvalidConfig, cp)
-		}
+	if err := checkCapabilities(c.Capabilities); err != nil {
+		return c, err
 	}
 	return c, nil
+}
+
+// checkMounts checks that every source is a host directory and every
+// destination an absolute path other than "/". It returns the mounts with
+// both paths cleaned, in a new slice.
+func checkMounts(mounts []Mount) ([]Mount, error) {
+	var out []Mount
+	for _, m := range mounts {
+		fi, err := os.Stat(m.Source)
+		if err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("%w: mount source %s: not a directory on the host", ErrInvalidConfig, m.Source)
+		}
+		if !filepath.IsAbs(m.Destination) || filepath.Clean(m.Destination) == "/" {
+			return nil, fmt.Errorf("%w: mount destination %q: must be an absolute path other than /", ErrInvalidConfig, m.Destination)
+		}
+		out = append(out, Mount{Source: filepath.Clean(m.Source), Destination: filepath.Clean(m.Destination), ReadOnly: m.ReadOnly})
+	}
+	return out, nil
+}
+
+// mountDestinations lists where the mounts appear.
+func mountDestinations(mounts []Mount) []string {
+	var out []string
+	for _, m := range mounts {
+		out = append(out, m.Destination)
+	}
+	return out
+}
+
+func checkCapabilities(caps []string) error {
+	for _, cp := range caps {
+		if !strings.HasPrefix(cp, "CAP_") {
+			return fmt.Errorf("%w: capability %q: use the CAP_ form, e.g. CAP_NET_BIND_SERVICE", ErrInvalidConfig, cp)
+		}
+	}
+	return nil
 }
 
 // NonRootFallback is the identity used when the workspace is owned by root:

@@ -34,9 +34,28 @@ func quietRunscLogs() {
 	log.SetTarget(log.GoogleEmitter{Writer: &log.Writer{Next: io.Discard}})
 }
 
-// newController loads the sandbox's container with the same global flags
-// the sandbox was created with.
+// newController loads the sandbox's root container with the same global
+// flags the sandbox was created with.
 func newController(r runsc, id string) (*controller, error) {
+	return loadController(r, id, id)
+}
+
+// loadController loads container cid of sandbox sandboxID: the root
+// container when both are the job id, or a sub-container.
+func loadController(r runsc, sandboxID, cid string) (*controller, error) {
+	conf, err := r.config()
+	if err != nil {
+		return nil, err
+	}
+	c, err := container.Load(conf.RootDir, container.FullID{SandboxID: sandboxID, ContainerID: cid}, container.LoadOpts{Exact: true})
+	if err != nil {
+		return nil, fmt.Errorf("load container %s of sandbox %s: %w", cid, sandboxID, err)
+	}
+	return &controller{conf: conf, c: c}, nil
+}
+
+// config parses the global flags into runsc's configuration.
+func (r runsc) config() (*config.Config, error) {
 	fs := flag.NewFlagSet("runsc", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	config.RegisterFlags(fs)
@@ -47,11 +66,7 @@ func newController(r runsc, id string) (*controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runsc config: %w", err)
 	}
-	c, err := container.Load(conf.RootDir, container.FullID{SandboxID: id, ContainerID: id}, container.LoadOpts{Exact: true})
-	if err != nil {
-		return nil, fmt.Errorf("load sandbox %s: %w", id, err)
-	}
-	return &controller{conf: conf, c: c}, nil
+	return conf, nil
 }
 
 // start starts a process in the sandbox with the given stdio and returns
@@ -145,9 +160,21 @@ func (k *controller) killAll() error {
 	return fmt.Errorf("processes still there 5s after SIGKILL")
 }
 
-// destroy stops the sandbox and removes its runsc state and cgroup.
+// destroy stops the container and removes its runsc state: for the root
+// container the whole sandbox and its cgroup, for a sub-container its
+// processes and gofer.
 func (k *controller) destroy() error {
 	return k.c.Destroy()
+}
+
+// waitContainer waits for a container's init process to exit.
+func (k *controller) waitContainer() (unix.WaitStatus, error) {
+	return k.c.Wait()
+}
+
+// killContainer sends SIGKILL to every process of the container.
+func (k *controller) killContainer() error {
+	return k.c.SignalContainer(unix.SIGKILL, true)
 }
 
 // running reports whether the sandbox is still up.

@@ -39,10 +39,16 @@ func Dispatch() {
 // sandboxHelper runs inside the sandbox. With no arguments it is the
 // container's init: it reaps orphans forever (background processes of
 // finished steps are re-parented to it). "statfs PATH..." prints the free
-// space of filesystems as JSON, for disk-limit detection.
+// space of filesystems as JSON, for disk-limit detection; the other
+// commands are the small tools of tools.go.
 func sandboxHelper(args []string) int {
 	if len(args) > 0 && args[0] == "statfs" {
 		return printStatfs(args[1:])
+	}
+	if len(args) > 0 {
+		if code, ok := runTool(args[0], args[1:]); ok {
+			return code
+		}
 	}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGCHLD)

@@ -9,13 +9,21 @@
 // no longer held belongs to an airlock that died (SIGKILL, crash, reboot);
 // Reap removes such leftovers.
 //
+// A Sandbox may run sub-containers next to the job's container
+// (StartContainer, container.go): services and Docker-action steps with
+// an image directory of their own as root. They share the sandbox's
+// kernel, network, cgroups and monitoring, and are destroyed with it.
+//
 // Trust: nothing that comes out of the sandbox is trusted. The workload runs
 // as a non-root uid (or uid 0 without capabilities when the caller asks),
 // with no_new_privs, an environment built from nothing, the host root
 // read-only under a throw-away overlay, secret-bearing host paths masked,
 // and only the workspace writable on the host. Runtime-monitoring events
-// are decoded by package monitor under its own bounds. Output of steps is
-// read through pipes with a byte cap.
+// are decoded by package monitor under its own bounds. Output of steps and
+// sub-containers is read through pipes with a byte cap. A sub-container
+// runs under the same rules (own PID namespace, no capabilities unless
+// asked, no_new_privs, environment from nothing); its image directory is
+// trusted to be what an administrator put there, and is never written.
 //
 // runsc is reached by executing our own binary (/proc/self/exe by default)
 // with a runsc argv[0]; see Dispatch, which every binary that embeds this

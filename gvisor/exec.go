@@ -129,8 +129,7 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 		Capabilities:    capabilities(s.cfg.Capabilities),
 		NoNewPrivileges: true,
 	}
-	forkBefore := s.record.ForkRefused()
-	oomBefore, _ := s.cg.oomKills()
+	before := s.usage()
 
 	out := newCappedOutput(s.cfg.Limits.Output)
 	stdoutR, stdoutW, err := os.Pipe()
@@ -186,23 +185,51 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 	waitDrain(outDone, errDone, 500*time.Millisecond)
 	out.summarize(&res)
 
-	// A fork bomb or a memory bomb often ends by the timeout; the limit
-	// it ran into is the more useful report.
-	switch detected := s.detectLimit(ctx, res.ExitCode, forkBefore, oomBefore); {
+	detected := s.detectLimit(res.ExitCode, before, func() bool { return s.diskFull(ctx) })
+	if limit == LimitTimeout && ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		limit = stoppedCancelled // SIGINT/SIGTERM, not a timeout
+	}
+	s.settle(&res, ex.err, limit, detected, timeout)
+	if res.Limit == LimitPids {
+		// The step's processes may still be forking in the background
+		// (a fork bomb's main process can exit 0): stop the whole group.
+		s.ctl.kill(pid)
+	}
+	return res, nil
+}
+
+// Reasons other than a limit why airlock stopped a step or container.
+const (
+	stoppedCancelled = "cancelled"
+	stoppedKilled    = "killed"
+)
+
+// usage is what the limit detection compares before and after a process.
+type usage struct {
+	forksRefused, oomKills uint64
+}
+
+func (s *Sandbox) usage() usage {
+	kills, _ := s.cg.oomKills()
+	return usage{forksRefused: s.record.ForkRefused(), oomKills: kills}
+}
+
+// settle completes the result of a step or container whose process has
+// exited with res.ExitCode. stopped is why airlock stopped it (a limit
+// name, stoppedCancelled, stoppedKilled or ""); detected is the limit
+// found afterwards. A fork or memory bomb often ends by the timeout, but
+// the limit it ran into is the more useful report.
+func (s *Sandbox) settle(res *StepResult, waitErr error, stopped, detected string, timeout time.Duration) {
+	limit := stopped
+	switch {
 	case detected == LimitPids, detected == LimitOOM:
 		limit = detected
 	case limit == "":
 		limit = detected
 	}
-	if limit == LimitTimeout && ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		// Cancelled (SIGINT/SIGTERM), not timed out.
+	if limit == stoppedCancelled || limit == stoppedKilled {
+		res.Message = limit
 		limit = ""
-		res.Message = "cancelled"
-	}
-	if limit == LimitPids {
-		// The step's processes may still be forking in the background
-		// (a fork bomb's main process can exit 0): stop the whole group.
-		s.ctl.kill(pid)
 	}
 	res.Limit = limit
 	if limit != "" {
@@ -211,10 +238,9 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 	if why := s.Dead(); why != "" && res.Message == "" {
 		res.Message = why
 	}
-	if ex.err != nil && res.Message == "" {
-		res.Message = "lost track of the step: " + ex.err.Error()
+	if waitErr != nil && res.Message == "" {
+		res.Message = "lost track of the process: " + waitErr.Error()
 	}
-	return res, nil
 }
 
 // crashReason explains a sandbox that stopped on its own, with what runsc
@@ -264,8 +290,9 @@ func (s *Sandbox) stopStep(pid int32, exited <-chan exit) exit {
 }
 
 // detectLimit works out which limit, if any, a finished step ran into.
-func (s *Sandbox) detectLimit(ctx context.Context, exitCode int, forkBefore, oomBefore uint64) string {
-	if kills, _ := s.cg.oomKills(); kills > oomBefore {
+// diskFull, when not nil, tells whether its writable filesystems are full.
+func (s *Sandbox) detectLimit(exitCode int, before usage, diskFull func() bool) string {
+	if kills, _ := s.cg.oomKills(); kills > before.oomKills {
 		s.markDead("killed by the host after hitting the memory limit")
 		return LimitOOM
 	}
@@ -279,7 +306,7 @@ func (s *Sandbox) detectLimit(ctx context.Context, exitCode int, forkBefore, oom
 		s.markDead(s.crashReason())
 		return ""
 	}
-	if s.record.ForkRefused() > forkBefore {
+	if s.record.ForkRefused() > before.forksRefused {
 		return LimitPids
 	}
 	// Under a flood of events the sentry may drop the refused forks; a
@@ -287,7 +314,7 @@ func (s *Sandbox) detectLimit(ctx context.Context, exitCode int, forkBefore, oom
 	if exitCode != 0 && s.cfg.Limits.Pids > 0 && s.ctl.taskCount() >= s.cfg.Limits.Pids*9/10 {
 		return LimitPids
 	}
-	if exitCode != 0 && s.diskFull(ctx) {
+	if exitCode != 0 && diskFull != nil && diskFull() {
 		return LimitDisk
 	}
 	return ""

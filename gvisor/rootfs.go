@@ -1,14 +1,18 @@
 package gvisor
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/runsc/cli/maincli"
 )
@@ -28,13 +32,18 @@ var freshTopDirs = map[string]bool{"proc": true, "sys": true, "dev": true, "tmp"
 // is a small tmpfs at <job>/rootfs holding one read-only bind mount per
 // top-level entry of the real root, plus empty directories for the mount
 // points. All of this happens in a private mount namespace of the process
-// that then becomes runsc (run --detach): the sandbox and gofer inherit it, and the
-// kernel drops every one of these mounts when the last of them exits, even
-// after a SIGKILL of airlock. Nothing is mounted in the host's namespace
-// and nothing is created in the host's root.
+// that then becomes runsc (run --detach): the sandbox and gofer inherit it,
+// and the kernel drops every one of these mounts when the last of them
+// exits, even after a SIGKILL of airlock. Nothing is mounted in the host's
+// namespace and nothing is created in the host's root.
+//
+// A sub-container (container.go) gets its skeleton the same way, at
+// <job>/containers/<name>/rootfs: its gofer is started by its own
+// `runsc run --detach`, which runs as this helper, so the gofer inherits
+// that skeleton while the sandbox keeps the one it was born with.
 
-// rootPlan is what the helper builds, written by Create to the job
-// directory as JSON.
+// rootPlan is what the helper builds, written to the job's (or a
+// sub-container's) directory as JSON.
 type rootPlan struct {
 	// Source is the real root (the host's "/" or an image directory);
 	// Target is the job's skeleton directory.
@@ -49,15 +58,75 @@ type rootPlan struct {
 	MaskDirs  []string `json:"maskDirs"`
 	MaskFiles []string `json:"maskFiles"`
 	EmptyFile string   `json:"emptyFile"`
-	// Overlays are files bound read-only over existing regular files of
-	// the root (Config.Files).
+	// Overlays are files bound read-only over regular files of the
+	// skeleton (Config.Files).
 	Overlays []overlay `json:"overlays"`
+	// Expand are directories of the root, relative to it, that the
+	// skeleton rebuilds one entry at a time (like the top level) instead
+	// of binding them whole, so that a missing mount point or file can be
+	// created inside them.
+	Expand []string `json:"expand"`
 }
 
 // overlay is one Config.File placed in the skeleton.
 type overlay struct {
 	Path   string `json:"path"`
 	Source string `json:"source"`
+}
+
+// addMountPoints adds to the plan what the skeleton needs for mounts at
+// dests (see addPath).
+func (p *rootPlan) addMountPoints(dests ...string) error {
+	for _, d := range dests {
+		if err := p.addPath(d, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addFiles writes the data of each file to dir and places it (see
+// placeFile); it returns the mounts the sandbox must make for those it
+// places itself.
+func (p *rootPlan) addFiles(files []File, dir string) ([]specs.Mount, error) {
+	var mounts []specs.Mount
+	for i, f := range files {
+		src := filepath.Join(dir, fmt.Sprintf("file-%d", i))
+		if err := os.WriteFile(src, f.Data, 0o644); err != nil {
+			return nil, fmt.Errorf("write file for %s: %w", f.Path, err)
+		}
+		inSandbox, err := p.placeFile(f.Path, src)
+		if err != nil {
+			return nil, err
+		}
+		if inSandbox != "" {
+			// runsc's gofer binds it onto the skeleton before the sentry
+			// mounts it over its own tmpfs: the skeleton needs the file.
+			p.Files = append(p.Files, strings.TrimPrefix(inSandbox, "/"))
+			mounts = append(mounts, specs.Mount{Destination: inSandbox, Type: "bind", Source: src, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+		}
+	}
+	return mounts, nil
+}
+
+// writeBundle writes a container's rootfs plan (dir/rootfs.json) and OCI
+// bundle (dir/bundle/config.json).
+func writeBundle(dir string, plan rootPlan, spec *specs.Spec) error {
+	if err := writeJSON(filepath.Join(dir, "rootfs.json"), plan); err != nil {
+		return err
+	}
+	return writeJSON(filepath.Join(dir, "bundle", "config.json"), spec)
+}
+
+// runWithRoot returns the command that builds the skeleton of the plan
+// written to dir by writeBundle and then runs runsc with args in the same
+// process (normally "run --detach"), so that the runsc processes it starts
+// inherit the skeleton's mount namespace.
+func runWithRoot(ctx context.Context, r runsc, dir string, args ...string) *exec.Cmd {
+	cmd := r.command(ctx, args...)
+	cmd.Args = append([]string{rootHelperArg0, filepath.Join(dir, "rootfs.json"), "--"}, cmd.Args[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	return cmd
 }
 
 // rootHelper runs as argv[0] rootHelperArg0 in a fresh mount namespace (the
@@ -89,40 +158,19 @@ func rootHelper(args []string) int {
 }
 
 // buildRootSkeleton mounts a tmpfs at the target and binds every top-level
-// entry of the source into it read-only, creates the mount points and
-// applies the masks.
+// entry of the source into it read-only (see mirrorDir), creates the mount
+// points and applies the masks.
 func buildRootSkeleton(p rootPlan) error {
 	src, dst := p.Source, p.Target
 	if err := unix.Mount("tmpfs", dst, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1048576"); err != nil {
 		return fmt.Errorf("mount skeleton tmpfs on %s: %w", dst, err)
 	}
-	ents, err := os.ReadDir(src)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", src, err)
+	expand := map[string]bool{}
+	for _, d := range p.Expand {
+		expand[d] = true
 	}
-	for _, e := range ents {
-		name := e.Name()
-		from, to := filepath.Join(src, name), filepath.Join(dst, name)
-		switch {
-		case freshTopDirs[name]:
-			err = os.Mkdir(to, 0o755)
-		case e.Type()&fs.ModeSymlink != 0:
-			var target string
-			if target, err = os.Readlink(from); err == nil {
-				err = os.Symlink(target, to)
-			}
-		case e.IsDir():
-			if err = os.Mkdir(to, 0o755); err == nil {
-				err = bindReadOnly(from, to)
-			}
-		default:
-			if err = touch(to); err == nil {
-				err = bindReadOnly(from, to)
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("skeleton entry %s: %w", name, err)
-		}
+	if err := mirrorDir(src, dst, "", expand); err != nil {
+		return err
 	}
 	for name := range freshTopDirs {
 		if err := os.MkdirAll(filepath.Join(dst, name), 0o755); err != nil {
@@ -165,6 +213,64 @@ func buildRootSkeleton(p rootPlan) error {
 	return unix.Mount("", dst, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
 }
 
+// mirrorDir fills the skeleton directory dst/rel with one read-only bind
+// per entry of src/rel and a copy of each symlink; at the top, the
+// directories of freshTopDirs are left empty. Directories named in expand
+// are mirrored the same way, one level down, instead of bound whole.
+func mirrorDir(src, dst, rel string, expand map[string]bool) error {
+	ents, err := os.ReadDir(filepath.Join(src, rel))
+	if err != nil {
+		return fmt.Errorf("read %s: %w", filepath.Join(src, rel), err)
+	}
+	for _, e := range ents {
+		name := filepath.Join(rel, e.Name())
+		from, to := filepath.Join(src, name), filepath.Join(dst, name)
+		switch {
+		case rel == "" && freshTopDirs[name]:
+			err = os.Mkdir(to, 0o755)
+		case e.Type()&fs.ModeSymlink != 0:
+			var target string
+			if target, err = os.Readlink(from); err == nil {
+				err = os.Symlink(target, to)
+			}
+		case e.IsDir() && expand[name]:
+			if err = mkdirLike(from, to); err == nil {
+				err = mirrorDir(src, dst, name, expand)
+			}
+		case e.IsDir():
+			if err = os.Mkdir(to, 0o755); err == nil {
+				err = bindReadOnly(from, to)
+			}
+		default:
+			if err = touch(to); err == nil {
+				err = bindReadOnly(from, to)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("skeleton entry %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// mkdirLike creates directory to with the mode and owner of from.
+func mkdirLike(from, to string) error {
+	fi, err := os.Stat(from)
+	if err != nil {
+		return err
+	}
+	if err := os.Mkdir(to, 0o700); err != nil {
+		return err
+	}
+	st, _ := fi.Sys().(*unix.Stat_t)
+	if st != nil {
+		if err := os.Lchown(to, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+	}
+	return os.Chmod(to, fi.Mode()&(fs.ModePerm|fs.ModeSticky|fs.ModeSetgid))
+}
+
 func touch(path string) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -187,72 +293,105 @@ func bindReadOnly(from, to string) error {
 	return nil
 }
 
-// checkMountPoint makes sure a mount destination can be set up without
-// writing to the real root: either it already exists there as a directory,
-// or its first component does not exist (so it is created in the
-// skeleton). It returns the directory to create in the skeleton, if any.
-func checkMountPoint(root, dest string) (string, error) {
+// addPath makes sure the skeleton will have dest, a directory or (file)
+// an empty file to mount over, without writing to the real root. What
+// exists is used as it is. What is missing is created in the skeleton:
+// straight in its tmpfs when the first component is missing, otherwise
+// inside the existing directories along the path, which the skeleton then
+// rebuilds one entry at a time (Expand) instead of binding them whole.
+// Symlinks along a missing path are not followed, and nothing is created
+// below a mask.
+func (p *rootPlan) addPath(dest string, file bool) error {
+	what := "mount point"
+	if file {
+		what = "file"
+	}
 	rel := strings.TrimPrefix(filepath.Clean(dest), "/")
-	r, err := os.OpenRoot(root)
+	parts := strings.Split(rel, "/")
+	if freshTopDirs[parts[0]] {
+		return fmt.Errorf("%w: %s %s: /%s is replaced inside the sandbox; choose another path such as /workspace", ErrInvalidConfig, what, dest, parts[0])
+	}
+	r, err := os.OpenRoot(p.Source)
 	if err != nil {
-		return "", fmt.Errorf("open rootfs %s: %w", root, err)
+		return fmt.Errorf("open rootfs %s: %w", p.Source, err)
 	}
 	defer r.Close()
 	if fi, err := r.Stat(rel); err == nil {
-		if !fi.IsDir() {
-			return "", fmt.Errorf("%w: mount point %s exists in the rootfs but is not a directory", ErrInvalidConfig, dest)
+		if file || !fi.IsDir() {
+			return fmt.Errorf("%w: %s %s exists in the rootfs but is not a directory", ErrInvalidConfig, what, dest)
 		}
-		return "", nil
+		return nil
 	}
-	top, _, _ := strings.Cut(rel, "/")
-	if _, err := r.Lstat(top); errors.Is(err, fs.ErrNotExist) || freshTopDirs[top] {
-		if freshTopDirs[top] {
-			return "", fmt.Errorf("%w: mount point %s: /%s is replaced inside the sandbox; choose another path such as /workspace", ErrInvalidConfig, dest, top)
+	for _, m := range append(append([]string{}, p.MaskDirs...), p.MaskFiles...) {
+		if rel == m || strings.HasPrefix(rel, m+"/") {
+			return fmt.Errorf("%w: %s %s is inside /%s, which is masked", ErrInvalidConfig, what, dest, m)
 		}
-		return rel, nil
 	}
-	return "", fmt.Errorf("%w: mount point %s does not exist in the rootfs and would have to be created inside its /%s; choose a path that exists or whose first component does not (such as /workspace)", ErrInvalidConfig, dest, top)
+	for i := range parts {
+		at := strings.Join(parts[:i+1], "/")
+		fi, err := r.Lstat(at)
+		if errors.Is(err, fs.ErrNotExist) {
+			for j := 1; j <= i; j++ {
+				p.Expand = append(p.Expand, strings.Join(parts[:j], "/"))
+			}
+			if file {
+				p.Files = append(p.Files, rel)
+			} else {
+				p.Dirs = append(p.Dirs, rel)
+			}
+			return nil
+		}
+		if err != nil || !fi.IsDir() {
+			return fmt.Errorf("%w: %s %s: /%s is not a directory in the rootfs (symlinks are not followed here); choose another path", ErrInvalidConfig, what, dest, at)
+		}
+	}
+	return fmt.Errorf("%w: %s %s: cannot be created in the rootfs", ErrInvalidConfig, what, dest)
 }
 
-// placeFile decides how Config.File dest reaches the sandbox. A regular
-// file of the root is covered in the skeleton (relPath); a symlink into a
-// directory the sandbox gets fresh (/etc/resolv.conf -> /run/...) is
-// followed and the file is mounted at its target inside the sandbox
-// (sandboxPath), where runsc creates it in its own tmpfs. Anything else
-// would need the host's root changed and is refused.
-func placeFile(root, dest string) (relPath, sandboxPath string, err error) {
+// placeFile decides how a Config.File at dest, whose data is in the host
+// file src, reaches the sandbox. A regular file of the root is covered in
+// the skeleton, and so is a missing one, created there (see addPath). A
+// symlink into a directory the sandbox gets fresh (/etc/resolv.conf ->
+// /run/...) is followed, and a path inside one taken as it is: the file
+// is then mounted by the sandbox at the returned path, where runsc
+// creates it in its own tmpfs. Anything else would need the root changed
+// and is refused.
+func (p *rootPlan) placeFile(dest, src string) (inSandbox string, err error) {
 	rel := strings.TrimPrefix(filepath.Clean(dest), "/")
-	r, err := os.OpenRoot(root)
+	top, _, _ := strings.Cut(rel, "/")
+	r, err := os.OpenRoot(p.Source)
 	if err != nil {
-		return "", "", fmt.Errorf("open rootfs %s: %w", root, err)
+		return "", fmt.Errorf("open rootfs %s: %w", p.Source, err)
 	}
 	defer r.Close()
 	fi, err := r.Lstat(rel)
 	switch {
 	case err == nil && fi.Mode().IsRegular():
-		return rel, "", nil
 	case err == nil && fi.Mode()&fs.ModeSymlink != 0:
 		target, err := r.Readlink(rel)
 		if err != nil {
-			return "", "", fmt.Errorf("%w: file %s: %v", ErrInvalidConfig, dest, err)
+			return "", fmt.Errorf("%w: file %s: %v", ErrInvalidConfig, dest, err)
 		}
 		if !filepath.IsAbs(target) {
 			target = filepath.Join("/", filepath.Dir(rel), target)
 		}
 		target = filepath.Clean(target)
-		top, _, _ := strings.Cut(strings.TrimPrefix(target, "/"), "/")
-		if freshTopDirs[top] {
-			return "", target, nil
+		ttop, _, _ := strings.Cut(strings.TrimPrefix(target, "/"), "/")
+		if freshTopDirs[ttop] {
+			return target, nil
 		}
-		return "", "", fmt.Errorf("%w: file %s is a symlink to %s in the rootfs; airlock can replace it only when it is a regular file or points into /run or /tmp", ErrInvalidConfig, dest, target)
+		return "", fmt.Errorf("%w: file %s is a symlink to %s in the rootfs; airlock can replace it only when it is a regular file or points into /run or /tmp", ErrInvalidConfig, dest, target)
+	case errors.Is(err, fs.ErrNotExist) && freshTopDirs[top]:
+		return "/" + rel, nil
 	case errors.Is(err, fs.ErrNotExist):
-		top, _, _ := strings.Cut(rel, "/")
-		if freshTopDirs[top] {
-			return "", "/" + rel, nil
+		if err := p.addPath(dest, true); err != nil {
+			return "", err
 		}
-		return "", "", fmt.Errorf("%w: file %s does not exist in the rootfs; airlock does not create files in the host's root", ErrInvalidConfig, dest)
 	case err != nil:
-		return "", "", fmt.Errorf("%w: file %s: %v", ErrInvalidConfig, dest, err)
+		return "", fmt.Errorf("%w: file %s: %v", ErrInvalidConfig, dest, err)
+	default:
+		return "", fmt.Errorf("%w: file %s exists in the rootfs but is not a regular file", ErrInvalidConfig, dest)
 	}
-	return "", "", fmt.Errorf("%w: file %s exists in the rootfs but is not a regular file", ErrInvalidConfig, dest)
+	p.Overlays = append(p.Overlays, overlay{Path: rel, Source: src})
+	return "", nil
 }

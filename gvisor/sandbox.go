@@ -9,13 +9,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/runsc/container"
 
 	"github.com/airlock-ci/airlock/gvisor/monitor"
 )
@@ -35,10 +33,11 @@ type Sandbox struct {
 	execMu  sync.Mutex // one step at a time
 	execSeq int
 
-	mu      sync.Mutex
-	dead    string // why the sandbox stopped, once it has
-	destroy sync.Once
-	destErr error
+	mu         sync.Mutex
+	dead       string                // why the sandbox stopped, once it has
+	containers map[string]*Container // sub-containers by name
+	destroy    sync.Once
+	destErr    error
 }
 
 // owner is written to the job directory so that Reap can clean up after an
@@ -135,10 +134,6 @@ func (s *Sandbox) prepare(exe string) error {
 	if err := os.WriteFile(empty, nil, 0); err != nil {
 		return fmt.Errorf("create mask file: %w", err)
 	}
-	ws, err := checkMountPoint(rootSource(s.cfg), s.cfg.WorkspaceMount)
-	if err != nil {
-		return err
-	}
 	masks, err := lookupMasks(rootSource(s.cfg), outsideWorkspace(s.cfg, allMasks(s.cfg)))
 	if err != nil {
 		return err
@@ -147,46 +142,19 @@ func (s *Sandbox) prepare(exe string) error {
 		Source: rootSource(s.cfg), Target: filepath.Join(s.dir, "rootfs"),
 		Files: []string{initPath[1:]}, MaskDirs: masks.dirs, MaskFiles: masks.files, EmptyFile: empty,
 	}
-	if ws != "" {
-		plan.Dirs = append(plan.Dirs, ws)
-	}
-	for _, m := range s.cfg.Mounts {
-		dir, err := checkMountPoint(rootSource(s.cfg), m.Destination)
-		if err != nil {
-			return err
-		}
-		if dir != "" {
-			plan.Dirs = append(plan.Dirs, dir)
-		}
-	}
-	var fileMounts []specs.Mount
-	for i, f := range s.cfg.Files {
-		src := filepath.Join(s.dir, fmt.Sprintf("file-%d", i))
-		if err := os.WriteFile(src, f.Data, 0o644); err != nil {
-			return fmt.Errorf("write file for %s: %w", f.Path, err)
-		}
-		rel, inSandbox, err := placeFile(rootSource(s.cfg), f.Path)
-		if err != nil {
-			return err
-		}
-		if rel != "" {
-			plan.Overlays = append(plan.Overlays, overlay{Path: rel, Source: src})
-		} else {
-			// runsc's gofer binds it onto the skeleton before the sentry
-			// mounts it over its own tmpfs: the skeleton needs the file.
-			plan.Files = append(plan.Files, strings.TrimPrefix(inSandbox, "/"))
-			fileMounts = append(fileMounts, specs.Mount{Destination: inSandbox, Type: "bind", Source: src, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
-		}
-	}
-	if err := writeJSON(filepath.Join(s.dir, "rootfs.json"), plan); err != nil {
+	if err := plan.addMountPoints(append([]string{s.cfg.WorkspaceMount}, mountDestinations(s.cfg.Mounts)...)...); err != nil {
 		return err
 	}
-	spec, err := buildSpec(s.cfg, filepath.Join(s.dir, "rootfs"), exe, empty)
+	fileMounts, err := plan.addFiles(s.cfg.Files, s.dir)
+	if err != nil {
+		return err
+	}
+	spec, err := buildSpec(s.cfg, plan.Target, exe, empty)
 	if err != nil {
 		return err
 	}
 	spec.Mounts = append(spec.Mounts, fileMounts...)
-	if err := writeJSON(filepath.Join(s.dir, "bundle", "config.json"), spec); err != nil {
+	if err := writeBundle(s.dir, plan, spec); err != nil {
 		return err
 	}
 	s.cg = cgroupsFor("airlock-" + s.cfg.ID)
@@ -214,9 +182,7 @@ func (s *Sandbox) start(ctx context.Context) error {
 	// run --detach is create and start in one runsc process. It runs as
 	// the rootfs helper, in a mount namespace of its own that the sandbox
 	// inherits (see rootfs.go).
-	cmd := s.runsc.command(ctx, "run", "--detach", "--bundle="+filepath.Join(s.dir, "bundle"), s.cfg.ID)
-	cmd.Args = append([]string{rootHelperArg0, filepath.Join(s.dir, "rootfs.json"), "--"}, cmd.Args[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	cmd := runWithRoot(ctx, s.runsc, s.dir, "run", "--detach", "--bundle="+filepath.Join(s.dir, "bundle"), s.cfg.ID)
 	cmd.Stdout, cmd.Stderr = errFile, errFile
 	if err := cmd.Run(); err != nil {
 		out, _ := os.ReadFile(errFile.Name())
@@ -255,8 +221,9 @@ func (s *Sandbox) markDead(why string) {
 	s.mu.Unlock()
 }
 
-// Kill sends SIGKILL to every process in the sandbox: running steps and
-// their background processes. The sandbox itself stays up for later steps.
+// Kill sends SIGKILL to every process of the job's container: running
+// steps and their background processes. The sandbox itself stays up for
+// later steps, and so do its sub-containers (see Container.Kill).
 func (s *Sandbox) Kill() error {
 	if err := s.ctl.killAll(); err != nil {
 		return fmt.Errorf("kill processes in sandbox %s: %w", s.cfg.ID, err)
@@ -268,8 +235,11 @@ func (s *Sandbox) Kill() error {
 // host. It is idempotent; later calls return the first call's error.
 func (s *Sandbox) Destroy(ctx context.Context) error {
 	s.destroy.Do(func() {
-		s.markDead("destroyed")
-		s.destErr = destroyJob(s.runsc, s.cfg.ID, s.dir, s.cg)
+		var errs []error
+		for _, c := range s.takeContainers("destroyed") {
+			errs = append(errs, c.Destroy())
+		}
+		s.destErr = errors.Join(append(errs, destroyJob(s.runsc, s.cfg.ID, s.dir, s.cg))...)
 		if s.recv != nil {
 			s.recv.Close()
 		}
@@ -283,32 +253,57 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	return s.destErr
 }
 
-// destroyJob kills the sandbox, deletes its runsc state, kills any process
-// still naming the job directory and removes its cgroups. Shared by Destroy
-// and Reap, so a crashed airlock's leftovers get exactly the same cleanup.
+// destroyJob kills the sandbox and its sub-containers, deletes their runsc
+// state, kills any process still naming the job directory and removes its
+// cgroups. Shared by Destroy and Reap, so a crashed airlock's leftovers
+// get exactly the same cleanup.
 func destroyJob(r runsc, id, dir string, cg cgroups) error {
 	var errs []error
 	// runsc's own destroy, in-process, when its state is there: it kills
-	// the sandbox and gofer and removes their cgroup and state files.
-	destroyed := false
+	// the containers' processes and gofers, the sandbox, and removes their
+	// cgroup and state files. Sub-containers first: each has a gofer that
+	// only its own destroy stops for sure. (Destroy has removed those it
+	// knew; Reap finds them in the state.)
+	for _, cid := range subContainerIDs(r, id) {
+		if ctl, err := loadController(r, id, cid); err == nil {
+			if err := ctl.destroy(); err != nil {
+				errs = append(errs, fmt.Errorf("destroy container %s of sandbox %s: %w", cid, id, err))
+			}
+		}
+	}
 	if ctl, err := newController(r, id); err == nil {
 		if err := ctl.destroy(); err != nil {
 			errs = append(errs, fmt.Errorf("destroy sandbox %s: %w", id, err))
-		} else {
-			destroyed = true
 		}
 	}
-	if !destroyed {
-		// No runsc state (airlock died while the sandbox was being
-		// created) or a failed destroy: find the processes by their
-		// command line, which names the job directory.
-		killProcessesUsing(dir)
-	}
+	// No runsc state (airlock died while a container was being created) or
+	// a failed destroy: find the processes by their command line, which
+	// names the job directory.
+	killProcessesUsing(dir)
 	if err := cg.remove(); err != nil {
 		errs = append(errs, err)
 	}
 	unmountUnder(dir)
 	return errors.Join(errs...)
+}
+
+// subContainerIDs lists the sub-containers in the runsc state of sandbox id.
+func subContainerIDs(r runsc, id string) []string {
+	conf, err := r.config()
+	if err != nil {
+		return nil
+	}
+	all, err := container.List(conf.RootDir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, f := range all {
+		if f.SandboxID == id && f.ContainerID != id {
+			out = append(out, f.ContainerID)
+		}
+	}
+	return out
 }
 
 func writeJSON(path string, v any) error {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -256,54 +257,78 @@ func TestProcessRecordHasConnects(t *testing.T) {
 }
 
 // Killing the airlock that owns a sandbox with SIGKILL leaves the sandbox
-// running; the next Reap finds the orphan by its free lock and removes the
-// processes, cgroups and state.
+// (and its sub-containers) running; the next Reap finds the orphan by its
+// free lock and removes the processes, mounts, cgroups and state.
 func TestReapAfterSIGKILL(t *testing.T) {
 	requireRoot(t)
-	state := testStateRoot(t)
-	id := testJobID()
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Args[0] = "gvisor.test" // not /proc/self/exe: Dispatch would take it for runsc
-	cmd.Env = append(os.Environ(), helperEnv+"=1", "AIRLOCK_TEST_JOB_ID="+id,
-		"AIRLOCK_TEST_WORKSPACE="+newWorkspace(t), "AIRLOCK_TEST_STATE_ROOT="+state)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 6)
-	if _, err := io.ReadFull(stdout, buf); err != nil || string(buf) != "ready\n" {
-		cmd.Process.Kill()
-		t.Fatalf("helper did not start a sandbox: %q %v", buf, err)
-	}
-	// Wait until the sandbox and gofer run, then kill their owner.
-	jobDir := filepath.Join(state, "jobs", id)
-	waitFor(t, 30*time.Second, func() bool { return countProcesses(jobDir) >= 2 })
-	cmd.Process.Kill()
-	cmd.Wait()
-	if n := countProcesses(jobDir); n == 0 {
-		t.Fatal("expected the orphaned sandbox to outlive its owner")
-	}
-	reaped, err := Reap(context.Background(), state)
-	if err != nil {
-		t.Fatalf("reap: %v", err)
-	}
-	if len(reaped) != 1 || reaped[0].ID != id {
-		t.Fatalf("reaped %+v, want job %s", reaped, id)
-	}
-	if n := countProcesses(jobDir); n != 0 {
-		t.Errorf("%d processes of the job survive reaping", n)
-	}
-	if _, err := os.Stat(jobDir); err == nil {
-		t.Errorf("job directory %s survives reaping", jobDir)
-	}
-	for _, d := range cgroupsFor("airlock-" + id).dirs {
-		if _, err := os.Stat(d); err == nil {
-			t.Errorf("cgroup %s survives reaping", d)
-		}
+	for _, tc := range []struct {
+		name      string
+		container bool
+	}{
+		{"job", false},
+		{"job with a sub-container", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state := testStateRoot(t)
+			id := testJobID()
+			cmd := exec.Command("/proc/self/exe")
+			cmd.Args[0] = "gvisor.test" // not /proc/self/exe: Dispatch would take it for runsc
+			cmd.Env = append(os.Environ(), helperEnv+"=1", "AIRLOCK_TEST_JOB_ID="+id,
+				"AIRLOCK_TEST_WORKSPACE="+newWorkspace(t), "AIRLOCK_TEST_STATE_ROOT="+state)
+			jobDir := filepath.Join(state, "jobs", id)
+			// Sandbox and gofer, and one gofer per sub-container.
+			wantProcs, mounted := 2, []string{jobDir}
+			if tc.container {
+				img := newImage(t, nil)
+				cmd.Env = append(cmd.Env, "AIRLOCK_TEST_CONTAINER_ROOTFS="+img)
+				wantProcs, mounted = 3, append(mounted, img)
+			}
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 6)
+			if _, err := io.ReadFull(stdout, buf); err != nil || string(buf) != "ready\n" {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("helper did not start a sandbox: %q %v", buf, err)
+			}
+			// Wait until the sandbox and gofers run, then kill their owner.
+			waitFor(t, 30*time.Second, func() bool { return countProcesses(jobDir) >= wantProcs })
+			cmd.Process.Kill()
+			cmd.Wait()
+			if n := countProcesses(jobDir); n < wantProcs {
+				t.Fatalf("expected the orphaned sandbox to outlive its owner: %d processes", n)
+			}
+			if mountsNaming(mounted...) == 0 {
+				t.Fatal("no mount of the job found: the check below would prove nothing")
+			}
+			reaped, err := Reap(context.Background(), state)
+			if err != nil {
+				t.Fatalf("reap: %v", err)
+			}
+			if len(reaped) != 1 || reaped[0].ID != id {
+				t.Fatalf("reaped %+v, want job %s", reaped, id)
+			}
+			if n := countProcesses(jobDir); n != 0 {
+				t.Errorf("%d processes of the job survive reaping", n)
+			}
+			if n := mountsNaming(mounted...); n != 0 {
+				t.Errorf("%d mounts of the job survive reaping", n)
+			}
+			if _, err := os.Stat(jobDir); err == nil {
+				t.Errorf("job directory %s survives reaping", jobDir)
+			}
+			for _, d := range cgroupsFor("airlock-" + id).dirs {
+				if _, err := os.Stat(d); err == nil {
+					t.Errorf("cgroup %s survives reaping", d)
+				}
+			}
+		})
 	}
 }
 
@@ -419,5 +444,42 @@ func TestExtraMounts(t *testing.T) {
 	}
 	if _, err := os.Stat("/tools"); err == nil {
 		t.Error("a mount point was created in the host's root")
+	}
+}
+
+// A file or mount point missing from the root, below directories that
+// exist (/etc, /var), is created in the skeleton: the sandbox sees it, the
+// directory keeps its other entries and masks, and the host's root is not
+// touched. Below a mask it is refused.
+func TestMissingPathsInRoot(t *testing.T) {
+	name := "airlock-missing-" + filepath.Base(t.TempDir())
+	cache := t.TempDir()
+	os.Chmod(cache, 0o777)
+	cfg := testConfig(t)
+	asRoot(&cfg)
+	cfg.Files = []File{{Path: "/etc/" + name + ".conf", Data: []byte("placed\n")}}
+	cfg.Mounts = []Mount{{Source: cache, Destination: "/var/" + name + "/cache"}}
+	sb := startSandbox(t, cfg)
+	out, errOut, res := sh(t, sb, "cat /etc/"+name+".conf && echo data > /var/"+name+"/cache/out && grep -c ^root: /etc/passwd && (cat /etc/shadow 2>/dev/null | grep -c ^root:)")
+	if res.ExitCode != 1 || out != "placed\n1\n0\n" {
+		t.Errorf("got %q (stderr %q, %+v)", out, errOut, res)
+	}
+	if b, _ := os.ReadFile(filepath.Join(cache, "out")); string(b) != "data\n" {
+		t.Errorf("mount below /var: host sees %q", b)
+	}
+	for _, p := range []string{"/etc/" + name + ".conf", "/var/" + name} {
+		if _, err := os.Lstat(p); err == nil {
+			os.RemoveAll(p)
+			t.Errorf("%s was created in the host's root", p)
+		}
+	}
+
+	masked := testConfig(t)
+	masked.Mounts = []Mount{{Source: cache, Destination: "/root/" + name}}
+	if sb, err := Create(context.Background(), masked); err == nil {
+		sb.Destroy(context.Background())
+		t.Error("a mount point below masked /root was accepted")
+	} else if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "masked") {
+		t.Errorf("mount below a mask: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"gvisor.dev/gvisor/runsc/specutils"
 )
 
 // initPath is where the airlock binary is mounted inside the sandbox to
@@ -70,13 +71,7 @@ func buildSpec(c Config, skeleton, exe, emptyFile string) (*specs.Spec, error) {
 			Resources:   resources(c.Limits),
 		},
 	}
-	for _, m := range c.Mounts {
-		opts := []string{"bind", "rw", "nosuid", "nodev"}
-		if m.ReadOnly {
-			opts[1] = "ro"
-		}
-		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: opts})
-	}
+	spec.Mounts = append(spec.Mounts, bindMounts(c.Mounts)...)
 	spec.Mounts = append(spec.Mounts, specs.Mount{
 		Destination: initPath, Type: "bind", Source: exe,
 		Options: []string{"bind", "ro", "nosuid", "nodev"},
@@ -105,6 +100,42 @@ func buildSpec(c Config, skeleton, exe, emptyFile string) (*specs.Spec, error) {
 		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: path.Join(c.WorkspaceMount, rel), Type: "bind", Source: filepath.Join(c.Workspace, rel), Options: []string{"bind", "ro", "nosuid", "nodev"}})
 	}
 	return spec, nil
+}
+
+// containerSpec returns the OCI spec of a sub-container of the job's
+// sandbox; skeleton is its root directory (see buildRootSkeleton).
+func containerSpec(job Config, c ContainerConfig, skeleton string) *specs.Spec {
+	return &specs.Spec{
+		Version: specs.Version,
+		// Not Readonly, as for the job's root: writes land in the
+		// sandbox's overlay (--overlay2 applies to every container).
+		Root: &specs.Root{Path: skeleton},
+		// These make runsc create the container in the running sandbox
+		// named job.ID instead of a new sandbox, as containerd's CRI
+		// plugin does for the containers of a Kubernetes pod.
+		Annotations: map[string]string{
+			specutils.ContainerdContainerTypeAnnotation: specutils.ContainerdContainerTypeContainer,
+			specutils.ContainerdSandboxIDAnnotation:     job.ID,
+		},
+		Process: &specs.Process{
+			Args:            c.Args,
+			Env:             mergeEnv(baseEnv(defaultPath), c.Env),
+			Cwd:             c.Dir,
+			User:            specs.User{UID: c.User.UID, GID: c.User.GID},
+			Capabilities:    capabilities(c.Capabilities),
+			NoNewPrivileges: true,
+			Rlimits:         rlimits(job.Limits),
+		},
+		Mounts: append(freshMounts(job.Limits), bindMounts(c.Mounts)...),
+		Linux: &specs.Linux{
+			// A PID namespace of its own: the container and the job's
+			// steps cannot see or signal each other's processes. The
+			// network stack is the sandbox's (gVisor has one per
+			// sandbox), and so are the cgroups: no CgroupsPath, no
+			// Resources.
+			Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.MountNamespace}},
+		},
+	}
 }
 
 // allMasks is every path to hide: the defaults, airlock's own state root
@@ -141,9 +172,17 @@ func outsideWorkspace(c Config, paths []string) []string {
 }
 
 func baseMounts(c Config) []specs.Mount {
+	return append(freshMounts(c.Limits), specs.Mount{
+		Destination: c.WorkspaceMount, Type: "bind", Source: c.Workspace, Options: append([]string{"bind", "rw"}, writableOpts...),
+	})
+}
+
+// freshMounts are the filesystems every container of the sandbox gets new
+// (see freshTopDirs).
+func freshMounts(l Limits) []specs.Mount {
 	tmpOpts := append([]string{"mode=1777"}, writableOpts...)
-	if c.Limits.Tmp > 0 {
-		tmpOpts = append(tmpOpts, "size="+strconv.FormatInt(c.Limits.Tmp, 10))
+	if l.Tmp > 0 {
+		tmpOpts = append(tmpOpts, "size="+strconv.FormatInt(l.Tmp, 10))
 	}
 	return []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc"},
@@ -153,8 +192,20 @@ func baseMounts(c Config) []specs.Mount {
 		// A fresh /run hides the host's sockets, secrets and airlock's
 		// own state directory in one go.
 		{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: append([]string{"mode=755", "size=16777216"}, writableOpts...)},
-		{Destination: c.WorkspaceMount, Type: "bind", Source: c.Workspace, Options: append([]string{"bind", "rw"}, writableOpts...)},
 	}
+}
+
+// bindMounts are the spec mounts of extra host directories.
+func bindMounts(mounts []Mount) []specs.Mount {
+	var out []specs.Mount
+	for _, m := range mounts {
+		opts := []string{"bind", "rw", "nosuid", "nodev"}
+		if m.ReadOnly {
+			opts[1] = "ro"
+		}
+		out = append(out, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source, Options: opts})
+	}
+	return out
 }
 
 // maskSet is what exists of a list of paths to mask, split by kind,
