@@ -63,6 +63,11 @@ type Trust struct {
 	Authored []trust.Finding
 	// AuthoredError says why the authored diff is missing or incomplete.
 	AuthoredError string
+	// FromCommit, when set, returns the worktree's baseline as the
+	// checked-out commit has it (trust.CommitBaseline), given the
+	// workspace after the job; nil when it cannot (with a note why). The
+	// deferred snapshot then counts for the git directory only.
+	FromCommit func(after *trust.Snapshot) (*trust.Snapshot, string)
 }
 
 // Step statuses in a Result.
@@ -261,15 +266,21 @@ func (s *Session) Step(ctx context.Context, spec StepSpec, stdout, stderr io.Wri
 	se := newPrefixWriter(&s.outMu, orDiscard(stderr), prefix)
 	before := s.sb.ExecCount()
 	stepStart := time.Now()
-	env := append(append([]string{}, s.job.Env...), envList(spec.Env)...)
-	sr, err := s.sb.Exec(ctx, gvisor.Step{
-		Args:    spec.argv(),
-		Env:     env,
-		Dir:     workDir(s.cfg.WorkspaceMount, spec.WorkingDirectory),
-		Timeout: time.Duration(spec.Timeout),
-		Stdout:  so,
-		Stderr:  se,
-	})
+	var sr gvisor.StepResult
+	var err error
+	if spec.Image == nil {
+		env := append(append([]string{}, s.job.Env...), envList(spec.Env)...)
+		sr, err = s.sb.Exec(ctx, gvisor.Step{
+			Args:    spec.argv(),
+			Env:     env,
+			Dir:     workDir(s.cfg.WorkspaceMount, spec.WorkingDirectory),
+			Timeout: time.Duration(spec.Timeout),
+			Stdout:  so,
+			Stderr:  se,
+		})
+	} else {
+		sr, err = s.containerStep(ctx, spec, so, se)
+	}
 	if s.gw != nil {
 		// Tell the step (and an agent reading its log) what was refused
 		// and how the policy would allow it.
@@ -294,6 +305,49 @@ func (s *Session) Step(ctx context.Context, spec StepSpec, stdout, stderr io.Wri
 	}
 	s.res.Steps = append(s.res.Steps, out)
 	return out
+}
+
+// containerStep runs a step in a container of its own on its image.
+func (s *Session) containerStep(ctx context.Context, spec StepSpec, stdout, stderr io.Writer) (gvisor.StepResult, error) {
+	c, err := s.StartContainer(ctx, gvisor.ContainerConfig{
+		Name:   fmt.Sprintf("step-%d", len(s.res.Steps)+1),
+		RootFS: spec.Image.RootFS, Mounts: spec.Mounts,
+		Args: spec.argv(), Env: append(append([]string{}, spec.Image.Env...), envList(spec.Env)...),
+		Dir:     workDir(s.cfg.WorkspaceMount, spec.WorkingDirectory),
+		Timeout: time.Duration(spec.Timeout), Stdout: stdout, Stderr: stderr,
+	})
+	if err != nil {
+		return gvisor.StepResult{}, err
+	}
+	defer c.Destroy()
+	return c.Wait(ctx)
+}
+
+// StartContainer starts a container of its own inside the job's sandbox
+// (a Docker action's step, a service): its own root and mounts, the job's
+// network with the gateway's files (resolv.conf, the job CA) and proxy
+// variables, the job's limits and record. Sandbox.Destroy ends it at the
+// latest.
+func (s *Session) StartContainer(ctx context.Context, c gvisor.ContainerConfig) (*gvisor.Container, error) {
+	if s.gw != nil {
+		files, err := s.gw.Files(c.RootFS)
+		if err != nil {
+			return nil, err
+		}
+		c.Files = append(files, c.Files...)
+		c.Env = append(s.gw.Env(), c.Env...)
+	}
+	return s.sb.StartContainer(ctx, c)
+}
+
+// StartService starts a long-running container in the job's sandbox (a
+// service of the job), its output lines prefixed with its name in the
+// job's log. It runs until the session closes.
+func (s *Session) StartService(ctx context.Context, c gvisor.ContainerConfig) error {
+	w := newPrefixWriter(&s.outMu, orDiscard(s.job.Log), "["+c.Name+"] ")
+	c.Stdout, c.Stderr = w, w
+	_, err := s.StartContainer(ctx, c)
+	return err
 }
 
 // TrustBaseline takes the run-time trust snapshot now, when it was
@@ -364,7 +418,7 @@ func (s *Session) Close() Result {
 	}
 	if s.before != nil {
 		host, inSandbox := s.trustRoot()
-		afterJob(host, inSandbox, s.job.Trust.Set, s.before, s.res.Trust, s.res.Processes.WritesRefused, s.res.Processes.Execs)
+		afterJob(host, inSandbox, s.job.Trust, s.before, s.res.Trust, s.res.Processes.WritesRefused, s.res.Processes.Execs)
 		if s.res.Trust.Failed {
 			s.res.Passed = false
 			if s.res.ExitCode == 0 {

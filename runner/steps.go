@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/airlock-ci/airlock/gvisor"
 )
 
 // StepSpec is one step of a steps file.
@@ -29,6 +31,11 @@ type StepSpec struct {
 	// Command, when set, is run as is instead of Run through a shell
 	// (the runner hook's entry point and arguments).
 	Command []string `json:"-"`
+	// Image, when set, runs the step in a container of its own inside the
+	// job's sandbox, on that image's root with Mounts (a Docker action):
+	// the network, limits and record are the job's.
+	Image  *Image         `json:"-"`
+	Mounts []gvisor.Mount `json:"-"`
 }
 
 // Duration is a time.Duration that reads "90s" or a number of seconds.

@@ -34,12 +34,24 @@ func beforeJob(ctx context.Context, job *Job, rep *trust.Report) (*trust.Snapsho
 // afterJob compares the workspace with the pre-job snapshot (the sandbox
 // is gone, nothing writes any more), reverts what the policy says to, and
 // decides whether the job fails for it.
-func afterJob(ws, mount string, set *trust.Set, before *trust.Snapshot, rep *trust.Report, refused []monitor.WriteRefused, execs []monitor.Exec) {
+func afterJob(ws, mount string, t *Trust, before *trust.Snapshot, rep *trust.Report, refused []monitor.WriteRefused, execs []monitor.Exec) {
+	set := t.Set
 	after, err := trust.Take(ws, set)
 	if err != nil {
 		rep.Error = joinMsg(rep.Error, "trust snapshot after the job: "+err.Error())
 		rep.Decide()
 		return
+	}
+	if t.FromCommit != nil {
+		// The worktree as the checked-out commit has it, the git
+		// directory as the first snapshot found it.
+		cb, note := t.FromCommit(after)
+		if cb != nil {
+			before = cb.WithGit(before)
+		}
+		if note != "" {
+			rep.Notes = append(rep.Notes, note)
+		}
 	}
 	found := trust.Compare(before, after, set)
 	if err := trust.Revert(ws, before, found); err != nil {

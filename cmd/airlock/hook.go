@@ -82,6 +82,7 @@ const (
 	cleanupTimeout    = 5 * time.Minute
 	daemonSocket      = "daemon.sock"
 	daemonReady       = "ready"
+	servicesFile      = "services.json"
 	daemonFailed      = "failed"
 	prepareInputFile  = "prepare.json"
 	daemonLogFile     = "daemon.log"
@@ -128,7 +129,17 @@ policy), AIRLOCK_ATTEST_KEY (signing key) and AIRLOCK_HOOK_DIR.`,
 				*code = n
 				return nil
 			case hook.RunContainerStep:
-				return fmt.Errorf("run_container_step: airlock runs no Docker actions (there is no image store in the sandbox); replace the action with run: steps or a JavaScript action")
+				var args hook.ContainerStepArgs
+				if err := json.Unmarshal(in.Args, &args); err != nil {
+					return usagef("run_container_step: %v", err)
+				}
+				args.Registry = nil // never passed on
+				n, err := hook.Call(ctx, socketOf(in.State), hook.Request{Op: "container-step", Container: &args}, c.OutOrStdout(), c.ErrOrStderr())
+				if err != nil {
+					return err
+				}
+				*code = n
+				return nil
 			default:
 				return hookCleanup(ctx, in, c.OutOrStdout(), c.ErrOrStderr())
 			}
@@ -162,19 +173,10 @@ func hookPrepare(ctx context.Context, in hook.Input, stdout io.Writer) error {
 	if err := json.Unmarshal(in.Args, &args); err != nil || args.Container == nil {
 		return usagef("prepare_job: the job has no container: airlock needs container: in every job (ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER=true)")
 	}
-	if len(args.Services) > 0 {
-		var names []string
-		for _, raw := range args.Services {
-			var svc struct {
-				ContextName string `json:"contextName"`
-				Image       string `json:"image"`
-			}
-			json.Unmarshal(raw, &svc)
-			names = append(names, fmt.Sprintf("%s (%s)", svc.ContextName, svc.Image))
-		}
-		return usagef("prepare_job: service containers are not supported by airlock: %s; remove them from the job's services:", strings.Join(names, ", "))
-	}
 	args.Container.Registry = nil // never stored, never passed on
+	for i := range args.Services {
+		args.Services[i].Registry = nil
+	}
 	b := make([]byte, 8)
 	rand.Read(b)
 	id := "hook-" + hex.EncodeToString(b)
@@ -234,6 +236,9 @@ func hookPrepare(ctx context.Context, in hook.Input, stdout io.Writer) error {
 	resp := hook.Response{
 		State:   hook.State{Container: id, JobDir: dir},
 		Context: hook.ResponseContext{Container: hook.ResponseContainer{ID: id, Network: "airlock", Ports: map[string]string{}}, Services: []hook.ResponseContainer{}},
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, servicesFile)); err == nil {
+		json.Unmarshal(b, &resp.Context.Services)
 	}
 	line, _ := json.Marshal(resp)
 	f, err := os.OpenFile(*in.ResponseFile, os.O_WRONLY|os.O_APPEND, 0)
@@ -365,6 +370,14 @@ func hookDaemon(dir string) int {
 		return fail(err)
 	}
 	d.session = s
+	svcs, err := d.startServices(context.Background(), args.Services)
+	if err != nil {
+		s.Close()
+		return fail(err)
+	}
+	if b, _ := json.Marshal(svcs); len(svcs) > 0 {
+		os.WriteFile(filepath.Join(dir, servicesFile), b, 0o600)
+	}
 	sock := filepath.Join(dir, daemonSocket)
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -414,6 +427,9 @@ type hookJob struct {
 	jobTimeout  time.Duration
 	// images are the policy's image directories, for Docker actions.
 	images map[string]string
+	// commits are the pull request's head and merge commits: a checkout
+	// at one of them is compared with its tree as GitHub has it.
+	commits []string
 }
 
 // build turns the job container into a runner.Job under the effective
@@ -472,7 +488,12 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 			if pr, err := policies.ParsePullRequest(payload); err == nil {
 				d.opts.meta.PullRequest, d.opts.meta.Author, d.opts.meta.Event = pr.Number, pr.Author, "pull_request"
 				d.opts.meta.BaseSHA, d.opts.meta.HeadSHA = pr.BaseSHA, pr.HeadSHA
-				d.owner, d.repo = baseRepo(payload)
+				var merge string
+				d.owner, d.repo, merge = eventRefs(payload)
+				d.commits = []string{pr.HeadSHA}
+				if merge != "" {
+					d.commits = append(d.commits, merge)
+				}
 				if d.owner != "" {
 					d.opts.meta.Repository = "https://github.com/" + d.owner + "/" + d.repo
 				}
@@ -496,6 +517,12 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 	if err != nil {
 		return job, err
 	}
+	if err := checkServices(eff.Policy.Sandbox, args.Services); err != nil {
+		return job, err
+	}
+	if len(args.Services) > 0 {
+		cfg.Files = append(cfg.Files, hostsFile(args.Services))
+	}
 	cfg.Limits, cfg.ExtraMasks, cfg.Capabilities, cfg.User = pcfg.Limits, pcfg.ExtraMasks, pcfg.Capabilities, pcfg.User
 	cfg.Mounts = append(cfg.Mounts, pcfg.Mounts...)
 	// The job container's image runs on the directory the policy maps it
@@ -512,11 +539,19 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 	if job.Egress, err = runner.EgressFromPolicy(eff.Policy.Egress, os.LookupEnv); err != nil {
 		return job, err
 	}
+	for _, s := range args.Services {
+		job.Egress.LocalNames = append(job.Egress.LocalNames, s.ContextName)
+	}
 	set, err := trust.NewSet(eff.Policy.Trust)
 	if err != nil {
 		return job, err
 	}
 	job.Trust = &runner.Trust{Set: set, Deferred: true, Dir: repoDir}
+	if d.gh != nil && d.owner != "" && len(d.commits) > 0 {
+		job.Trust.FromCommit = func(after *trust.Snapshot) (*trust.Snapshot, string) {
+			return d.commitBaseline(filepath.Join(work, repoDir), set, after)
+		}
+	}
 	switch {
 	case d.gh != nil && d.owner != "" && d.opts.meta.PullRequest > 0:
 		job.Trust.Authored, job.Trust.AuthoredError = authoredFromAPI(ctx, d.gh, d.owner, d.repo, d.opts.meta.PullRequest, d.opts.meta.BaseSHA, d.opts.meta.HeadSHA, set)
@@ -563,11 +598,13 @@ func (d *hookJob) repoPolicy(ctx context.Context, base string) (*policies.Source
 	return &policies.Source{Kind: policies.KindRepo, Path: policies.RepoPolicyPath, Commit: base, Data: data}, nil
 }
 
-// baseRepo is the pull request's base repository from the event.
-func baseRepo(payload []byte) (owner, repo string) {
+// eventRefs are the pull request's base repository and its test merge
+// commit from the event.
+func eventRefs(payload []byte) (owner, repo, merge string) {
 	var ev struct {
 		PullRequest struct {
-			Base struct {
+			MergeCommitSHA string `json:"merge_commit_sha"`
+			Base           struct {
 				Repo struct {
 					FullName string `json:"full_name"`
 				} `json:"repo"`
@@ -575,25 +612,18 @@ func baseRepo(payload []byte) (owner, repo string) {
 		} `json:"pull_request"`
 	}
 	json.Unmarshal(payload, &ev)
+	merge = ev.PullRequest.MergeCommitSHA
 	owner, repo, _ = strings.Cut(ev.PullRequest.Base.Repo.FullName, "/")
 	if repo == "" || strings.ContainsAny(repo, "/ ") {
-		return "", ""
+		return "", "", merge
 	}
-	return owner, repo
+	return owner, repo, merge
 }
 
 // Step runs one runner step: the entry point and its arguments, with the
-// step's environment and PATH. The trust baseline is taken before the
-// first step that finds the repository checked out.
+// step's environment and PATH.
 func (d *hookJob) Step(ctx context.Context, a hook.ScriptArgs, stdout, stderr io.Writer) (int, error) {
-	if !d.baseline {
-		if _, err := os.Stat(filepath.Join(d.session.TrustRootHost(), ".git")); err == nil {
-			if err := d.session.TrustBaseline(); err != nil {
-				fmt.Fprintf(stderr, "airlock: trust snapshot: %v\n", err)
-			}
-			d.baseline = true
-		}
-	}
+	d.takeBaseline(stderr)
 	if a.EntryPoint == "" {
 		return 1, errors.New("run_script_step: no entryPoint")
 	}
@@ -601,20 +631,39 @@ func (d *hookJob) Step(ctx context.Context, a hook.ScriptArgs, stdout, stderr io
 	for k, v := range a.Env {
 		env[k] = v
 	}
-	p := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	p := safePath
 	if len(a.PrependPath) > 0 {
 		p = strings.Join(a.PrependPath, ":") + ":" + p
 	}
 	env["PATH"] = p
-	// The job's own time limit bounds every step too.
+	return d.runStep(ctx, runner.StepSpec{
+		Name: path.Base(a.EntryPoint), Command: append([]string{a.EntryPoint}, a.EntryPointArgs...),
+		Env: env, WorkingDirectory: a.WorkingDirectory,
+	}, stdout, stderr)
+}
+
+// takeBaseline takes the trust baseline before the first step that finds
+// the repository checked out.
+func (d *hookJob) takeBaseline(stderr io.Writer) {
+	if d.baseline {
+		return
+	}
+	if _, err := os.Stat(filepath.Join(d.session.TrustRootHost(), ".git")); err == nil {
+		if err := d.session.TrustBaseline(); err != nil {
+			fmt.Fprintf(stderr, "airlock: trust snapshot: %v\n", err)
+		}
+		d.baseline = true
+	}
+}
+
+// runStep runs a step within the job's time and turns its outcome into
+// the exit code the runner reports.
+func (d *hookJob) runStep(ctx context.Context, spec runner.StepSpec, stdout, stderr io.Writer) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(d.session.Context(), cancel)
 	defer stop()
-	out := d.session.Step(ctx, runner.StepSpec{
-		Name: path.Base(a.EntryPoint), Command: append([]string{a.EntryPoint}, a.EntryPointArgs...),
-		Env: env, WorkingDirectory: a.WorkingDirectory,
-	}, stdout, stderr)
+	out := d.session.Step(ctx, spec, stdout, stderr)
 	switch {
 	case out.Status == runner.StatusError:
 		return 1, nil

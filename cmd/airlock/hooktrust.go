@@ -3,8 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
+	"syscall"
+	"time"
 
+	"github.com/airlock-ci/airlock/internal/gitexec"
 	"github.com/airlock-ci/airlock/runner/github"
 	"github.com/airlock-ci/airlock/runner/trust"
 )
@@ -72,4 +77,41 @@ func sides(f github.ChangedFile) []trust.ChangedContent {
 		return nil
 	}
 	return []trust.ChangedContent{{Path: f.Path, Status: 'M'}}
+}
+
+// commitBaseline is the worktree's trust baseline as the checked-out
+// commit has it, read through the GitHub API: what the job changed is
+// found even in the step that made the checkout, and a runner's leftover
+// workspace from an earlier job is no baseline. Only the pull request's
+// head and merge commits are taken; the job cannot name its own.
+func (d *hookJob) commitBaseline(repoDir string, set *trust.Set, after *trust.Snapshot) (*trust.Snapshot, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const fallback = "the worktree was compared with the job's first snapshot"
+	head, err := gitexec.ResolveCommit(ctx, repoDir, "HEAD")
+	if err != nil {
+		return nil, fmt.Sprintf("%s: the checkout's commit could not be read (%v)", fallback, err)
+	}
+	if !slices.Contains(d.commits, head) {
+		return nil, fmt.Sprintf("%s: the checkout is at %.12s, not the pull request's head or merge commit", fallback, head)
+	}
+	files, truncated, err := d.gh.Tree(ctx, d.owner, d.repo, head)
+	switch {
+	case err != nil:
+		return nil, fmt.Sprintf("%s: %v", fallback, err)
+	case truncated:
+		return nil, fmt.Sprintf("%s: GitHub lists only part of commit %.12s's tree", fallback, head)
+	}
+	tree := make([]trust.TreeFile, 0, len(files))
+	for _, f := range files {
+		tree = append(tree, trust.TreeFile{Path: f.Path, Mode: f.Mode, SHA: f.SHA, Size: f.Size})
+	}
+	uid, gid := 0, 0
+	if fi, err := os.Stat(repoDir); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			uid, gid = int(st.Uid), int(st.Gid)
+		}
+	}
+	fetch := func(tf trust.TreeFile) ([]byte, error) { return d.gh.Blob(ctx, d.owner, d.repo, tf.SHA) }
+	return trust.CommitBaseline(after, tree, set, fetch, uid, gid), fmt.Sprintf("the worktree was compared with commit %.12s as GitHub has it", head)
 }

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,5 +100,133 @@ func TestHookJobImage(t *testing.T) {
 				t.Errorf("the image directory was written: %v", entries)
 			}
 		})
+	}
+}
+
+// testServiceEnv makes the test binary a tiny service (for a service
+// container's image): it answers each line on a TCP connection.
+const testServiceEnv = "AIRLOCK_TEST_SERVICE"
+
+func serveForTest(addr string) int {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("service listening on", addr)
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return 1
+		}
+		go func() {
+			defer c.Close()
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			fmt.Fprintf(c, "pong %s", line)
+		}()
+	}
+}
+
+// writeBundle makes an OCI runtime bundle of an image root: config.json
+// with the image's command, as `umoci unpack` writes it.
+func writeBundle(t testing.TB, root string, args []string, env []string) string {
+	t.Helper()
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	if err := os.Rename(root, filepath.Join(dir, "rootfs")); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(map[string]any{"ociVersion": "1.0.2", "root": map[string]any{"path": "rootfs"},
+		"process": map[string]any{"args": args, "env": env, "cwd": "/"}})
+	os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644)
+	return dir
+}
+
+// A job with a service and a Docker action, both on images the
+// organisation maps: the service runs in the job's sandbox and the job
+// reaches it at its name; the action runs on its image with the
+// workspace at /github/workspace, and what it writes there the job sees.
+// Unmapped images, Dockerfile actions and services the policy does not
+// allow fail with messages that name them.
+func TestHookServicesAndDockerActions(t *testing.T) {
+	h := newRunnerHost(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcRoot := imageRootFS(t, "image-db")
+	copyFile(t, self, filepath.Join(svcRoot, "usr/bin/db-server"))
+	svc := writeBundle(t, svcRoot, []string{"/usr/bin/db-server"}, []string{testServiceEnv + "=127.0.0.1:6379"})
+	action := writeBundle(t, imageRootFS(t, "image-action"), []string{"/usr/bin/bash", "-c", `echo "action $INPUT_WHO on $(cat /etc/image-release)"; echo from-action > /github/workspace/action-out; (echo '{}' > /__w/_temp/_runner_hook_responses/r.json) 2>/dev/null && echo responses-WRITTEN || echo responses-refused; ls /var/run/docker.sock 2>&1; exit 4`}, nil)
+	org := fmt.Sprintf("package airlock\nsandbox: images: {%q: %q, %q: %q}\n", "acme/db:1", svc, "ghcr.io/acme/action:2", action)
+	os.WriteFile(filepath.Join(h.org, "images.cue"), []byte(org+"sandbox: services: true\n"), 0o644)
+
+	services := `"services":[{"contextName":"db","image":"acme/db:1","entrypoint":null,"entryPointArgs":[],"environmentVariables":{},"userMountVolumes":[],"portMappings":["6379:6379"]}]`
+	h.prepareJSON = bytes.Replace(h.prepareJSON, []byte(`"services":[]`), []byte(services), 1)
+	state := h.prepare()
+	code, out := h.step(state, `exec 3<>/dev/tcp/db/6379; echo ping >&3; read -r line <&3; echo "got: $line"; echo "no_proxy=$no_proxy"`)
+	if code != 0 || !strings.Contains(out, "got: pong ping") || !strings.Contains(out, "no_proxy=localhost,127.0.0.1,db") {
+		t.Fatalf("the job did not reach its service: exit %d: %s", code, out)
+	}
+	containerStep := func(image string, dockerfile any) (int, string) {
+		b, _ := json.Marshal(map[string]any{"command": "run_container_step", "state": state, "args": map[string]any{
+			"image": image, "dockerfile": dockerfile, "entryPoint": "", "entryPointArgs": []string{},
+			"workingDirectory": "/github/workspace", "environmentVariables": map[string]string{"INPUT_WHO": "ci"},
+			"prependPath": []string{}, "userMountVolumes": []any{},
+			"systemMountVolumes": []map[string]any{
+				{"sourceVolumePath": "/var/run/docker.sock", "targetVolumePath": "/var/run/docker.sock", "readOnly": false},
+				{"sourceVolumePath": h.repo, "targetVolumePath": "/github/workspace", "readOnly": false},
+				{"sourceVolumePath": h.work, "targetVolumePath": "/__w", "readOnly": false},
+				{"sourceVolumePath": filepath.Join(h.temp, "_github_home"), "targetVolumePath": "/github/home", "readOnly": false},
+			},
+			"registry": map[string]string{"username": "u", "password": "registry-secret-bar"},
+		}})
+		return h.call(b)
+	}
+	code, out = containerStep("ghcr.io/acme/action:2", nil)
+	if code != 4 || !strings.Contains(out, "action ci on image-action") || !strings.Contains(out, "responses-refused") || !strings.Contains(out, "No such file") {
+		t.Fatalf("docker action: exit %d: %s", code, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(h.repo, "action-out")); string(b) != "from-action\n" {
+		t.Errorf("the action's write to the workspace: %q", b)
+	}
+	for _, tc := range []struct {
+		image      string
+		dockerfile any
+		want       string
+	}{
+		{"alpine:3", nil, `image "alpine:3" is not mapped`},
+		{"", "Dockerfile", "no image builder"},
+	} {
+		if code, out := containerStep(tc.image, tc.dockerfile); code == 0 || !strings.Contains(out, tc.want) {
+			t.Errorf("run_container_step %q: exit %d: %s", tc.image, code, out)
+		}
+	}
+	if code, out := h.step(state, `cat action-out`); code != 0 || !strings.Contains(out, "from-action") {
+		t.Errorf("the job after the action: exit %d: %s", code, out)
+	}
+	h.cleanup(state)
+
+	// Services the policy does not allow: prepare_job names them.
+	os.WriteFile(filepath.Join(h.org, "images.cue"), []byte(org), 0o644)
+	resp := filepath.Join(h.temp, "response-refused.json")
+	os.WriteFile(resp, nil, 0o644)
+	var in map[string]any
+	json.Unmarshal(h.prepareJSON, &in)
+	in["responseFile"] = resp
+	b, _ := json.Marshal(in)
+	if code, out := h.call(b); code == 0 || !strings.Contains(out, "db (acme/db:1): the policy does not allow services") {
+		t.Errorf("refused services: exit %d: %s", code, out)
+	}
+}
+
+func copyFile(t testing.TB, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/airlock-ci/airlock/gvisor"
@@ -53,6 +54,9 @@ type Config struct {
 	// CAValidity bounds the job CA's certificates (the job's timeout;
 	// default 24 h).
 	CAValidity time.Duration
+	// LocalNames resolve to loopback inside the sandbox (the job's
+	// services, through its /etc/hosts): exempt from the proxy.
+	LocalNames []string
 }
 
 // maxNames bounds the pool addresses one job can use.
@@ -68,6 +72,7 @@ type Egress struct {
 	proxy netip.AddrPort
 	udp   net.PacketConn
 	ca    *gateway.CA
+	local []string
 }
 
 // Start creates the namespaces and starts the DNS server and the gateway.
@@ -91,7 +96,7 @@ func Start(cfg Config) (_ *Egress, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Egress{pair: pair, log: &rules.Log{}, proxy: netip.AddrPortFrom(pair.GatewayAddr, uint16(cfg.ProxyPort))}
+	e := &Egress{pair: pair, log: &rules.Log{}, proxy: netip.AddrPortFrom(pair.GatewayAddr, uint16(cfg.ProxyPort)), local: cfg.LocalNames}
 	defer func() {
 		if err != nil {
 			e.Close()
@@ -169,7 +174,8 @@ func (e *Egress) Env() []string {
 	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
 		out = append(out, k+"="+u)
 	}
-	out = append(out, "NO_PROXY=localhost,127.0.0.1", "no_proxy=localhost,127.0.0.1")
+	noProxy := strings.Join(append([]string{"localhost", "127.0.0.1"}, e.local...), ",")
+	out = append(out, "NO_PROXY="+noProxy, "no_proxy="+noProxy)
 	if e.ca != nil {
 		// Tools that do not read the system bundle, or read their own.
 		for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT"} {

@@ -66,8 +66,8 @@ type Container struct {
 
 // PrepareArgs are prepare_job's arguments.
 type PrepareArgs struct {
-	Container *Container        `json:"container"`
-	Services  []json.RawMessage `json:"services"`
+	Container *Container `json:"container"`
+	Services  []Service  `json:"services"`
 }
 
 // ScriptArgs are run_script_step's arguments.
@@ -77,6 +77,34 @@ type ScriptArgs struct {
 	Env              map[string]string `json:"environmentVariables"`
 	PrependPath      []string          `json:"prependPath"`
 	WorkingDirectory string            `json:"workingDirectory"`
+}
+
+// ContainerStepArgs are run_container_step's arguments (a Docker action).
+type ContainerStepArgs struct {
+	Image string `json:"image"`
+	// Dockerfile is set when the action builds its image.
+	Dockerfile         *string           `json:"dockerfile"`
+	EntryPoint         string            `json:"entryPoint"`
+	EntryPointArgs     []string          `json:"entryPointArgs"`
+	WorkingDirectory   string            `json:"workingDirectory"`
+	Env                map[string]string `json:"environmentVariables"`
+	PrependPath        []string          `json:"prependPath"`
+	UserMountVolumes   []Mount           `json:"userMountVolumes"`
+	SystemMountVolumes []Mount           `json:"systemMountVolumes"`
+	// Registry credentials: dropped, as for the job container.
+	Registry json.RawMessage `json:"registry"`
+}
+
+// Service is one service container of prepare_job.
+type Service struct {
+	ContextName      string            `json:"contextName"`
+	Image            string            `json:"image"`
+	EntryPoint       *string           `json:"entrypoint"`
+	EntryPointArgs   []string          `json:"entryPointArgs"`
+	Env              map[string]string `json:"environmentVariables"`
+	UserMountVolumes []Mount           `json:"userMountVolumes"`
+	PortMappings     []string          `json:"portMappings"`
+	Registry         json.RawMessage   `json:"registry"`
 }
 
 // Response is prepare_job's answer, one JSON line in the response file.
@@ -163,6 +191,7 @@ type Frame struct {
 
 // Request is what a hook call asks of the daemon.
 type Request struct {
-	Op   string      `json:"op"` // "step" or "cleanup"
-	Step *ScriptArgs `json:"step,omitempty"`
+	Op        string             `json:"op"` // "step", "container-step" or "cleanup"
+	Step      *ScriptArgs        `json:"step,omitempty"`
+	Container *ContainerStepArgs `json:"container,omitempty"`
 }

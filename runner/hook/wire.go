@@ -16,6 +16,8 @@ import (
 type Handler interface {
 	// Step runs one step and returns its exit code.
 	Step(ctx context.Context, args ScriptArgs, stdout, stderr io.Writer) (int, error)
+	// ContainerStep runs a Docker action's step and returns its exit code.
+	ContainerStep(ctx context.Context, args ContainerStepArgs, stdout, stderr io.Writer) (int, error)
 	// Cleanup ends the job, writing its report to stdout and stderr:
 	// everything is released when it returns.
 	Cleanup(ctx context.Context, stdout, stderr io.Writer) error
@@ -61,12 +63,20 @@ func (s *Server) serve(c net.Conn) {
 	c.SetReadDeadline(time.Time{})
 	enc := &frameWriter{enc: json.NewEncoder(c), conn: c}
 	switch req.Op {
-	case "step":
-		if req.Step == nil {
+	case "step", "container-step":
+		var run func(ctx context.Context) (int, error)
+		switch {
+		case req.Op == "step" && req.Step != nil:
+			run = func(ctx context.Context) (int, error) { return s.h.Step(ctx, *req.Step, enc.stream(1), enc.stream(2)) }
+		case req.Op == "container-step" && req.Container != nil:
+			run = func(ctx context.Context) (int, error) {
+				return s.h.ContainerStep(ctx, *req.Container, enc.stream(1), enc.stream(2))
+			}
+		default:
 			enc.end(-1, "no step")
 			return
 		}
-		code, err := s.step(c, *req.Step, enc)
+		code, err := s.step(c, run)
 		msg := ""
 		if err != nil {
 			msg = err.Error()
@@ -86,7 +96,9 @@ func (s *Server) serve(c net.Conn) {
 	}
 }
 
-func (s *Server) step(c net.Conn, args ScriptArgs, enc *frameWriter) (int, error) {
+// step runs one step (script or container), cancelled when the hook
+// process goes away or the cleanup comes.
+func (s *Server) step(c net.Conn, run func(context.Context) (int, error)) (int, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s.cmu.Lock()
@@ -110,7 +122,7 @@ func (s *Server) step(c net.Conn, args ScriptArgs, enc *frameWriter) (int, error
 		io.Copy(io.Discard, c)
 		cancel()
 	}()
-	return s.h.Step(ctx, args, enc.stream(1), enc.stream(2))
+	return run(ctx)
 }
 
 func (s *Server) cleanup(enc *frameWriter) error {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 
@@ -130,6 +131,13 @@ func Compare(before, after *Snapshot, set *Set) []Finding {
 			f = &Finding{Path: p, Category: b.Category, Kind: KindDeleted, Reason: "deleted by the job"}
 		case b.Link != a.Link:
 			f = &Finding{Path: p, Category: a.Category, Kind: KindSymlink, Reason: fmt.Sprintf("symlink target %q -> %q", b.Link, a.Link)}
+		case b.config != nil && a.config != nil:
+			// A git config: keys the job added or changed count (code or
+			// redirection can hide behind any of them); keys it removed do
+			// not (actions/checkout removes its credentials at the end).
+			if added := missingFrom(a.config, b.config); len(added) > 0 {
+				f = &Finding{Path: p, Category: a.Category, Kind: KindModified, Reason: truncate("git config keys added or changed by the job: "+strings.Join(added, "; "), 1000)}
+			}
 		case b.Facts != nil && a.Facts != nil:
 			// What matters of the file counts (scripts, driver lines,
 			// executable git config keys); for a git config any other
@@ -157,8 +165,33 @@ func Compare(before, after *Snapshot, set *Set) []Finding {
 	return out
 }
 
-// entryDiff diffs two versions of a file when both sides are shown.
+// missingFrom is what of list is not in base.
+func missingFrom(list, base []string) []string {
+	var out []string
+	for _, x := range list {
+		if !slices.Contains(base, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// entryDiff diffs two versions of a file when both sides are shown. A
+// git config is shown as its key list, never as bytes.
 func entryDiff(p string, b, a *Entry) (string, string) {
+	if (b != nil && b.Category == GitConfig && isConfigFile(p)) || (a != nil && a.Category == GitConfig && isConfigFile(p)) {
+		var bl, al []string
+		if b != nil {
+			bl = b.config
+		}
+		if a != nil {
+			al = a.config
+		}
+		if (b != nil && b.config == nil) || (a != nil && a.config == nil) {
+			return "(git config not parsed: not shown)", ""
+		}
+		return unifiedDiff(p, []byte(strings.Join(bl, "\n")+"\n"), []byte(strings.Join(al, "\n")+"\n"))
+	}
 	var bd, ad []byte
 	for _, e := range []*Entry{b, a} {
 		if e != nil && e.Links > 1 && e.Mode.IsRegular() {
@@ -175,6 +208,11 @@ func entryDiff(p string, b, a *Entry) (string, string) {
 		ad = a.data
 	}
 	return unifiedDiff(p, bd, ad)
+}
+
+func isConfigFile(p string) bool {
+	base := path.Base(p)
+	return base == "config" || base == "config.worktree"
 }
 
 func factsReason(before, after []string) string {

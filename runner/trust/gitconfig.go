@@ -38,6 +38,8 @@ type ConfigKey struct {
 	// Key is section[.subsection].key, section and key in lower case.
 	Key   string `json:"key"`
 	Value string `json:"value"`
+
+	section, sub, name string // as written, for matching
 }
 
 // ExecKeys parses a git config file with git itself (`git config --file
@@ -45,6 +47,25 @@ type ConfigKey struct {
 // itself reported) and returns its keys that match the patterns, in file
 // order.
 func ExecKeys(ctx context.Context, data []byte, patterns []string) ([]ConfigKey, error) {
+	all, err := configKeys(ctx, data)
+	if err != nil {
+		return nil, err
+	}
+	return execKeys(all, patterns), nil
+}
+
+func execKeys(all []ConfigKey, patterns []string) []ConfigKey {
+	var keys []ConfigKey
+	for _, k := range all {
+		if matchConfigKey(patterns, k.section, k.sub, k.name, k.Value) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// configKeys returns every key of a git config file, in file order.
+func configKeys(ctx context.Context, data []byte) ([]ConfigKey, error) {
 	if len(data) > maxConfigSize {
 		return nil, fmt.Errorf("git config is larger than %d bytes", maxConfigSize)
 	}
@@ -78,11 +99,25 @@ func ExecKeys(ctx context.Context, data []byte, patterns []string) ([]ConfigKey,
 		if i := strings.LastIndexByte(rest, '.'); i >= 0 {
 			sub, key = rest[:i], rest[i+1:]
 		}
-		if matchConfigKey(patterns, section, sub, key, value) {
-			keys = append(keys, ConfigKey{Key: configKey(section, sub, key), Value: value})
-		}
+		keys = append(keys, ConfigKey{Key: configKey(section, sub, key), Value: value, section: section, sub: sub, name: key})
 	}
 	return keys, nil
+}
+
+// configLines are a git config's keys as "key = value" lines for
+// comparing and showing, the values of credential-carrying keys (the
+// authorization header actions/checkout keeps there during a job)
+// redacted: they never reach a report.
+func configLines(keys []ConfigKey) []string {
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		v := k.Value
+		if strings.EqualFold(k.section, "http") && strings.EqualFold(k.name, "extraheader") {
+			v = "(redacted)"
+		}
+		out = append(out, k.Key+" = "+v)
+	}
+	return out
 }
 
 func configKey(section, sub, key string) string {

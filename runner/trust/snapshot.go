@@ -51,6 +51,9 @@ type Entry struct {
 	Facts []string `json:"facts,omitempty"`
 	data  []byte   // kept for revert and diffs (small files only)
 	kept  bool
+	// config is a git config's keys (configLines), shown instead of its
+	// bytes, which may carry a credential.
+	config []string
 }
 
 // Snapshot is the trust set of a workspace at one moment.
@@ -147,12 +150,14 @@ func (s *Snapshot) gitDir(root *os.Root, set *Set) {
 	for _, name := range []string{"config", "config.worktree"} {
 		p := ".git/" + name
 		if e := s.add(root, p, GitConfig); e != nil && e.kept {
-			keys, err := ExecKeys(context.Background(), e.data, set.keys)
+			all, err := configKeys(context.Background(), e.data)
 			if err != nil {
 				s.note("%s: %v", p, err)
 				e.Facts = []string{"unparseable: " + err.Error()}
 				continue
 			}
+			e.config = configLines(all)
+			keys := execKeys(all, set.keys)
 			e.Facts = []string{}
 			for _, k := range keys {
 				e.Facts = append(e.Facts, k.Key+" = "+k.Value)

@@ -3,6 +3,7 @@ package trust
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -592,5 +593,53 @@ func TestCommitBaseline(t *testing.T) {
 	lie := func(TreeFile) ([]byte, error) { return []byte("all:\n"), nil }
 	if e := CommitBaseline(after, tree, set, lie, 0, 0).Entries["Makefile"]; e == nil || e.kept {
 		t.Errorf("a lying fetch was used: %+v", e)
+	}
+}
+
+// A git config is compared by its keys: what the job adds or changes is
+// found, what it removes is not (actions/checkout removes its credentials
+// at the end of a job), and the authorization header checkout keeps there
+// never reaches a finding, a diff or a reason.
+func TestGitConfigKeys(t *testing.T) {
+	const token = "AUTHORIZATION: basic eC1hY2Nlc3MtdG9rZW46Z2hzX3NlY3JldA=="
+	base := "[core]\n\trepositoryformatversion = 0\n[remote \"origin\"]\n\turl = https://github.com/acme/app\n"
+	withHeader := base + "[http \"https://github.com/\"]\n\textraheader = " + token + "\n"
+	for _, tc := range []struct {
+		name, before, after string
+		want                string // in the reason; "" for no finding
+	}{
+		{"checkout's post step removes its header", withHeader, base, ""},
+		{"a key removed", base, "[core]\n\trepositoryformatversion = 0\n", ""},
+		{"hooks path added", withHeader, withHeader + "[core]\n\thooksPath = /tmp/h\n", "core.hookspath = /tmp/h"},
+		{"a plain key changed", base, strings.Replace(base, "acme/app", "evil/app", 1), "remote.origin.url = https://github.com/evil/app"},
+		{"the header left behind", base, withHeader, "http.https://github.com/.extraheader = (redacted)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			os.MkdirAll(filepath.Join(dir, ".git"), 0o755)
+			set := defaultSet(t)
+			snap := func(config string) *Snapshot {
+				os.WriteFile(filepath.Join(dir, ".git", "config"), []byte(config), 0o644)
+				s, err := Take(dir, set)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+			b, a := snap(tc.before), snap(tc.after)
+			got := Compare(b, a, set)
+			if tc.want == "" {
+				if len(got) != 0 {
+					t.Errorf("findings: %+v", got)
+				}
+				return
+			}
+			if len(got) != 1 || !strings.Contains(got[0].Reason, tc.want) {
+				t.Fatalf("findings: %+v", got)
+			}
+			if all := fmt.Sprintf("%+v", got); strings.Contains(all, "eC1hY2Nlc3M") {
+				t.Errorf("the credential reached a finding: %s", all)
+			}
+		})
 	}
 }

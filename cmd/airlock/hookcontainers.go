@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/policies"
+	"github.com/airlock-ci/airlock/runner"
+	"github.com/airlock-ci/airlock/runner/hook"
+)
+
+// Docker actions and service containers run as containers of their own
+// inside the job's sandbox, on the image directory the organisation
+// policy maps their image to (sandbox.images): same kernel, so the same
+// network (the job reaches a service at its name, which /etc/hosts points
+// at loopback), limits, egress gateway and record. Nothing else can run:
+// there is no image store and no image builder in a sandbox.
+
+// serviceName is what a service's name must look like to be a host name.
+var serviceName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
+
+// imageOf opens the image directory the policy maps ref to. what names
+// the image's user in errors ("service redis", "the action").
+func imageOf(images map[string]string, ref, what string) (runner.Image, error) {
+	dir, ok := policies.ImageRoot(images, ref)
+	if !ok {
+		return runner.Image{}, fmt.Errorf("%s: image %q is not mapped to a local root filesystem by the organisation policy (sandbox.images), and airlock runs no other images (there is no image store in the sandbox)", what, ref)
+	}
+	return runner.OpenImage(dir)
+}
+
+// command is what a container runs: the workflow's entry point and
+// arguments; without an entry point, the image's command (an OCI bundle
+// records it), whose first word stands for the image's entry point when
+// the workflow gives arguments.
+func command(entry string, args []string, img runner.Image, what string) ([]string, error) {
+	switch {
+	case entry != "":
+		return append([]string{entry}, args...), nil
+	case len(img.Args) == 0:
+		return nil, fmt.Errorf("%s: no entry point: the workflow gives none and the image directory %s records no command (map the image to an OCI bundle with config.json, as `umoci unpack` writes)", what, img.RootFS)
+	case len(args) > 0:
+		return append([]string{img.Args[0]}, args...), nil
+	}
+	return img.Args, nil
+}
+
+// checkServices refuses the job's services unless the policy allows them
+// and maps each one's image; the error names every service refused.
+func checkServices(p policies.Sandbox, services []hook.Service) error {
+	if len(services) == 0 {
+		return nil
+	}
+	var bad []string
+	for _, s := range services {
+		switch {
+		case !p.Services:
+			bad = append(bad, fmt.Sprintf("%s (%s): the policy does not allow services (sandbox.services)", s.ContextName, s.Image))
+		case !serviceName.MatchString(s.ContextName):
+			bad = append(bad, fmt.Sprintf("%q: not a valid host name for a service", s.ContextName))
+		default:
+			if _, err := imageOf(p.Images, s.Image, "service "+s.ContextName); err != nil {
+				bad = append(bad, err.Error())
+			}
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("service containers refused: %s; remove them from the job's services: or ask the runner's administrators", strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// hostsFile points the services' names at loopback for the job.
+func hostsFile(services []hook.Service) gvisor.File {
+	var b strings.Builder
+	b.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+	for _, s := range services {
+		fmt.Fprintf(&b, "127.0.0.1\t%s\n", s.ContextName)
+	}
+	return gvisor.File{Path: "/etc/hosts", Data: []byte(b.String())}
+}
+
+// startServices starts the job's services in its sandbox; their output
+// goes to the job's log.
+func (d *hookJob) startServices(ctx context.Context, services []hook.Service) ([]hook.ResponseContainer, error) {
+	var out []hook.ResponseContainer
+	for _, s := range services {
+		what := "service " + s.ContextName
+		img, err := imageOf(d.images, s.Image, what)
+		if err != nil {
+			return nil, err
+		}
+		entry := ""
+		if s.EntryPoint != nil {
+			entry = *s.EntryPoint
+		}
+		argv, err := command(entry, s.EntryPointArgs, img, what)
+		if err != nil {
+			return nil, err
+		}
+		env := append([]string{}, img.Env...)
+		for k, v := range s.Env {
+			env = append(env, k+"="+v)
+		}
+		if err := d.session.StartService(ctx, gvisor.ContainerConfig{
+			Name: "service-" + s.ContextName, RootFS: img.RootFS, Args: argv, Env: env, Dir: img.Dir,
+		}); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		// Inside the sandbox a service's ports are its own: the job
+		// reaches them at the service's name.
+		ports := map[string]string{}
+		for _, m := range s.PortMappings {
+			p := m[strings.LastIndex(m, ":")+1:]
+			p, _, _ = strings.Cut(p, "/")
+			ports[p] = p
+		}
+		out = append(out, hook.ResponseContainer{ID: "service-" + s.ContextName, Network: "airlock", Ports: ports})
+	}
+	return out, nil
+}
+
+// ContainerStep runs a Docker action in a container of its own on the
+// image directory the policy maps its image to.
+func (d *hookJob) ContainerStep(ctx context.Context, a hook.ContainerStepArgs, stdout, stderr io.Writer) (int, error) {
+	d.takeBaseline(stderr)
+	if a.Dockerfile != nil && *a.Dockerfile != "" {
+		return 1, fmt.Errorf("run_container_step: the action builds its image from %s, and airlock has no image builder in the sandbox: replace the action with run: steps or a JavaScript action, or ask the runner's administrators to map a prebuilt image (sandbox.images) and use it with docker://", *a.Dockerfile)
+	}
+	img, err := imageOf(d.images, a.Image, "run_container_step")
+	if err != nil {
+		return 1, fmt.Errorf("%w: replace the action with run: steps or a JavaScript action, or ask the runner's administrators to map the image", err)
+	}
+	argv, err := command(a.EntryPoint, a.EntryPointArgs, img, "run_container_step")
+	if err != nil {
+		return 1, err
+	}
+	mounts, err := d.stepMounts(a.SystemMountVolumes)
+	if err != nil {
+		return 1, fmt.Errorf("run_container_step: %w", err)
+	}
+	env := map[string]string{}
+	for k, v := range a.Env {
+		env[k] = v
+	}
+	if len(a.PrependPath) > 0 {
+		env["PATH"] = strings.Join(a.PrependPath, ":") + ":" + safePath
+	}
+	return d.runStep(ctx, runner.StepSpec{
+		Name: "docker://" + a.Image, Command: argv, Env: env, WorkingDirectory: a.WorkingDirectory,
+		Image: &img, Mounts: mounts,
+	}, stdout, stderr)
+}
+
+// stepMounts maps a Docker action's volumes: only the runner's own
+// directories (below its work directory, or the job's mounts), never the
+// Docker socket; the hook's response directory stays out of reach.
+func (d *hookJob) stepMounts(vols []hook.Mount) ([]gvisor.Mount, error) {
+	work, _ := d.mounts.Host(containerWork)
+	responses := ""
+	if tmp, ok := d.mounts.Host(containerTemp); ok {
+		responses = filepath.Join(tmp, responsesDir)
+	}
+	var out []gvisor.Mount
+	for _, v := range hook.Mounts(vols).Sorted() {
+		src, dst := filepath.Clean(v.Source), path.Clean(v.Target)
+		if strings.Contains(dst, "docker.sock") || strings.Contains(src, "docker.sock") {
+			continue
+		}
+		if !within(src, work) && !d.isJobMount(src) {
+			return nil, fmt.Errorf("volume %s -> %s is outside the runner's work directory; airlock mounts only the runner's own directories", v.Source, v.Target)
+		}
+		out = append(out, gvisor.Mount{Source: src, Destination: dst, ReadOnly: v.ReadOnly})
+		if responses != "" && within(responses, src) {
+			// An empty read-only directory over the runner's responses.
+			empty := filepath.Join(d.dir, "empty")
+			if err := os.MkdirAll(empty, 0o555); err != nil {
+				return nil, err
+			}
+			rel, _ := filepath.Rel(src, responses)
+			out = append(out, gvisor.Mount{Source: empty, Destination: path.Join(dst, filepath.ToSlash(rel)), ReadOnly: true})
+		}
+	}
+	return out, nil
+}
+
+func (d *hookJob) isJobMount(src string) bool {
+	for _, m := range d.mounts {
+		if filepath.Clean(m.Source) == src {
+			return true
+		}
+	}
+	return false
+}
+
+// within reports whether p is dir or below it.
+func within(p, dir string) bool {
+	if dir == "" {
+		return false
+	}
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/policies"
+	"github.com/airlock-ci/airlock/runner"
+	"github.com/airlock-ci/airlock/runner/hook"
+)
+
+func TestContainerCommand(t *testing.T) {
+	bundle := runner.Image{RootFS: "/img", Args: []string{"/entrypoint.sh", "default-arg"}}
+	plain := runner.Image{RootFS: "/img"}
+	for _, tc := range []struct {
+		name    string
+		entry   string
+		args    []string
+		img     runner.Image
+		want    []string
+		wantErr string
+	}{
+		{"workflow entry point", "node", []string{"x.js"}, bundle, []string{"node", "x.js"}, ""},
+		{"image command", "", nil, bundle, []string{"/entrypoint.sh", "default-arg"}, ""},
+		{"arguments to the image's entry point", "", []string{"--flag"}, bundle, []string{"/entrypoint.sh", "--flag"}, ""},
+		{"plain directory, entry point given", "sh", nil, plain, []string{"sh"}, ""},
+		{"plain directory, nothing to run", "", []string{"--flag"}, plain, nil, "records no command"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := command(tc.entry, tc.args, tc.img, "the action")
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v", err)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tc.want) {
+				t.Errorf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestCheckServices(t *testing.T) {
+	img := t.TempDir()
+	allowed := policies.Sandbox{Services: true, Images: map[string]string{"redis:7": img}}
+	for _, tc := range []struct {
+		name     string
+		policy   policies.Sandbox
+		services []hook.Service
+		wantErr  []string
+	}{
+		{"none", policies.Sandbox{}, nil, nil},
+		{"allowed and mapped", allowed, []hook.Service{{ContextName: "redis", Image: "docker.io/library/redis:7"}}, nil},
+		{"not allowed", policies.Sandbox{Images: allowed.Images}, []hook.Service{{ContextName: "redis", Image: "redis:7"}, {ContextName: "pg", Image: "postgres"}},
+			[]string{"redis (redis:7): the policy does not allow services", "pg (postgres)"}},
+		{"not mapped", allowed, []hook.Service{{ContextName: "pg", Image: "postgres:16"}}, []string{`service pg: image "postgres:16" is not mapped`}},
+		{"hosts injection", allowed, []hook.Service{{ContextName: "db\n10.0.0.1 github.com", Image: "redis:7"}}, []string{"not a valid host name"}},
+		{"odd name", allowed, []hook.Service{{ContextName: "../x", Image: "redis:7"}}, []string{"not a valid host name"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkServices(tc.policy, tc.services)
+			if tc.wantErr == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			for _, w := range tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("err = %v, want %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// A Docker action gets the runner's directories only: never the Docker
+// socket nor a host path outside the work directory, and the runner's
+// hook responses stay covered.
+func TestStepMounts(t *testing.T) {
+	work := t.TempDir()
+	d := &hookJob{dir: t.TempDir(), mounts: hook.Mounts{
+		{Source: work, Target: "/__w"},
+		{Source: filepath.Join(work, "_temp"), Target: "/__w/_temp"},
+		{Source: "/opt/externals", Target: "/__e", ReadOnly: true},
+	}}
+	got, err := d.stepMounts([]hook.Mount{
+		{Source: "/var/run/docker.sock", Target: "/var/run/docker.sock"},
+		{Source: filepath.Join(work, "app", "app"), Target: "/github/workspace"},
+		{Source: work, Target: "/__w"},
+		{Source: "/opt/externals", Target: "/__e", ReadOnly: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []gvisor.Mount{
+		{Source: "/opt/externals", Destination: "/__e", ReadOnly: true},
+		{Source: work, Destination: "/__w"},
+		{Source: filepath.Join(d.dir, "empty"), Destination: "/__w/_temp/" + responsesDir, ReadOnly: true},
+		{Source: filepath.Join(work, "app", "app"), Destination: "/github/workspace"},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("mounts:\n got %+v\nwant %+v", got, want)
+	}
+	if _, err := d.stepMounts([]hook.Mount{{Source: "/etc", Target: "/host-etc"}}); err == nil || !strings.Contains(err.Error(), "outside the runner's work directory") {
+		t.Errorf("a host path: %v", err)
+	}
+}
