@@ -483,9 +483,12 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 	if d.gh, err = githubFromEnv(); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock: GitHub API not used: %v\n", err)
 	}
+	var event *policies.PullRequest
 	if ev, ok := d.mounts.Host(containerEvent); ok {
 		if payload, err := files.ReadCapped(ev, policies.MaxEventSize); err == nil {
-			if pr, err := policies.ParsePullRequest(payload); err == nil {
+			if p, err := policies.ParsePullRequest(payload); err == nil {
+				pr := p
+				event = &pr
 				d.opts.meta.PullRequest, d.opts.meta.Author, d.opts.meta.Event = pr.Number, pr.Author, "pull_request"
 				d.opts.meta.BaseSHA, d.opts.meta.HeadSHA = pr.BaseSHA, pr.HeadSHA
 				var merge string
@@ -512,6 +515,13 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 		return job, err
 	}
 	info.Digest, info.Sources = eff.Digest, eff.Sources
+	if event != nil {
+		// Recorded; under the hook every job is sandboxed whatever the
+		// detection says (the runner has no other way to run it).
+		det := policies.Decide(eff.Policy.Agents, *event)
+		info.Agent = &det
+		fmt.Fprintf(os.Stderr, "airlock: pull request #%d: %s\n", event.Number, det.Reason)
+	}
 	job.Policy = info
 	pcfg, err := runner.SandboxFromPolicy(eff.Policy.Sandbox)
 	if err != nil {

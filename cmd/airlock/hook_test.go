@@ -277,7 +277,7 @@ func TestHookJob(t *testing.T) {
 	}
 	// The authored diff came through the API: the new workflow and its
 	// pull_request_target trigger are findings, annotated on the check run.
-	for _, w := range []string{`"phase": "authored"`, `"path": ".github/workflows/ci.yml"`, "pull_request_target"} {
+	for _, w := range []string{`"phase": "authored"`, `"path": ".github/workflows/ci.yml"`, "pull_request_target", `"agent": true`} {
 		if !strings.Contains(vj.String(), w) {
 			t.Errorf("the attestation lacks %s", w)
 		}
