@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -713,6 +714,10 @@ func (d *hookJob) Cleanup(ctx context.Context, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// maxCheckBundle is the largest attestation bundle put in the check run
+// (whose text holds 65,535 characters).
+const maxCheckBundle = 48 << 10
+
 // checkReport turns a job's result into its check run.
 func checkReport(res runner.Result, att *attestationInfo) github.Report {
 	r := github.Report{Conclusion: "success", Title: "airlock: passed"}
@@ -741,6 +746,12 @@ func checkReport(res runner.Result, att *attestationInfo) github.Report {
 	if att != nil && att.Bundle != "" {
 		if b, err := os.ReadFile(att.Bundle); err == nil {
 			fmt.Fprintf(&text, "Attestation: `%s`, sha256 `%x`.\n", filepath.Base(att.Bundle), sha256.Sum256(b))
+			// The hook's cleanup runs after the job's last step, so no
+			// step can upload the bundle: a small one is published here,
+			// for `airlock verify` or cosign anywhere.
+			if len(b) <= maxCheckBundle && json.Valid(b) && !bytes.Contains(b, []byte("`")) {
+				fmt.Fprintf(&text, "\n<details><summary>Attestation bundle (Sigstore)</summary>\n\n```json\n%s\n```\n</details>\n", b)
+			}
 		}
 	}
 	r.Text = text.String()

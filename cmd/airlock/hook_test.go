@@ -189,7 +189,7 @@ func TestHookJob(t *testing.T) {
 	// at prepare time on a real runner), and the check run.
 	var mu sync.Mutex
 	var calls []string
-	var conclusion string
+	var conclusion, checkText string
 	var annotations int
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
@@ -215,12 +215,16 @@ func TestHookJob(t *testing.T) {
 			var body struct {
 				Conclusion string `json:"conclusion"`
 				Output     struct {
-					Annotations []any `json:"annotations"`
+					Text        string `json:"text"`
+					Annotations []any  `json:"annotations"`
 				} `json:"output"`
 			}
 			json.NewDecoder(r.Body).Decode(&body)
 			if body.Conclusion != "" {
 				conclusion = body.Conclusion
+			}
+			if body.Output.Text != "" {
+				checkText = body.Output.Text
 			}
 			annotations += len(body.Output.Annotations)
 			json.NewEncoder(w).Encode(map[string]any{"id": 5})
@@ -248,7 +252,9 @@ func TestHookJob(t *testing.T) {
 		if code != s.code || !strings.Contains(out, s.want) {
 			t.Fatalf("step %d: exit %d, output %s", i+1, code, out)
 		}
-		if i == 1 && (!strings.Contains(out, "background-alive") || !strings.Contains(out, "No such file") || !strings.HasPrefix(strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:]), "/__w/_temp/bin:")) {
+		// stdout and stderr are separate streams: their lines may come in
+		// either order.
+		if i == 1 && (!strings.Contains(out, "background-alive") || !strings.Contains(out, "No such file") || !strings.Contains(out, "\n/__w/_temp/bin:")) {
 			t.Errorf("step 2: %s", out)
 		}
 		if strings.Contains(out, "registry-secret-bar") {
@@ -283,6 +289,12 @@ func TestHookJob(t *testing.T) {
 		}
 	}
 	mu.Lock()
+	// The bundle is published in the check run, byte for byte.
+	_, published, _ := strings.Cut(checkText, "```json\n")
+	published, _, _ = strings.Cut(published, "\n```")
+	if onDisk, _ := os.ReadFile(bundles[0]); published != string(onDisk) {
+		t.Errorf("the check run does not carry the bundle: %.300s", checkText)
+	}
 	if conclusion != "failure" || annotations < 2 {
 		t.Errorf("check run conclusion %q, %d annotations; API calls %v", conclusion, annotations, calls)
 	}
