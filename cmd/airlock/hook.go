@@ -123,29 +123,30 @@ policy), AIRLOCK_ATTEST_KEY (signing key) and AIRLOCK_HOOK_DIR.`,
 				if err := json.Unmarshal(in.Args, &args); err != nil {
 					return usagef("run_script_step: %v", err)
 				}
-				n, err := hook.Call(ctx, socketOf(in.State), hook.Request{Op: "step", Step: &args}, c.OutOrStdout(), c.ErrOrStderr())
-				if err != nil {
-					return err
-				}
-				*code = n
-				return nil
+				return hookStep(ctx, in.State, hook.Request{Op: "step", Step: &args}, c, code)
 			case hook.RunContainerStep:
 				var args hook.ContainerStepArgs
 				if err := json.Unmarshal(in.Args, &args); err != nil {
 					return usagef("run_container_step: %v", err)
 				}
 				args.Registry = nil // never passed on
-				n, err := hook.Call(ctx, socketOf(in.State), hook.Request{Op: "container-step", Container: &args}, c.OutOrStdout(), c.ErrOrStderr())
-				if err != nil {
-					return err
-				}
-				*code = n
-				return nil
+				return hookStep(ctx, in.State, hook.Request{Op: "container-step", Container: &args}, c, code)
 			default:
 				return hookCleanup(ctx, in, c.OutOrStdout(), c.ErrOrStderr())
 			}
 		},
 	}
+}
+
+// hookStep has the job's daemon run a step; the step's exit code is the
+// hook's.
+func hookStep(ctx context.Context, st hook.State, req hook.Request, c *cobra.Command, code *int) error {
+	n, err := hook.Call(ctx, socketOf(st), req, c.OutOrStdout(), c.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	*code = n
+	return nil
 }
 
 func hookJobsRoot() string {

@@ -79,18 +79,15 @@ type ScriptArgs struct {
 	WorkingDirectory string            `json:"workingDirectory"`
 }
 
-// ContainerStepArgs are run_container_step's arguments (a Docker action).
+// ContainerStepArgs are run_container_step's arguments (a Docker action):
+// a script step's, and the image with its volumes.
 type ContainerStepArgs struct {
+	ScriptArgs
 	Image string `json:"image"`
 	// Dockerfile is set when the action builds its image.
-	Dockerfile         *string           `json:"dockerfile"`
-	EntryPoint         string            `json:"entryPoint"`
-	EntryPointArgs     []string          `json:"entryPointArgs"`
-	WorkingDirectory   string            `json:"workingDirectory"`
-	Env                map[string]string `json:"environmentVariables"`
-	PrependPath        []string          `json:"prependPath"`
-	UserMountVolumes   []Mount           `json:"userMountVolumes"`
-	SystemMountVolumes []Mount           `json:"systemMountVolumes"`
+	Dockerfile         *string `json:"dockerfile"`
+	UserMountVolumes   []Mount `json:"userMountVolumes"`
+	SystemMountVolumes []Mount `json:"systemMountVolumes"`
 	// Registry credentials: dropped, as for the job container.
 	Registry json.RawMessage `json:"registry"`
 }
