@@ -27,7 +27,7 @@ vet:
 
 # See BENCHMARKS.md.
 bench:
-	go test -run XXX -bench 'ColdStart|IdleMemory' -benchtime 20x ./gvisor/
+	go test -run XXX -bench 'ColdStart|IdleMemory|ContainerStep' -benchtime 20x ./gvisor/
 	go test -run XXX -bench Workload -benchtime 1x ./gvisor/
 	go test -run XXX -bench ConnectionSetup -benchtime 2000x ./runner/egress/gateway/
 	go test -run XXX -bench BulkTransfer -benchtime 3x ./runner/egress/gateway/

@@ -3,6 +3,7 @@ package gvisor
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -183,4 +184,46 @@ func requireRootB(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root")
 	}
+}
+
+// BenchmarkContainerStep: a step in a container of its own on an image
+// (a Docker action under the hook: skeleton, gofer, start, wait, destroy)
+// against an exec of the same program into the sandbox (a run: step).
+// See BENCHMARKS.md.
+func BenchmarkContainerStep(b *testing.B) {
+	requireRootB(b)
+	ws := b.TempDir()
+	os.Chown(ws, 1000, 1000)
+	ctx := context.Background()
+	sb, err := Create(ctx, Config{ID: testJobID(), Workspace: ws, StateRoot: filepath.Join(testStateBase, "bench-container"), Limits: DefaultLimits()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sb.Destroy(ctx)
+	img := newImage(b, map[string]string{"etc/hostname": "image\n"})
+	var execd, contained time.Duration
+	for i := 0; i < b.N; i++ {
+		t := time.Now()
+		if res, err := sb.Exec(ctx, Step{Args: []string{initPath, "exit", "0"}}); err != nil || res.ExitCode != 0 {
+			b.Fatalf("exec: %v %+v", err, res)
+		}
+		execd += time.Since(t)
+		t = time.Now()
+		c, err := sb.StartContainer(ctx, ContainerConfig{Name: fmt.Sprintf("step-%d", i), RootFS: img, Args: []string{initPath, "exit", "0"}, Mounts: []Mount{{Source: ws, Destination: "/github/workspace"}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := c.Wait(ctx)
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("container: %v %+v", err, res)
+		}
+		if err := c.Destroy(); err != nil {
+			b.Fatal(err)
+		}
+		contained += time.Since(t)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(execd.Milliseconds())/n, "exec-ms")
+	b.ReportMetric(float64(contained.Milliseconds())/n, "container-ms")
+	b.ReportMetric(float64(contained)/float64(execd), "container/exec")
 }

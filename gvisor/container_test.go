@@ -22,7 +22,7 @@ import (
 // newImage returns an image directory as an admin would unpack it: the
 // given files (path: content) and, at initPath, this test binary (static),
 // whose in-sandbox tools stand in for an image's programs.
-func newImage(t *testing.T, files map[string]string) string {
+func newImage(t testing.TB, files map[string]string) string {
 	t.Helper()
 	img := t.TempDir()
 	exe, err := os.Executable()
@@ -48,7 +48,7 @@ func newImage(t *testing.T, files map[string]string) string {
 	return img
 }
 
-func copyFile(t *testing.T, from, to string) {
+func copyFile(t testing.TB, from, to string) {
 	t.Helper()
 	in, err := os.Open(from)
 	if err != nil {
