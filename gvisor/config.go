@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // DefaultStateRoot is where job directories live unless the caller says
@@ -69,6 +71,12 @@ type Mount struct {
 	Source      string `json:"source"`
 	Destination string `json:"destination"`
 	ReadOnly    bool   `json:"readOnly"`
+	// Beneath, when set, is a host directory that Source lies below and
+	// that the job can write into: Source is then resolved from it without
+	// following any symlink (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS),
+	// right before the sandbox binds it, so that a directory the job
+	// replaced with a symlink to the host's root is refused, not mounted.
+	Beneath string `json:"beneath,omitempty"`
 }
 
 // File is a read-only file the sandbox sees at Path instead of the
@@ -229,14 +237,19 @@ func (c Config) withDefaults() (Config, error) {
 func checkMounts(mounts []Mount) ([]Mount, error) {
 	var out []Mount
 	for _, m := range mounts {
-		fi, err := os.Stat(m.Source)
-		if err != nil || !fi.IsDir() {
+		if m.Beneath != "" {
+			fd, err := openBeneath(m.Beneath, m.Source)
+			if err != nil {
+				return nil, fmt.Errorf("%w: mount source %s: %v", ErrInvalidConfig, m.Source, err)
+			}
+			unix.Close(fd)
+		} else if fi, err := os.Stat(m.Source); err != nil || !fi.IsDir() {
 			return nil, fmt.Errorf("%w: mount source %s: not a directory on the host", ErrInvalidConfig, m.Source)
 		}
 		if !filepath.IsAbs(m.Destination) || filepath.Clean(m.Destination) == "/" {
 			return nil, fmt.Errorf("%w: mount destination %q: must be an absolute path other than /", ErrInvalidConfig, m.Destination)
 		}
-		out = append(out, Mount{Source: filepath.Clean(m.Source), Destination: filepath.Clean(m.Destination), ReadOnly: m.ReadOnly})
+		out = append(out, Mount{Source: filepath.Clean(m.Source), Destination: filepath.Clean(m.Destination), ReadOnly: m.ReadOnly, Beneath: m.Beneath})
 	}
 	return out, nil
 }

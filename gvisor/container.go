@@ -254,7 +254,11 @@ func (c *Container) prepare() error {
 	if err != nil {
 		return err
 	}
-	spec := containerSpec(c.s.cfg, c.cfg, plan.Target)
+	cc := c.cfg
+	if cc.Mounts, err = plan.pinMounts(cc.Mounts, c.dir); err != nil {
+		return err
+	}
+	spec := containerSpec(c.s.cfg, cc, plan.Target)
 	spec.Mounts = append(spec.Mounts, fileMounts...)
 	return writeBundle(c.dir, plan, spec)
 }

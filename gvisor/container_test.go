@@ -507,3 +507,55 @@ func TestContainerBadInput(t *testing.T) {
 		t.Errorf("sandbox broken by failed starts: %+v", res)
 	}
 }
+
+// A Beneath mount is bound as its path resolves without symlinks: a
+// directory below the workspace reaches the container; one the job
+// swapped for a symlink to a host directory is refused, for a container
+// and for a job sandbox alike, and the host directory is not mounted.
+func TestMountBeneath(t *testing.T) {
+	img := newImage(t, nil)
+	sb := newTestSandbox(t, nil)
+	ws := sb.Config().Workspace
+	os.MkdirAll(filepath.Join(ws, "sub", "dir"), 0o755)
+	os.WriteFile(filepath.Join(ws, "sub", "dir", "marker"), []byte("inside"), 0o644)
+	secret := t.TempDir()
+	os.WriteFile(filepath.Join(secret, "marker"), []byte("host secret"), 0o644)
+	os.Symlink(secret, filepath.Join(ws, "sub", "link"))
+	os.Symlink(filepath.Join(ws, "sub"), filepath.Join(ws, "linked-parent"))
+	for _, tc := range []struct {
+		name, source string
+		want         string // output, or the error
+	}{
+		{"plain", filepath.Join(ws, "sub", "dir"), "inside"},
+		{"the workspace itself", ws, ""},
+		{"a symlink to a host directory", filepath.Join(ws, "sub", "link"), "reached without symlinks"},
+		{"a symlink on the way", filepath.Join(ws, "linked-parent", "dir"), "reached without symlinks"},
+		{"outside", secret, "not below"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			c, err := sb.StartContainer(context.Background(), ContainerConfig{
+				Name: "beneath", RootFS: img, Stdout: &out,
+				Mounts: []Mount{{Source: tc.source, Destination: "/mnt", Beneath: ws}},
+				Args:   tool("cat", "/mnt/marker"),
+			})
+			if err != nil {
+				if !strings.Contains(err.Error(), tc.want) || tc.want == "inside" || tc.want == "" {
+					t.Fatalf("start: %v", err)
+				}
+				return
+			}
+			c.Wait(context.Background())
+			c.Destroy()
+			if !strings.Contains(out.String(), tc.want) || strings.Contains(out.String(), "host secret") {
+				t.Errorf("container read %q, want %q", out.String(), tc.want)
+			}
+		})
+	}
+	cfg := testConfig(t)
+	os.Symlink(secret, filepath.Join(cfg.Workspace, "link"))
+	cfg.Mounts = []Mount{{Source: filepath.Join(cfg.Workspace, "link"), Destination: "/mnt", Beneath: cfg.Workspace}}
+	if _, err := Create(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "reached without symlinks") {
+		t.Errorf("job sandbox with a swapped mount: %v", err)
+	}
+}

@@ -61,11 +61,86 @@ type rootPlan struct {
 	// Overlays are files bound read-only over regular files of the
 	// skeleton (Config.Files).
 	Overlays []overlay `json:"overlays"`
+	// Pins are mount sources resolved in the helper without following
+	// symlinks (Mount.Beneath) and bound at a path of their own, which is
+	// what runsc then mounts.
+	Pins []pin `json:"pins"`
 	// Expand are directories of the root, relative to it, that the
 	// skeleton rebuilds one entry at a time (like the top level) instead
 	// of binding them whole, so that a missing mount point or file can be
 	// created inside them.
 	Expand []string `json:"expand"`
+}
+
+// pin is one Mount.Beneath source: Base/Rel, resolved without following
+// symlinks, bound at At (an empty directory of the job's).
+type pin struct {
+	Base string `json:"base"`
+	Rel  string `json:"rel"`
+	At   string `json:"at"`
+}
+
+// pinMounts returns mounts with each Beneath source replaced by the path
+// the helper will bind it at (a new empty directory below dir), and adds
+// those pins to the plan.
+func (p *rootPlan) pinMounts(mounts []Mount, dir string) ([]Mount, error) {
+	out := append([]Mount(nil), mounts...)
+	for i, m := range out {
+		if m.Beneath == "" {
+			continue
+		}
+		rel, err := filepath.Rel(m.Beneath, m.Source)
+		if err != nil || !filepath.IsLocal(rel) {
+			return nil, fmt.Errorf("%w: mount source %s is not below %s", ErrInvalidConfig, m.Source, m.Beneath)
+		}
+		at := filepath.Join(dir, "pins", fmt.Sprint(i))
+		if err := os.MkdirAll(at, 0o700); err != nil {
+			return nil, fmt.Errorf("create pin directory: %w", err)
+		}
+		p.Pins = append(p.Pins, pin{Base: m.Beneath, Rel: rel, At: at})
+		out[i].Source, out[i].Beneath = at, ""
+	}
+	return out, nil
+}
+
+// openBeneath opens dir, below base, as an O_PATH descriptor without
+// following any symlink on the way (base itself is not followed either).
+func openBeneath(base, dir string) (int, error) {
+	rel, err := filepath.Rel(base, dir)
+	if err != nil || !filepath.IsLocal(rel) {
+		return -1, fmt.Errorf("not below %s", base)
+	}
+	bfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open %s: %w", base, err)
+	}
+	defer unix.Close(bfd)
+	fd, err := unix.Openat2(bfd, rel, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return -1, fmt.Errorf("not a directory below %s reached without symlinks: %w", base, err)
+	}
+	return fd, nil
+}
+
+// bindPins binds each pinned source at its path, in the helper's mount
+// namespace (where runsc's gofer will find it): the descriptor is what
+// gets bound, so nothing can swap the path in between.
+func bindPins(pins []pin) error {
+	for _, p := range pins {
+		fd, err := openBeneath(p.Base, filepath.Join(p.Base, p.Rel))
+		if err != nil {
+			return fmt.Errorf("mount source %s: %w", filepath.Join(p.Base, p.Rel), err)
+		}
+		err = unix.Mount(fmt.Sprintf("/proc/self/fd/%d", fd), p.At, "", unix.MS_BIND, "")
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("bind %s: %w", filepath.Join(p.Base, p.Rel), err)
+		}
+	}
+	return nil
 }
 
 // overlay is one Config.File placed in the skeleton.
@@ -144,6 +219,9 @@ func rootHelper(args []string) int {
 	}
 	if err == nil {
 		err = buildRootSkeleton(plan)
+	}
+	if err == nil {
+		err = bindPins(plan.Pins)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock: prepare root filesystem: %v\n", err)

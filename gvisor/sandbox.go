@@ -149,7 +149,11 @@ func (s *Sandbox) prepare(exe string) error {
 	if err != nil {
 		return err
 	}
-	spec, err := buildSpec(s.cfg, plan.Target, exe, empty)
+	cfg := s.cfg
+	if cfg.Mounts, err = plan.pinMounts(cfg.Mounts, s.dir); err != nil {
+		return err
+	}
+	spec, err := buildSpec(cfg, plan.Target, exe, empty)
 	if err != nil {
 		return err
 	}

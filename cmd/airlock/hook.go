@@ -429,6 +429,9 @@ type hookJob struct {
 	jobTimeout  time.Duration
 	// images are the policy's image directories, for Docker actions.
 	images map[string]string
+	// hostMasks are the host paths the job's sandbox hides (the runner's
+	// hook responses, the policy's masks), covered in Docker actions too.
+	hostMasks []string
 	// commits are the pull request's head and merge commits: a checkout
 	// at one of them is compared with its tree as GitHub has it.
 	commits []string
@@ -548,6 +551,7 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 	}
 	d.images = eff.Policy.Sandbox.Images
 	cfg.ExtraMasks = append(cfg.ExtraMasks, d.dir)
+	d.hostMasks = append(append(d.hostMasks, pcfg.ExtraMasks...), d.dir)
 	if job.Egress, err = runner.EgressFromPolicy(eff.Policy.Egress, os.LookupEnv); err != nil {
 		return job, err
 	}
@@ -582,6 +586,7 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 	if tmp, ok := d.mounts.Host(containerTemp); ok {
 		if err := os.MkdirAll(filepath.Join(tmp, responsesDir), 0o755); err == nil {
 			cfg.ExtraMasks = append(cfg.ExtraMasks, path.Join(containerTemp, responsesDir))
+			d.hostMasks = append(d.hostMasks, filepath.Join(tmp, responsesDir))
 		}
 	}
 	d.opts.attestKey = os.Getenv(keyEnv)
@@ -678,6 +683,8 @@ func (d *hookJob) runStep(ctx context.Context, spec runner.StepSpec, stdout, std
 	out := d.session.Step(ctx, spec, stdout, stderr)
 	switch {
 	case out.Status == runner.StatusError:
+		// airlock's own trouble, said in the step's log.
+		fmt.Fprintf(stderr, "airlock: step %s: %s\n", spec.Name, out.Message)
 		return 1, nil
 	case out.ExitCode == 0 && out.Status != runner.StatusPassed:
 		return 1, nil

@@ -146,6 +146,9 @@ func (d *hookJob) ContainerStep(ctx context.Context, a hook.ContainerStepArgs, s
 	if err != nil {
 		return 1, fmt.Errorf("run_container_step: %w", err)
 	}
+	if len(a.UserMountVolumes) > 0 {
+		fmt.Fprintf(stderr, "airlock: the action's own volumes are not mounted (%d): a workflow may not mount host paths into the sandbox\n", len(a.UserMountVolumes))
+	}
 	env := map[string]string{}
 	for k, v := range a.Env {
 		env[k] = v
@@ -160,44 +163,70 @@ func (d *hookJob) ContainerStep(ctx context.Context, a hook.ContainerStepArgs, s
 }
 
 // stepMounts maps a Docker action's volumes: only the runner's own
-// directories (below its work directory, or the job's mounts), never the
-// Docker socket; the hook's response directory stays out of reach.
+// directories (below its work directory, or the job's own mounts, never
+// more writable than the job has them), never the Docker socket; what
+// the job's sandbox masks below them (the runner's hook responses, the
+// policy's masks) stays covered.
+//
+// The job has run by now and can have replaced any directory below the
+// work directory with a symlink to the host's root: such a source is
+// resolved from the work directory without following symlinks, right
+// before runsc binds it (gvisor.Mount.Beneath).
 func (d *hookJob) stepMounts(vols []hook.Mount) ([]gvisor.Mount, error) {
 	work, _ := d.mounts.Host(containerWork)
-	responses := ""
-	if tmp, ok := d.mounts.Host(containerTemp); ok {
-		responses = filepath.Join(tmp, responsesDir)
-	}
 	var out []gvisor.Mount
 	for _, v := range hook.Mounts(vols).Sorted() {
 		src, dst := filepath.Clean(v.Source), path.Clean(v.Target)
 		if strings.Contains(dst, "docker.sock") || strings.Contains(src, "docker.sock") {
 			continue
 		}
-		if !within(src, work) && !d.isJobMount(src) {
+		m := gvisor.Mount{Source: src, Destination: dst, ReadOnly: v.ReadOnly}
+		switch job, isJob := d.jobMount(src); {
+		case within(src, work):
+			m.Beneath = work
+		case isJob:
+			// Mounted for the job at prepare_job, before any of its code
+			// ran, and never writable when the job's mount is not.
+			m.ReadOnly = m.ReadOnly || job.ReadOnly
+		default:
 			return nil, fmt.Errorf("volume %s -> %s is outside the runner's work directory; airlock mounts only the runner's own directories", v.Source, v.Target)
 		}
-		out = append(out, gvisor.Mount{Source: src, Destination: dst, ReadOnly: v.ReadOnly})
-		if responses != "" && within(responses, src) {
-			// An empty read-only directory over the runner's responses.
-			empty := filepath.Join(d.dir, "empty")
-			if err := os.MkdirAll(empty, 0o555); err != nil {
+		out = append(out, m)
+		for _, mask := range d.hostMasks {
+			if !within(mask, src) || mask == src {
+				continue
+			}
+			cover, err := d.emptyLike(mask)
+			if err != nil {
 				return nil, err
 			}
-			rel, _ := filepath.Rel(src, responses)
-			out = append(out, gvisor.Mount{Source: empty, Destination: path.Join(dst, filepath.ToSlash(rel)), ReadOnly: true})
+			rel, _ := filepath.Rel(src, mask)
+			out = append(out, gvisor.Mount{Source: cover, Destination: path.Join(dst, filepath.ToSlash(rel)), ReadOnly: true})
 		}
 	}
 	return out, nil
 }
 
-func (d *hookJob) isJobMount(src string) bool {
+// jobMount is the job's own mount with this host source, if any.
+func (d *hookJob) jobMount(src string) (hook.Mount, bool) {
 	for _, m := range d.mounts {
 		if filepath.Clean(m.Source) == src {
-			return true
+			return m, true
 		}
 	}
-	return false
+	return hook.Mount{}, false
+}
+
+// emptyLike returns an empty directory or file of the job's to mount
+// over a masked path of the same kind.
+func (d *hookJob) emptyLike(mask string) (string, error) {
+	fi, err := os.Lstat(mask)
+	if err == nil && !fi.IsDir() {
+		f := filepath.Join(d.dir, "empty-file")
+		return f, os.WriteFile(f, nil, 0o444)
+	}
+	dir := filepath.Join(d.dir, "empty")
+	return dir, os.MkdirAll(dir, 0o555)
 }
 
 // within reports whether p is dir or below it.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -79,29 +80,35 @@ func TestCheckServices(t *testing.T) {
 }
 
 // A Docker action gets the runner's directories only: never the Docker
-// socket nor a host path outside the work directory, and the runner's
-// hook responses stay covered.
+// socket nor a host path outside the work directory, never more writable
+// than the job has it; sources the job can write are resolved without
+// symlinks (Beneath); what the job's sandbox masks stays covered. (The
+// symlink attack itself is in TestHookServicesAndDockerActions.)
 func TestStepMounts(t *testing.T) {
 	work := t.TempDir()
-	d := &hookJob{dir: t.TempDir(), mounts: hook.Mounts{
+	repo := filepath.Join(work, "app", "app")
+	responses := filepath.Join(work, "_temp", responsesDir)
+	os.MkdirAll(repo, 0o755)
+	os.MkdirAll(responses, 0o755)
+	d := &hookJob{dir: t.TempDir(), hostMasks: []string{responses}, mounts: hook.Mounts{
 		{Source: work, Target: "/__w"},
 		{Source: filepath.Join(work, "_temp"), Target: "/__w/_temp"},
 		{Source: "/opt/externals", Target: "/__e", ReadOnly: true},
 	}}
 	got, err := d.stepMounts([]hook.Mount{
 		{Source: "/var/run/docker.sock", Target: "/var/run/docker.sock"},
-		{Source: filepath.Join(work, "app", "app"), Target: "/github/workspace"},
+		{Source: repo, Target: "/github/workspace"},
 		{Source: work, Target: "/__w"},
-		{Source: "/opt/externals", Target: "/__e", ReadOnly: true},
+		{Source: "/opt/externals", Target: "/__e"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []gvisor.Mount{
 		{Source: "/opt/externals", Destination: "/__e", ReadOnly: true},
-		{Source: work, Destination: "/__w"},
+		{Source: work, Destination: "/__w", Beneath: work},
 		{Source: filepath.Join(d.dir, "empty"), Destination: "/__w/_temp/" + responsesDir, ReadOnly: true},
-		{Source: filepath.Join(work, "app", "app"), Destination: "/github/workspace"},
+		{Source: repo, Destination: "/github/workspace", Beneath: work},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("mounts:\n got %+v\nwant %+v", got, want)

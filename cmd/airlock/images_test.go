@@ -205,6 +205,15 @@ func TestHookServicesAndDockerActions(t *testing.T) {
 	if code, out := h.step(state, `cat action-out`); code != 0 || !strings.Contains(out, "from-action") {
 		t.Errorf("the job after the action: exit %d: %s", code, out)
 	}
+	// The job swaps a directory the next action mounts for a symlink to
+	// the host's /etc: the action is refused, the host's /etc is not
+	// mounted.
+	if code, out := h.step(state, `rm -rf /github/home/* /__w/_temp/_github_home && ln -s /etc /__w/_temp/_github_home`); code != 0 {
+		t.Fatalf("swap: exit %d: %s", code, out)
+	}
+	if code, out := containerStep("ghcr.io/acme/action:2", nil); code == 0 || !strings.Contains(out, "reached without symlinks") || strings.Contains(out, "action ci on") {
+		t.Errorf("an action with a swapped volume: exit %d: %s", code, out)
+	}
 	h.cleanup(state)
 
 	// Services the policy does not allow: prepare_job names them.
