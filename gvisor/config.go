@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/airlock-ci/airlock/internal/files"
 )
 
 // DefaultStateRoot is where job directories live unless the caller says
@@ -238,11 +238,11 @@ func checkMounts(mounts []Mount) ([]Mount, error) {
 	var out []Mount
 	for _, m := range mounts {
 		if m.Beneath != "" {
-			fd, err := openBeneath(m.Beneath, m.Source)
+			f, err := files.OpenBeneath(m.Beneath, m.Source)
 			if err != nil {
-				return nil, fmt.Errorf("%w: mount source %s: %v", ErrInvalidConfig, m.Source, err)
+				return nil, fmt.Errorf("%w: mount source: %v", ErrInvalidConfig, err)
 			}
-			unix.Close(fd)
+			f.Close()
 		} else if fi, err := os.Stat(m.Source); err != nil || !fi.IsDir() {
 			return nil, fmt.Errorf("%w: mount source %s: not a directory on the host", ErrInvalidConfig, m.Source)
 		}

@@ -528,8 +528,8 @@ func TestMountBeneath(t *testing.T) {
 	}{
 		{"plain", filepath.Join(ws, "sub", "dir"), "inside"},
 		{"the workspace itself", ws, ""},
-		{"a symlink to a host directory", filepath.Join(ws, "sub", "link"), "reached without symlinks"},
-		{"a symlink on the way", filepath.Join(ws, "linked-parent", "dir"), "reached without symlinks"},
+		{"a symlink to a host directory", filepath.Join(ws, "sub", "link"), "without following symlinks"},
+		{"a symlink on the way", filepath.Join(ws, "linked-parent", "dir"), "without following symlinks"},
 		{"outside", secret, "not below"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -555,7 +555,7 @@ func TestMountBeneath(t *testing.T) {
 	cfg := testConfig(t)
 	os.Symlink(secret, filepath.Join(cfg.Workspace, "link"))
 	cfg.Mounts = []Mount{{Source: filepath.Join(cfg.Workspace, "link"), Destination: "/mnt", Beneath: cfg.Workspace}}
-	if _, err := Create(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "reached without symlinks") {
+	if _, err := Create(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "without following symlinks") {
 		t.Errorf("job sandbox with a swapped mount: %v", err)
 	}
 }

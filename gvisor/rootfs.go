@@ -15,6 +15,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/runsc/cli/maincli"
+
+	"github.com/airlock-ci/airlock/internal/files"
 )
 
 // rootHelperArg0 is argv[0] of the helper that builds the root skeleton
@@ -103,39 +105,17 @@ func (p *rootPlan) pinMounts(mounts []Mount, dir string) ([]Mount, error) {
 	return out, nil
 }
 
-// openBeneath opens dir, below base, as an O_PATH descriptor without
-// following any symlink on the way (base itself is not followed either).
-func openBeneath(base, dir string) (int, error) {
-	rel, err := filepath.Rel(base, dir)
-	if err != nil || !filepath.IsLocal(rel) {
-		return -1, fmt.Errorf("not below %s", base)
-	}
-	bfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return -1, fmt.Errorf("open %s: %w", base, err)
-	}
-	defer unix.Close(bfd)
-	fd, err := unix.Openat2(bfd, rel, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if err != nil {
-		return -1, fmt.Errorf("not a directory below %s reached without symlinks: %w", base, err)
-	}
-	return fd, nil
-}
-
 // bindPins binds each pinned source at its path, in the helper's mount
 // namespace (where runsc's gofer will find it): the descriptor is what
 // gets bound, so nothing can swap the path in between.
 func bindPins(pins []pin) error {
 	for _, p := range pins {
-		fd, err := openBeneath(p.Base, filepath.Join(p.Base, p.Rel))
+		f, err := files.OpenBeneath(p.Base, filepath.Join(p.Base, p.Rel))
 		if err != nil {
-			return fmt.Errorf("mount source %s: %w", filepath.Join(p.Base, p.Rel), err)
+			return fmt.Errorf("mount source: %w", err)
 		}
-		err = unix.Mount(fmt.Sprintf("/proc/self/fd/%d", fd), p.At, "", unix.MS_BIND, "")
-		unix.Close(fd)
+		err = unix.Mount(files.FDPath(f), p.At, "", unix.MS_BIND, "")
+		f.Close()
 		if err != nil {
 			return fmt.Errorf("bind %s: %w", filepath.Join(p.Base, p.Rel), err)
 		}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/gvisor/monitor"
+	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/runner/egress"
 	"github.com/airlock-ci/airlock/runner/trust"
 	"github.com/airlock-ci/airlock/runner/workspace"
@@ -65,9 +68,10 @@ type Trust struct {
 	AuthoredError string
 	// FromCommit, when set, returns the worktree's baseline as the
 	// checked-out commit has it (trust.CommitBaseline), given the
-	// workspace after the job; nil when it cannot (with a note why). The
+	// repository (a path that names it safely) and its state after the
+	// job; nil when it cannot (with a note why). The
 	// deferred snapshot then counts for the git directory only.
-	FromCommit func(after *trust.Snapshot) (*trust.Snapshot, string)
+	FromCommit func(root string, after *trust.Snapshot) (*trust.Snapshot, string)
 }
 
 // Step statuses in a Result.
@@ -157,9 +161,11 @@ type Session struct {
 	gw     *egress.Egress
 	cfg    gvisor.Config
 	before *trust.Snapshot
-	outMu  sync.Mutex
-	multi  bool
-	closed bool
+	// trustErr is why the deferred baseline could not be taken.
+	trustErr error
+	outMu    sync.Mutex
+	multi    bool
+	closed   bool
 }
 
 // Open reaps leftovers of killed airlocks, starts the egress gateway,
@@ -358,28 +364,55 @@ func (s *Session) TrustBaseline() error {
 	if s.job.Trust == nil || s.before != nil {
 		return nil
 	}
-	dir, _ := s.trustRoot()
-	b, err := trust.Take(dir, s.job.Trust.Set)
+	dir, done, err := s.openTrustRoot()
 	if err != nil {
+		s.trustErr = err
 		return err
 	}
-	s.before = b
+	defer done()
+	b, err := trust.Take(dir, s.job.Trust.Set)
+	if err != nil {
+		s.trustErr = err
+		return err
+	}
+	s.before, s.trustErr = b, nil
 	return nil
 }
 
-// trustRoot is the repository the trust checks look at, on the host and
-// inside the sandbox.
-func (s *Session) trustRoot() (host, inSandbox string) {
+// openTrustRoot opens the repository the trust checks look at, below
+// the workspace, without following symlinks: the job can have replaced
+// it with a symlink to a host directory, which airlock (root) must
+// neither read into a report nor revert into. The path returned names
+// the directory opened (its descriptor's link) until done is called.
+func (s *Session) openTrustRoot() (dir string, done func(), err error) {
 	if s.job.Trust == nil || s.job.Trust.Dir == "" {
-		return s.cfg.Workspace, s.cfg.WorkspaceMount
+		return s.cfg.Workspace, func() {}, nil
 	}
-	return filepath.Join(s.cfg.Workspace, s.job.Trust.Dir), path.Join(s.cfg.WorkspaceMount, s.job.Trust.Dir)
+	f, err := files.OpenBeneath(s.cfg.Workspace, filepath.Join(s.cfg.Workspace, s.job.Trust.Dir))
+	if err != nil {
+		return "", nil, fmt.Errorf("the repository: %w", err)
+	}
+	return files.FDPath(f), func() { f.Close() }, nil
 }
 
-// TrustRootHost is the host directory of the trust checks.
-func (s *Session) TrustRootHost() string {
-	h, _ := s.trustRoot()
-	return h
+// trustMount is the repository inside the sandbox.
+func (s *Session) trustMount() string {
+	if s.job.Trust == nil || s.job.Trust.Dir == "" {
+		return s.cfg.WorkspaceMount
+	}
+	return path.Join(s.cfg.WorkspaceMount, s.job.Trust.Dir)
+}
+
+// CheckedOut reports whether the trust checks' repository has a .git
+// now (the hook takes the baseline once the checkout made one).
+func (s *Session) CheckedOut() bool {
+	dir, done, err := s.openTrustRoot()
+	if err != nil {
+		return false
+	}
+	defer done()
+	_, err = os.Lstat(filepath.Join(dir, ".git"))
+	return err == nil
 }
 
 // Kill stops every process of the running step (the sandbox stays).
@@ -416,15 +449,8 @@ func (s *Session) Close() Result {
 		rep := s.gw.Report(s.res.Processes)
 		s.res.Egress = &rep
 	}
-	if s.before != nil {
-		host, inSandbox := s.trustRoot()
-		afterJob(host, inSandbox, s.job.Trust, s.before, s.res.Trust, s.res.Processes.WritesRefused, s.res.Processes.Execs)
-		if s.res.Trust.Failed {
-			s.res.Passed = false
-			if s.res.ExitCode == 0 {
-				s.res.ExitCode = 1
-			}
-		}
+	if s.job.Trust != nil {
+		s.closeTrust()
 	}
 	rep, err := workspace.Tidy(s.cfg.Workspace, s.cfg.User.UID)
 	if err != nil {
@@ -434,6 +460,35 @@ func (s *Session) Close() Result {
 	s.res.End = time.Now().UTC()
 	s.res.Duration = s.res.End.Sub(s.res.Start)
 	return s.res
+}
+
+// closeTrust runs the run-time trust diff (the sandbox is gone, nothing
+// writes any more) and decides the trust verdict, authored findings
+// included, also when there was nothing to compare.
+func (s *Session) closeTrust() {
+	rep := s.res.Trust
+	inspectErr := s.trustErr
+	if s.before != nil {
+		if dir, done, err := s.openTrustRoot(); err != nil {
+			inspectErr = err
+		} else {
+			afterJob(dir, s.trustMount(), s.job.Trust, s.before, rep, s.res.Processes.WritesRefused, s.res.Processes.Execs)
+			done()
+		}
+	}
+	// A repository that was never there has nothing to compare; one the
+	// job made uninspectable (a symlink, a file) fails the job.
+	if inspectErr != nil && !errors.Is(inspectErr, fs.ErrNotExist) {
+		rep.Findings = append(rep.Findings, trust.Finding{Phase: trust.Runtime, Category: "trust", Path: s.job.Trust.Dir, Kind: trust.KindIncomplete,
+			Severity: "error", Action: trust.ActionFail, Reason: "the repository could not be inspected: " + inspectErr.Error()})
+	}
+	rep.Decide()
+	if rep.Failed {
+		s.res.Passed = false
+		if s.res.ExitCode == 0 {
+			s.res.ExitCode = 1
+		}
+	}
 }
 
 // Abandon releases what a failed Open started and returns its Result.

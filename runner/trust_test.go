@@ -171,3 +171,39 @@ func slicesContain(s []string, v string) bool {
 	}
 	return false
 }
+
+// A deferred baseline that is never taken (the repository is gone, or
+// the job made it a file) still decides the job: an authored finding
+// that fails, fails it; a repository the job made uninspectable fails it
+// too; one that never existed is no finding.
+func TestTrustWithoutBaseline(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		authored string // the authored finding's action
+		script   string
+		passed   bool
+		reason   string
+	}{
+		{"authored fail, repository removed", trust.ActionFail, "rm -rf /workspace/repo", false, "authored ci .github/workflows/x.yml"},
+		{"authored warn, repository removed", trust.ActionWarn, "rm -rf /workspace/repo", true, ""},
+		{"repository replaced by a file", trust.ActionWarn, "rm -rf /workspace/repo && touch /workspace/repo", false, "runtime trust repo (incomplete)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job, ws := trustJob(t, "")
+			os.MkdirAll(filepath.Join(ws, "repo", ".git"), 0o755)
+			exec.Command("chown", "-R", "1000:1000", ws).Run()
+			job.Trust.Deferred, job.Trust.Dir = true, "repo"
+			job.Trust.Authored = []trust.Finding{{Phase: trust.Authored, Category: trust.CI, Path: ".github/workflows/x.yml", Kind: trust.KindAdded, Action: tc.authored}}
+			s, err := Open(context.Background(), job, "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Step(context.Background(), StepSpec{Name: "x", Run: tc.script}, nil, nil)
+			s.TrustBaseline() // as the hook's cleanup does: nothing to take
+			res := s.Close()
+			if res.Passed != tc.passed || (tc.reason != "" && !strings.Contains(res.Trust.Reason, tc.reason)) {
+				t.Errorf("passed %v, reason %q; findings %+v", res.Passed, res.Trust.Reason, res.Trust.Findings)
+			}
+		})
+	}
+}

@@ -564,8 +564,8 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 	}
 	job.Trust = &runner.Trust{Set: set, Deferred: true, Dir: repoDir}
 	if d.gh != nil && d.owner != "" && len(d.commits) > 0 {
-		job.Trust.FromCommit = func(after *trust.Snapshot) (*trust.Snapshot, string) {
-			return d.commitBaseline(filepath.Join(work, repoDir), set, after)
+		job.Trust.FromCommit = func(root string, after *trust.Snapshot) (*trust.Snapshot, string) {
+			return d.commitBaseline(root, set, after)
 		}
 	}
 	switch {
@@ -665,7 +665,7 @@ func (d *hookJob) takeBaseline(stderr io.Writer) {
 	if d.baseline {
 		return
 	}
-	if _, err := os.Stat(filepath.Join(d.session.TrustRootHost(), ".git")); err == nil {
+	if d.session.CheckedOut() {
 		if err := d.session.TrustBaseline(); err != nil {
 			fmt.Fprintf(stderr, "airlock: trust snapshot: %v\n", err)
 		}

@@ -154,3 +154,36 @@ func findingsOf(s string) string {
 	}
 	return fmt.Sprintf("%.2000s", s)
 }
+
+// The job replaces its checkout with a symlink to a host directory full
+// of trust-sensitive files: airlock (root) neither reads them into the
+// report nor reverts anything into that directory, and the job fails as
+// uninspectable.
+func TestHookTrustRootSwapped(t *testing.T) {
+	h := newRunnerHost(t)
+	os.WriteFile(filepath.Join(h.org, "trust.cue"), []byte("package airlock\ntrust: runtime: \"build-entry\": \"revert\"\n"), 0o644)
+	host := t.TempDir()
+	os.WriteFile(filepath.Join(host, "Makefile"), []byte("SECRET-HOST-CONTENT\n"), 0o600)
+	os.MkdirAll(filepath.Join(host, ".git", "hooks"), 0o755)
+	state := h.prepare()
+	if code, out := h.step(state, "echo 'x:' > Makefile; cd /; mv /__w/app/app /__w/app/moved && ln -s "+host+" /__w/app/app"); code != 0 {
+		t.Fatalf("step: exit %d: %s", code, out)
+	}
+	code, out := h.cleanup(state)
+	if code == 0 || !strings.Contains(out, "could not be inspected") || strings.Contains(out, "SECRET-HOST-CONTENT") {
+		t.Errorf("cleanup: exit %d: %s", code, out)
+	}
+	bundles, _ := filepath.Glob(filepath.Join(h.hooksRoot(), "attestations", "*.sigstore.json"))
+	if len(bundles) != 1 {
+		t.Fatalf("bundles: %v", bundles)
+	}
+	var vj, ve bytes.Buffer
+	execute([]string{"verify", "--key", h.keyPub, "--json", bundles[0]}, &vj, &ve)
+	if strings.Contains(vj.String(), "SECRET-HOST-CONTENT") || !strings.Contains(vj.String(), "could not be inspected") {
+		t.Errorf("attestation: %s", findingsOf(vj.String()))
+	}
+	entries, _ := os.ReadDir(host)
+	if b, _ := os.ReadFile(filepath.Join(host, "Makefile")); string(b) != "SECRET-HOST-CONTENT\n" || len(entries) != 2 {
+		t.Errorf("the host directory was written: %q, %v", b, entries)
+	}
+}

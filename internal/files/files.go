@@ -1,10 +1,14 @@
-// Package files reads files whose size is not trusted.
+// Package files reads files whose size is not trusted, and opens
+// directories a sandboxed job can rearrange.
 package files
 
 import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 // ReadCapped reads path whole, refusing a file larger than limit bytes
@@ -23,4 +27,38 @@ func ReadCapped(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
 	}
 	return b, nil
+}
+
+// OpenBeneath opens dir, which must lie below base, as an O_PATH
+// descriptor without following any symlink on the way (base itself
+// included): a job that replaced a directory of its workspace with a
+// symlink to a host directory gets an error, not the host directory.
+// The file names exactly that directory through its /proc/self/fd link
+// for as long as it is open.
+func OpenBeneath(base, dir string) (*os.File, error) {
+	rel, err := filepath.Rel(base, dir)
+	if err != nil || !filepath.IsLocal(rel) {
+		return nil, fmt.Errorf("%s is not below %s", dir, base)
+	}
+	bfd, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", base, err)
+	}
+	defer unix.Close(bfd)
+	fd, err := unix.Openat2(bfd, rel, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return nil, &os.PathError{Op: "open without following symlinks", Path: dir, Err: err}
+	}
+	return os.NewFile(uintptr(fd), dir), nil
+}
+
+// FDPath is the path that names an open file's own inode (its link in
+// this process's /proc/PID/fd, which child processes such as git can
+// use too): opening it, or a path below it, starts from that directory
+// whatever its name points at now.
+func FDPath(f *os.File) string {
+	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), f.Fd())
 }
