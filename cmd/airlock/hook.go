@@ -570,7 +570,7 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 	}
 	switch {
 	case d.gh != nil && d.owner != "" && d.opts.meta.PullRequest > 0:
-		job.Trust.Authored, job.Trust.AuthoredError = authoredFromAPI(ctx, d.gh, d.owner, d.repo, d.opts.meta.PullRequest, d.opts.meta.BaseSHA, d.opts.meta.HeadSHA, set)
+		job.Trust.Authored, job.Trust.AuthoredError = authoredFromAPI(ctx, d.gh, d.owner, d.repo, d.opts.meta.BaseSHA, d.opts.meta.HeadSHA, set)
 	case d.opts.meta.PullRequest > 0:
 		job.Trust.AuthoredError = "authored diff: not taken: it needs the GitHub API (AIRLOCK_GITHUB_TOKEN or a GitHub App)"
 	}

@@ -28,6 +28,7 @@ type runnerHost struct {
 	base, head             string
 	env                    []string
 	org                    string // the organisation policy's directory
+	origin                 string // the repository GitHub has (a clone the job never touches)
 	prepareJSON            []byte
 	keyPub                 string
 }
@@ -71,7 +72,7 @@ func newRunnerHost(t testing.TB) *runnerHost {
 	if out, err := exec.Command("cp", "-a", repo, dst).CombinedOutput(); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
-	h.repo = dst
+	h.origin, h.repo = repo, dst
 	exec.Command("chown", "-R", "1000:1000", h.work).Run()
 	event := map[string]any{"action": "opened", "number": 7, "pull_request": map[string]any{
 		"number": 7, "user": map[string]any{"login": "Copilot", "type": "Bot"},
@@ -200,15 +201,11 @@ func TestHookJob(t *testing.T) {
 		case r.Method == "GET" && r.URL.Path == "/repos/acme/app/contents/.github/airlock.cue" && r.URL.Query().Get("ref") == h.base:
 			json.NewEncoder(w).Encode(map[string]any{"type": "file", "encoding": "base64", "size": 26, "path": ".github/airlock.cue",
 				"content": base64.StdEncoding.EncodeToString([]byte("sandbox: limits: pids: 321\n"))})
-		// The authored diff: the pull request's files, the merge base,
-		// and the trust-sensitive file at the head commit.
-		case r.Method == "GET" && r.URL.Path == "/repos/acme/app/pulls/7/files":
-			json.NewEncoder(w).Encode([]map[string]any{{"filename": "main.go", "status": "modified"}, {"filename": ".github/workflows/ci.yml", "status": "added"}})
+		// The authored diff: the merge base, then trees and blobs.
 		case r.Method == "GET" && r.URL.Path == "/repos/acme/app/compare/"+h.base+"..."+h.head:
 			json.NewEncoder(w).Encode(map[string]any{"merge_base_commit": map[string]any{"sha": h.base}, "files": []any{}})
-		case r.Method == "GET" && r.URL.Path == "/repos/acme/app/contents/.github/workflows/ci.yml" && r.URL.Query().Get("ref") == h.head:
-			json.NewEncoder(w).Encode(map[string]any{"type": "file", "encoding": "base64", "size": len(agentWorkflow), "path": ".github/workflows/ci.yml",
-				"content": base64.StdEncoding.EncodeToString([]byte(agentWorkflow))})
+		case strings.HasPrefix(r.URL.Path, "/repos/acme/app/git/"):
+			gitHubTrees(t, h.origin)(w, r)
 		case r.Method == "POST" && r.URL.Path == "/repos/acme/app/check-runs":
 			json.NewEncoder(w).Encode(map[string]any{"id": 5, "name": "airlock"})
 		case r.Method == "PATCH" && r.URL.Path == "/repos/acme/app/check-runs/5":

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -14,69 +13,50 @@ import (
 	"github.com/airlock-ci/airlock/runner/trust"
 )
 
-// maxAuthoredFetch bounds the trust-set files whose two sides the hook
-// reads through the contents API (two calls each).
-const maxAuthoredFetch = 100
+// maxAuthoredFetch bounds the blobs the authored diff reads through the
+// API (the two sides of changed trust-sensitive files).
+const maxAuthoredFetch = 200
 
 // authoredFromAPI is the authored diff of a pull request read through the
-// GitHub API: its changed files, and for those in the trust set the bytes
-// at the merge base and the head commit. The runner's workspace is no source for
-// it: its git objects are what earlier jobs left. What could not be read
-// is said in the returned note, and never fails the job by itself.
-func authoredFromAPI(ctx context.Context, gh *github.Client, owner, repo string, number int, base, head string, set *trust.Set) ([]trust.Finding, string) {
-	changed, truncated, err := gh.ChangedFiles(ctx, owner, repo, number)
+// GitHub API: the trees of the merge base and of the head commit the
+// event names (never the pull request's current file list, which a later
+// push changes), compared by blob and mode, and both sides' bytes of the
+// trust-sensitive files that differ. The runner's workspace is no source
+// for it: its git objects are what earlier jobs left. An API that fails
+// is said in the returned note and never fails the job by itself; trees
+// GitHub lists only in part are an incomplete finding.
+func authoredFromAPI(ctx context.Context, gh *github.Client, owner, repo, base, head string, set *trust.Set) ([]trust.Finding, string) {
+	ctx, cancel := context.WithTimeout(ctx, authoredTimeout)
+	defer cancel()
+	mb, err := gh.MergeBase(ctx, owner, repo, base, head)
 	if err != nil {
-		return nil, fmt.Sprintf("authored diff: the pull request's files could not be read: %v", err)
-	}
-	if base, err = gh.MergeBase(ctx, owner, repo, base, head); err != nil {
 		return nil, fmt.Sprintf("authored diff: %v", err)
 	}
-	var notes []string
-	if truncated {
-		notes = append(notes, fmt.Sprintf("authored diff: the pull request changes more files than GitHub lists (%d read); the others were not inspected", len(changed)))
-	}
-	var files []trust.ChangedContent
-	for _, f := range changed {
-		for _, c := range sides(f) {
-			if set.Category(c.Path) == "" {
-				continue
-			}
-			if len(files) == maxAuthoredFetch {
-				notes = append(notes, fmt.Sprintf("authored diff: more than %d trust-sensitive files changed; the first %d were inspected", maxAuthoredFetch, maxAuthoredFetch))
-				return trust.AuthoredFromContents(files, set), strings.Join(notes, "; ")
-			}
-			var oldErr, newErr error
-			if c.Status != 'A' {
-				c.Old, oldErr = gh.FileAtRef(ctx, owner, repo, c.Path, base)
-			}
-			if c.Status != 'D' {
-				c.New, newErr = gh.FileAtRef(ctx, owner, repo, c.Path, head)
-			}
-			c.Unreadable = oldErr != nil || newErr != nil
-			files = append(files, c)
+	var trees [2][]trust.TreeFile
+	for i, commit := range []string{mb, head} {
+		files, truncated, err := gh.Tree(ctx, owner, repo, commit)
+		if err != nil {
+			return nil, fmt.Sprintf("authored diff: %v", err)
 		}
+		if truncated {
+			return []trust.Finding{trust.IncompleteAuthored(set, fmt.Sprintf("GitHub lists only part of commit %.12s's tree: the pull request's changes could not all be inspected", commit))}, ""
+		}
+		trees[i] = treeFiles(files)
 	}
-	return trust.AuthoredFromContents(files, set), strings.Join(notes, "; ")
+	fetch := func(tf trust.TreeFile) ([]byte, error) { return gh.Blob(ctx, owner, repo, tf.SHA) }
+	return trust.AuthoredFromTrees(trees[0], trees[1], set, fetch, maxAuthoredFetch), ""
 }
 
-// sides turns one changed file into the changes to compare: a rename or
-// copy is its new path added and, for a rename, its old path deleted.
-func sides(f github.ChangedFile) []trust.ChangedContent {
-	switch f.Status {
-	case "added", "copied":
-		return []trust.ChangedContent{{Path: f.Path, Status: 'A'}}
-	case "removed":
-		return []trust.ChangedContent{{Path: f.Path, Status: 'D'}}
-	case "renamed":
-		out := []trust.ChangedContent{{Path: f.Path, Status: 'A'}}
-		if f.Previous != "" {
-			out = append(out, trust.ChangedContent{Path: f.Previous, Status: 'D'})
-		}
-		return out
-	case "unchanged":
-		return nil
+// authoredTimeout bounds the authored diff's API calls (prepare_job
+// waits for them).
+const authoredTimeout = 60 * time.Second
+
+func treeFiles(files []github.TreeFile) []trust.TreeFile {
+	out := make([]trust.TreeFile, 0, len(files))
+	for _, f := range files {
+		out = append(out, trust.TreeFile{Path: f.Path, Mode: f.Mode, SHA: f.SHA, Size: f.Size})
 	}
-	return []trust.ChangedContent{{Path: f.Path, Status: 'M'}}
+	return out
 }
 
 // commitBaseline is the worktree's trust baseline as the checked-out
@@ -102,10 +82,7 @@ func (d *hookJob) commitBaseline(repoDir string, set *trust.Set, after *trust.Sn
 	case truncated:
 		return nil, fmt.Sprintf("%s: GitHub lists only part of commit %.12s's tree", fallback, head)
 	}
-	tree := make([]trust.TreeFile, 0, len(files))
-	for _, f := range files {
-		tree = append(tree, trust.TreeFile{Path: f.Path, Mode: f.Mode, SHA: f.SHA, Size: f.Size})
-	}
+	tree := treeFiles(files)
 	uid, gid := 0, 0
 	if fi, err := os.Stat(repoDir); err == nil {
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {

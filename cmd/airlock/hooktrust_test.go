@@ -92,7 +92,7 @@ func TestHookCommitBaseline(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newRunnerHost(t)
-			api := httptest.NewServer(gitHubTrees(t, h.repo))
+			api := httptest.NewServer(gitHubTrees(t, h.origin))
 			defer api.Close()
 			h.env = append(h.env, ghAPIEnv+"="+api.URL, ghTokenEnv+"=ghp_hooktesttoken")
 			if tc.org != "" {

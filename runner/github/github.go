@@ -223,15 +223,6 @@ func (c *Client) GetPullRequest(ctx context.Context, owner, repo string, number 
 	return out, err
 }
 
-// ChangedFiles lists the files a pull request changes (the event payload
-// has only their number); truncated when there are more than GitHub
-// lists.
-func (c *Client) ChangedFiles(ctx context.Context, owner, repo string, number int) ([]ChangedFile, bool, error) {
-	ctx, cancel := c.call(ctx)
-	defer cancel()
-	return c.listFiles(ctx, owner, repo, number)
-}
-
 func (c *Client) listFiles(ctx context.Context, owner, repo string, number int) ([]ChangedFile, bool, error) {
 	var out []ChangedFile
 	opts := &gh.ListOptions{PerPage: 100}

@@ -58,7 +58,7 @@ func AuthoredDiff(ctx context.Context, repo, base, head string, set *Set) ([]Fin
 		}
 		oldData, oldErr := blob(ctx, repo, c.oldObj)
 		newData, newErr := blob(ctx, repo, c.newObj)
-		fs := describeChange(c, cat, oldData, newData, errors.Join(oldErr, newErr) != nil)
+		fs := describeChange(c, cat, oldData, newData, unreadable(errors.Join(oldErr, newErr)))
 		out = append(out, stampAuthored(fs, cat, set)...)
 	}
 	return out, nil
@@ -90,9 +90,9 @@ func parseRaw(raw []byte) ([]change, error) {
 }
 
 // describeChange is the findings of one changed path, given both sides'
-// bytes (nil for a side that does not exist); unreadable: too large, or
-// not to be had.
-func describeChange(c change, cat string, oldData, newData []byte, unreadable bool) []Finding {
+// bytes (nil for a side that does not exist); unreadable, when set, says
+// why a side's bytes are not to be had (and nothing is shown).
+func describeChange(c change, cat string, oldData, newData []byte, unreadable string) []Finding {
 	f := Finding{Path: c.path}
 	switch {
 	case c.status == 'A':
@@ -109,8 +109,8 @@ func describeChange(c change, cat string, oldData, newData []byte, unreadable bo
 	if c.newMode == "120000" {
 		f.Reason += " (a symlink)"
 	}
-	if unreadable {
-		f.Diff = "(too large to show)"
+	if unreadable != "" {
+		f.Diff = "(" + unreadable + ")"
 		return []Finding{f}
 	}
 	// Files where only some content matters.
@@ -129,32 +129,12 @@ func describeChange(c change, cat string, oldData, newData []byte, unreadable bo
 	return out
 }
 
-// ChangedContent is one file a pull request changes, with both sides'
-// bytes as read elsewhere (the GitHub API, when the workspace has no
-// trustworthy git objects).
-type ChangedContent struct {
-	Path string
-	// Status is 'A' (added), 'D' (deleted) or 'M' (modified).
-	Status   byte
-	Old, New []byte
-	// Unreadable: a side could not be read (too large, not a file).
-	Unreadable bool
-}
-
-// AuthoredFromContents returns the authored findings for changed files
-// whose bytes the caller read. File modes are not known this way: a
-// change of mode alone is not seen.
-func AuthoredFromContents(files []ChangedContent, set *Set) []Finding {
-	var out []Finding
-	for _, c := range files {
-		cat := set.Category(c.Path)
-		if cat == "" {
-			continue
-		}
-		fs := describeChange(change{status: c.Status, path: c.Path}, cat, c.Old, c.New, c.Unreadable)
-		out = append(out, stampAuthored(fs, cat, set)...)
+// unreadable says why a side could not be read, "" when it could.
+func unreadable(err error) string {
+	if err == nil {
+		return ""
 	}
-	return out
+	return "not shown: " + err.Error()
 }
 
 func isWorkflow(p string) bool {

@@ -2,6 +2,7 @@ package trust
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"encoding/hex"
 	"io/fs"
 	"strings"
@@ -119,4 +120,85 @@ func (s *Snapshot) WithGit(other *Snapshot) *Snapshot {
 		out.Truncated = out.Truncated || other.Truncated
 	}
 	return out
+}
+
+// AuthoredFromTrees returns the authored findings between two trees of a
+// trusted source (the pull request's merge base and head, through the
+// GitHub API): every trust-set path whose blob or mode differs, with both
+// sides' bytes from fetch for the first maxFetch of them (the rest are
+// reported without a diff, never left out).
+func AuthoredFromTrees(base, head []TreeFile, set *Set, fetch func(TreeFile) ([]byte, error), maxFetch int) []Finding {
+	old := map[string]TreeFile{}
+	for _, tf := range base {
+		old[tf.Path] = tf
+	}
+	var changes []change
+	seen := map[string]bool{}
+	for _, tf := range head {
+		seen[tf.Path] = true
+		b, ok := old[tf.Path]
+		switch {
+		case !ok:
+			changes = append(changes, change{oldMode: "000000", newMode: tf.Mode, oldObj: nullObject, newObj: tf.SHA, status: 'A', path: tf.Path})
+		case b.SHA != tf.SHA || b.Mode != tf.Mode:
+			changes = append(changes, change{oldMode: b.Mode, newMode: tf.Mode, oldObj: b.SHA, newObj: tf.SHA, status: 'M', path: tf.Path})
+		}
+	}
+	for _, tf := range base {
+		if !seen[tf.Path] {
+			changes = append(changes, change{oldMode: tf.Mode, newMode: "000000", oldObj: tf.SHA, newObj: nullObject, status: 'D', path: tf.Path})
+		}
+	}
+	sizes := map[string]int64{}
+	for _, tf := range append(append([]TreeFile{}, base...), head...) {
+		sizes[tf.SHA] = tf.Size
+	}
+	var out []Finding
+	fetched := 0
+	for _, c := range changes {
+		cat := set.Category(c.path)
+		if cat == "" {
+			continue
+		}
+		var sides [2][]byte
+		why := ""
+		for i, obj := range []string{c.oldObj, c.newObj} {
+			if obj == nullObject || why != "" {
+				continue
+			}
+			if fetched == maxFetch || sizes[obj] > maxBlob {
+				why = fmt.Sprintf("not shown: more than %d files to fetch, or larger than %d bytes", maxFetch, maxBlob)
+				continue
+			}
+			fetched++
+			data, err := fetch(TreeFile{Path: c.path, SHA: obj, Size: sizes[obj]})
+			if err == nil && gitBlobID(data) != obj {
+				err = fmt.Errorf("the bytes fetched are not blob %.12s", obj)
+			}
+			why = unreadable(err)
+			sides[i] = data
+		}
+		out = append(out, stampAuthored(describeChange(c, cat, sides[0], sides[1], why), cat, set)...)
+	}
+	return out
+}
+
+// nullObject is git's id for "no such side".
+const nullObject = "0000000000000000000000000000000000000000"
+
+// IncompleteAuthored is the finding for an authored diff that could not
+// be taken in full: it carries the strictest authored action of the
+// policy, so that what could not be seen cannot pass where a change
+// would have failed.
+func IncompleteAuthored(set *Set, reason string) Finding {
+	action := ActionAllow
+	for _, c := range set.order {
+		switch a := set.AuthoredAction(c); {
+		case a == ActionFail:
+			action = ActionFail
+		case a == ActionWarn && action == ActionAllow:
+			action = ActionWarn
+		}
+	}
+	return Finding{Phase: Authored, Category: "trust", Path: ".", Kind: KindIncomplete, Action: action, Severity: severity(action), Reason: reason}
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -200,7 +201,7 @@ func TestAuthoredDiffBadInput(t *testing.T) {
 	for _, f := range got {
 		reasons[f.Path] += f.Reason + "|" + f.Diff + "|"
 	}
-	if !strings.Contains(reasons[".github/workflows/big.yml"], "too large") {
+	if !strings.Contains(reasons[".github/workflows/big.yml"], "larger than the limit") {
 		t.Errorf("big workflow: %q", reasons[".github/workflows/big.yml"])
 	}
 	if !strings.Contains(reasons[".github/workflows/bad.yml"], "invalid workflow") {
@@ -468,17 +469,32 @@ func TestMarkdownInert(t *testing.T) {
 	}
 }
 
-// The authored diff from contents read elsewhere (the hook reads them
+// lsTree is a commit's tree as the GitHub API lists it (blobs only).
+func lsTree(t *testing.T, git func(...string) string, rev string) []TreeFile {
+	t.Helper()
+	var tree []TreeFile
+	for _, rec := range strings.Split(strings.TrimSuffix(git("ls-tree", "-r", "-l", "-z", rev), "\x00"), "\x00") {
+		meta, p, _ := strings.Cut(rec, "\t")
+		f := strings.Fields(meta)
+		size, _ := strconv.ParseInt(f[3], 10, 64)
+		tree = append(tree, TreeFile{Path: p, Mode: f[0], SHA: f[2], Size: size})
+	}
+	return tree
+}
+
+// The authored diff between two trees read elsewhere (the hook reads them
 // through the GitHub API) finds what the diff from git objects finds:
-// same paths, kinds, reasons and escalations, for added, modified and
-// deleted files of every category, harmless edits left out.
-func TestAuthoredFromContentsMatchesGit(t *testing.T) {
+// same paths, kinds, reasons and escalations, for added, modified,
+// deleted, mode-changed and symlinked files, harmless edits left out;
+// past the fetch bound every change is still reported, without a diff.
+func TestAuthoredFromTreesMatchesGit(t *testing.T) {
 	dir, git, write := repo(t)
 	write(".github/workflows/ci.yml", baseWorkflow)
 	write("package.json", `{"name":"x","scripts":{"test":"jest"}}`)
 	write("Makefile", "all:\n\tgo build\n")
 	write(".gitattributes", "*.go text\n")
 	write("main.go", "package main\n")
+	write("gradlew", "#!/bin/sh\n")
 	git("add", "-A")
 	git("commit", "-q", "-m", "base")
 	base := git("rev-parse", "HEAD")
@@ -487,7 +503,9 @@ func TestAuthoredFromContentsMatchesGit(t *testing.T) {
 	write(".husky/pre-commit", "#!/bin/sh\ncurl evil\n")
 	write(".gitattributes", "*.go text\n*.go filter=evil\n")
 	write("main.go", "package main // changed\n")
+	os.Chmod(filepath.Join(dir, "gradlew"), 0o755)
 	os.Remove(filepath.Join(dir, "Makefile"))
+	os.Symlink("/etc/passwd", filepath.Join(dir, "GNUmakefile"))
 	git("add", "-A")
 	git("commit", "-q", "-m", "agent")
 	set := defaultSet(t)
@@ -495,21 +513,9 @@ func TestAuthoredFromContentsMatchesGit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	show := func(rev, p string) []byte {
-		out, err := exec.Command("git", "-C", dir, "show", rev+":"+p).Output()
-		if err != nil {
-			return nil
-		}
-		return out
+	fetch := func(tf TreeFile) ([]byte, error) {
+		return exec.Command("git", "-C", dir, "cat-file", "blob", tf.SHA).Output()
 	}
-	var files []ChangedContent
-	for _, c := range []struct {
-		path   string
-		status byte
-	}{{".github/workflows/ci.yml", 'M'}, {"package.json", 'M'}, {".husky/pre-commit", 'A'}, {".gitattributes", 'M'}, {"main.go", 'M'}, {"Makefile", 'D'}} {
-		files = append(files, ChangedContent{Path: c.path, Status: c.status, Old: show(base, c.path), New: show("HEAD", c.path)})
-	}
-	got := AuthoredFromContents(files, set)
 	key := func(fs []Finding) []string {
 		var out []string
 		for _, f := range fs {
@@ -518,13 +524,25 @@ func TestAuthoredFromContentsMatchesGit(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	if !slices.Equal(key(got), key(want)) || len(want) < 6 {
-		t.Errorf("from contents:\n%s\nfrom git:\n%s", strings.Join(key(got), "\n"), strings.Join(key(want), "\n"))
+	got := AuthoredFromTrees(lsTree(t, git, base), lsTree(t, git, "HEAD"), set, fetch, 100)
+	if !slices.Equal(key(got), key(want)) || len(want) < 8 {
+		t.Errorf("from trees:\n%s\nfrom git:\n%s", strings.Join(key(got), "\n"), strings.Join(key(want), "\n"))
 	}
-	// A side that could not be read is still reported, without a diff.
-	un := AuthoredFromContents([]ChangedContent{{Path: "Makefile", Status: 'M', Unreadable: true}}, set)
-	if len(un) != 1 || un[0].Diff != "(too large to show)" || un[0].Kind != KindModified {
-		t.Errorf("unreadable: %+v", un)
+	// Past the bound, and with a fetch that lies: reported, not shown.
+	lie := func(TreeFile) ([]byte, error) { return []byte("something else"), nil }
+	for name, f := range map[string]func(TreeFile) ([]byte, error){"bound": fetch, "lying fetch": lie} {
+		few := AuthoredFromTrees(lsTree(t, git, base), lsTree(t, git, "HEAD"), set, f, 1)
+		paths := map[string]bool{}
+		shown := 0
+		for _, f := range few {
+			paths[f.Path] = true
+			if !strings.HasPrefix(f.Diff, "(not shown") {
+				shown++
+			}
+		}
+		if len(paths) < 7 || (name == "lying fetch" && shown != 0) || shown > 1 {
+			t.Errorf("%s: %d paths, %d shown: %+v", name, len(paths), shown, few)
+		}
 	}
 }
 
@@ -541,12 +559,7 @@ func TestCommitBaseline(t *testing.T) {
 	os.Symlink("Makefile", filepath.Join(dir, "GNUmakefile"))
 	git("add", "-A", "-f")
 	git("commit", "-q", "-m", "c")
-	var tree []TreeFile
-	for _, rec := range strings.Split(strings.TrimSuffix(git("ls-tree", "-r", "-l", "-z", "HEAD"), "\x00"), "\x00") {
-		meta, p, _ := strings.Cut(rec, "\t")
-		f := strings.Fields(meta)
-		tree = append(tree, TreeFile{Path: p, Mode: f[0], SHA: f[2]})
-	}
+	tree := lsTree(t, git, "HEAD")
 	tree = append(tree, TreeFile{Path: "sub/Makefile", Mode: "160000", SHA: strings.Repeat("1", 40)})
 	// The job: Makefile changed, package.json reformatted (scripts the
 	// same), the workflow replaced by a symlink, a new .npmrc.
