@@ -2,8 +2,8 @@ package trust
 
 import (
 	"crypto/sha256"
-	"fmt"
 	"encoding/hex"
+	"fmt"
 	"io/fs"
 	"strings"
 )
