@@ -14,13 +14,13 @@ package egress
 
 import (
 	"crypto/x509"
-	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -209,17 +209,64 @@ func (e *Egress) Files(root string) ([]gvisor.File, error) {
 	if e.ca == nil {
 		return files, nil
 	}
-	bundle, err := os.ReadFile(filepath.Join(root, systemBundle))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	bundle, regular, err := readSystemBundle(root)
+	if err != nil {
 		return nil, fmt.Errorf("egress: read the CA bundle: %w", err)
 	}
-	hasSystem := err == nil
 	bundle = append(append(bundle, '\n'), e.ca.PEM()...)
 	files = append(files, gvisor.File{Path: JobCAPath, Data: e.ca.PEM()}, gvisor.File{Path: CABundlePath, Data: bundle})
-	if fi, err := os.Lstat(filepath.Join(root, systemBundle)); hasSystem && err == nil && fi.Mode().IsRegular() {
+	if regular {
 		files = append(files, gvisor.File{Path: systemBundle, Data: bundle})
 	}
 	return files, nil
+}
+
+// maxBundle bounds the system CA bundle read.
+const maxBundle = 16 << 20
+
+// readSystemBundle reads root's CA bundle inside root (an image's
+// symlinks are followed only within it, never to the host's files),
+// and says whether it is a regular file there (then it is replaced by
+// one that includes the job CA). A root without one is no error.
+func readSystemBundle(root string) (data []byte, regular bool, err error) {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return nil, false, err
+	}
+	defer r.Close()
+	rel := strings.TrimPrefix(systemBundle, "/")
+	// Images link their bundle with absolute symlinks (to /etc/pki/...):
+	// those are resolved against root here, a few hops at most.
+	for range 8 {
+		fi, err := r.Lstat(rel)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			break
+		}
+		target, err := r.Readlink(rel)
+		if err != nil {
+			break
+		}
+		if path.IsAbs(target) {
+			rel = strings.TrimPrefix(path.Clean(target), "/")
+		} else {
+			rel = path.Join(path.Dir(rel), target)
+		}
+	}
+	f, err := r.Open(rel)
+	if err != nil {
+		// Missing, or leaving the root: no system bundle to extend.
+		return nil, false, nil
+	}
+	defer f.Close()
+	data, err = io.ReadAll(io.LimitReader(f, maxBundle+1))
+	if err != nil {
+		return nil, false, err
+	}
+	if len(data) > maxBundle {
+		return nil, false, fmt.Errorf("%s is larger than %d bytes", systemBundle, maxBundle)
+	}
+	fi, err := r.Lstat(strings.TrimPrefix(systemBundle, "/"))
+	return data, err == nil && fi.Mode().IsRegular(), nil
 }
 
 func secretHosts(p *rules.Policy) []string {

@@ -526,3 +526,40 @@ echo "files-have-secret $(grep -rls 5ecret /etc/ssl /run /workspace 2>/dev/null 
 		t.Errorf("%d decisions with the secret injected, want 2: %+v", https, rep.Decisions)
 	}
 }
+
+// The system CA bundle is read inside the sandbox's root: an image's
+// absolute symlink is resolved in the image, and one that leaves it
+// (to a host file) reads nothing of the host.
+func TestReadSystemBundle(t *testing.T) {
+	host := t.TempDir()
+	os.WriteFile(filepath.Join(host, "secret"), []byte("HOST SECRET"), 0o600)
+	for _, tc := range []struct {
+		name    string
+		link    string // what /etc/ssl/certs/ca-certificates.crt is
+		want    string
+		regular bool
+	}{
+		{"regular file", "", "ROOTS", true},
+		{"absolute symlink inside the image", "/etc/pki/tls/ca-bundle.crt", "PKI ROOTS", false},
+		{"relative symlink inside the image", "../../pki/tls/ca-bundle.crt", "PKI ROOTS", false},
+		{"symlink to a host file", filepath.Join("..", "..", "..", "..", "..", "..", "..", "..", host, "secret"), "", false},
+		{"dangling", "/nowhere", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			os.MkdirAll(filepath.Join(root, "etc/ssl/certs"), 0o755)
+			os.MkdirAll(filepath.Join(root, "etc/pki/tls"), 0o755)
+			os.WriteFile(filepath.Join(root, "etc/pki/tls/ca-bundle.crt"), []byte("PKI ROOTS"), 0o644)
+			bundle := filepath.Join(root, systemBundle)
+			if tc.link == "" {
+				os.WriteFile(bundle, []byte("ROOTS"), 0o644)
+			} else {
+				os.Symlink(tc.link, bundle)
+			}
+			got, regular, err := readSystemBundle(root)
+			if err != nil || string(got) != tc.want || regular != tc.regular {
+				t.Errorf("got %q, regular %v, %v; want %q", got, regular, err, tc.want)
+			}
+		})
+	}
+}
