@@ -72,6 +72,10 @@ type Trust struct {
 	// job; nil when it cannot (with a note why). The
 	// deferred snapshot then counts for the git directory only.
 	FromCommit func(root string, after *trust.Snapshot) (*trust.Snapshot, string)
+	// NoHooks: the git directory may hold no hooks but git's samples (a
+	// CI runner's checkout has none), so any other is a finding, even one
+	// planted before the baseline was taken.
+	NoHooks bool
 }
 
 // Step statuses in a Result.

@@ -42,6 +42,9 @@ func afterJob(ws, mount string, t *Trust, before *trust.Snapshot, rep *trust.Rep
 		rep.Decide()
 		return
 	}
+	if t.NoHooks {
+		before = before.WithoutHooks()
+	}
 	if t.FromCommit != nil {
 		// The worktree as the checked-out commit has it, the git
 		// directory as the first snapshot found it.

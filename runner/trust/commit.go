@@ -202,3 +202,18 @@ func IncompleteAuthored(set *Set, reason string) Finding {
 	}
 	return Finding{Phase: Authored, Category: "trust", Path: ".", Kind: KindIncomplete, Action: action, Severity: severity(action), Reason: reason}
 }
+
+// WithoutHooks returns a copy of s without git hooks other than git's own
+// samples: compared with it, any other hook is found (and reverted:
+// removed), whenever it appeared. For CI runners, whose checkouts have no
+// hooks.
+func (s *Snapshot) WithoutHooks() *Snapshot {
+	out := &Snapshot{Entries: map[string]*Entry{}, Notes: s.Notes, Truncated: s.Truncated}
+	for p, e := range s.Entries {
+		if e.Category == GitHooks && !strings.HasSuffix(p, ".sample") {
+			continue
+		}
+		out.Entries[p] = e
+	}
+	return out
+}
