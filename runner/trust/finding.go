@@ -135,8 +135,12 @@ func Compare(before, after *Snapshot, set *Set) []Finding {
 			// A git config: keys the job added or changed count (code or
 			// redirection can hide behind any of them); keys it removed do
 			// not (actions/checkout removes its credentials at the end).
-			if added := missingFrom(a.config, b.config); len(added) > 0 {
-				f = &Finding{Path: p, Category: a.Category, Kind: KindModified, Reason: truncate("git config keys added or changed by the job: "+strings.Join(added, "; "), 1000)}
+			if !subsequence(a.config, b.config) {
+				reason := "git config keys reordered or repeated by the job (the last value wins)"
+				if added := missingFrom(a.config, b.config); len(added) > 0 {
+					reason = "git config keys added or changed by the job: " + strings.Join(added, "; ")
+				}
+				f = &Finding{Path: p, Category: a.Category, Kind: KindModified, Reason: truncate(reason, 1000)}
 			}
 		case b.Facts != nil && a.Facts != nil:
 			// What matters of the file counts (scripts, driver lines,
@@ -163,6 +167,22 @@ func Compare(before, after *Snapshot, set *Set) []Finding {
 		out = append(out, *f)
 	}
 	return out
+}
+
+// subsequence reports whether list is base with some lines removed and
+// none added or moved (for git config, where the last value wins).
+func subsequence(list, base []string) bool {
+	i := 0
+	for _, x := range list {
+		for i < len(base) && base[i] != x {
+			i++
+		}
+		if i == len(base) {
+			return false
+		}
+		i++
+	}
+	return true
 }
 
 // missingFrom is what of list is not in base.

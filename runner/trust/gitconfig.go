@@ -2,9 +2,11 @@ package trust
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -40,6 +42,7 @@ type ConfigKey struct {
 	Value string `json:"value"`
 
 	section, sub, name string // as written, for matching
+	bare               bool   // "key" alone (true), not "key =" (empty)
 }
 
 // ExecKeys parses a git config file with git itself (`git config --file
@@ -90,7 +93,7 @@ func configKeys(ctx context.Context, data []byte) ([]ConfigKey, error) {
 		if rec == "" {
 			continue
 		}
-		full, value, _ := strings.Cut(rec, "\n")
+		full, value, hasValue := strings.Cut(rec, "\n")
 		section, rest, ok := strings.Cut(full, ".")
 		if !ok {
 			continue
@@ -99,25 +102,45 @@ func configKeys(ctx context.Context, data []byte) ([]ConfigKey, error) {
 		if i := strings.LastIndexByte(rest, '.'); i >= 0 {
 			sub, key = rest[:i], rest[i+1:]
 		}
-		keys = append(keys, ConfigKey{Key: configKey(section, sub, key), Value: value, section: section, sub: sub, name: key})
+		keys = append(keys, ConfigKey{Key: configKey(section, sub, key), Value: value, section: section, sub: sub, name: key, bare: !hasValue})
 	}
 	return keys, nil
 }
 
 // configLines are a git config's keys as "key = value" lines for
-// comparing and showing, the values of credential-carrying keys (the
-// authorization header actions/checkout keeps there during a job)
-// redacted: they never reach a report.
+// comparing and showing, credentials redacted: the authorization header
+// actions/checkout keeps there during a job, and the user-info of URLs
+// in keys and values (a short digest stays, so a change still shows).
 func configLines(keys []ConfigKey) []string {
 	out := make([]string, 0, len(keys))
 	for _, k := range keys {
-		v := k.Value
+		v := redactURLs(k.Value)
 		if strings.EqualFold(k.section, "http") && strings.EqualFold(k.name, "extraheader") {
-			v = "(redacted)"
+			v = redacted(k.Value)
 		}
-		out = append(out, k.Key+" = "+v)
+		line := redactURLs(k.Key) + " = " + v
+		if k.bare {
+			line = redactURLs(k.Key)
+		}
+		out = append(out, line)
 	}
 	return out
+}
+
+// userInfo is the user-info part of a URL ("scheme://user:secret@").
+var userInfo = regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://)([^/@\s]+)@`)
+
+func redactURLs(s string) string {
+	return userInfo.ReplaceAllStringFunc(s, func(m string) string {
+		sub := userInfo.FindStringSubmatch(m)
+		return sub[1] + redacted(sub[2]) + "@"
+	})
+}
+
+// redacted stands for a secret: enough of its digest to tell two apart.
+func redacted(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return fmt.Sprintf("(redacted %x)", sum[:4])
 }
 
 func configKey(section, sub, key string) string {

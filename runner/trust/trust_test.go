@@ -625,7 +625,10 @@ func TestGitConfigKeys(t *testing.T) {
 		{"a key removed", base, "[core]\n\trepositoryformatversion = 0\n", ""},
 		{"hooks path added", withHeader, withHeader + "[core]\n\thooksPath = /tmp/h\n", "core.hookspath = /tmp/h"},
 		{"a plain key changed", base, strings.Replace(base, "acme/app", "evil/app", 1), "remote.origin.url = https://github.com/evil/app"},
-		{"the header left behind", base, withHeader, "http.https://github.com/.extraheader = (redacted)"},
+		{"the header left behind", base, withHeader, "http.https://github.com/.extraheader = (redacted "},
+		{"last value wins: reordered", base + "[core]\n\thooksPath = /a\n\thooksPath = /b\n", base + "[core]\n\thooksPath = /b\n\thooksPath = /a\n", "reordered"},
+		{"a token in a URL", base, strings.Replace(base, "https://github.com", "https://x-access-token:ghs_secret@github.com", 1), "remote.origin.url = https://(redacted "},
+		{"a bare key", base, base + "[core]\n\tbare\n", "core.bare"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -650,7 +653,7 @@ func TestGitConfigKeys(t *testing.T) {
 			if len(got) != 1 || !strings.Contains(got[0].Reason, tc.want) {
 				t.Fatalf("findings: %+v", got)
 			}
-			if all := fmt.Sprintf("%+v", got); strings.Contains(all, "eC1hY2Nlc3M") {
+			if all := fmt.Sprintf("%+v", got); strings.Contains(all, "eC1hY2Nlc3M") || strings.Contains(all, "ghs_secret") {
 				t.Errorf("the credential reached a finding: %s", all)
 			}
 		})
