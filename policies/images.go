@@ -1,6 +1,10 @@
 package policies
 
-import "strings"
+import (
+	"maps"
+	"slices"
+	"strings"
+)
 
 // ImageRoot returns the rootfs directory the policy maps an image to. A
 // reference matches a key naming the same image the way Docker reads it:
@@ -12,9 +16,13 @@ func ImageRoot(images map[string]string, ref string) (string, bool) {
 	if want == "" {
 		return "", false
 	}
-	for k, dir := range images {
+	if dir, ok := images[ref]; ok {
+		return dir, true
+	}
+	// Several keys can name one image: the first in order decides.
+	for _, k := range slices.Sorted(maps.Keys(images)) {
 		if normalizeImage(k) == want {
-			return dir, true
+			return images[k], true
 		}
 	}
 	return "", false
@@ -32,6 +40,9 @@ func normalizeImage(ref string) string {
 	first, rest, ok := strings.Cut(name, "/")
 	if !ok || !(strings.ContainsAny(first, ".:") || first == "localhost") {
 		first, rest = "docker.io", name
+	}
+	if first == "index.docker.io" || first == "registry-1.docker.io" {
+		first = "docker.io"
 	}
 	if first == "docker.io" && !strings.Contains(rest, "/") {
 		rest = "library/" + rest

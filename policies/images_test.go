@@ -21,6 +21,7 @@ func TestImageRoot(t *testing.T) {
 		{"node", ""},
 		{"postgres:latest", "/srv/images/postgres"},
 		{"docker.io/postgres", "/srv/images/postgres"},
+		{"index.docker.io/library/postgres:latest", "/srv/images/postgres"},
 		{"GHCR.IO/acme/tool:1", "/srv/images/tool"},
 		{"ghcr.io/acme/tool:2", ""},
 		{"acme/tool:1", ""},

@@ -321,7 +321,7 @@ func (s *Session) Step(ctx context.Context, spec StepSpec, stdout, stderr io.Wri
 func (s *Session) containerStep(ctx context.Context, spec StepSpec, stdout, stderr io.Writer) (gvisor.StepResult, error) {
 	c, err := s.StartContainer(ctx, gvisor.ContainerConfig{
 		Name:   fmt.Sprintf("step-%d", len(s.res.Steps)+1),
-		RootFS: spec.Image.RootFS, Mounts: spec.Mounts,
+		RootFS: spec.Image.RootFS, Mounts: spec.Mounts, Files: spec.Files,
 		Args: spec.argv(), Env: append(append([]string{}, spec.Image.Env...), envList(spec.Env)...),
 		Dir:     workDir(s.cfg.WorkspaceMount, spec.WorkingDirectory),
 		Timeout: time.Duration(spec.Timeout), Stdout: stdout, Stderr: stderr,
@@ -351,10 +351,11 @@ func (s *Session) StartContainer(ctx context.Context, c gvisor.ContainerConfig) 
 }
 
 // StartService starts a long-running container in the job's sandbox (a
-// service of the job), its output lines prefixed with its name in the
-// job's log. It runs until the session closes.
-func (s *Session) StartService(ctx context.Context, c gvisor.ContainerConfig) error {
-	w := newPrefixWriter(&s.outMu, orDiscard(s.job.Log), "["+c.Name+"] ")
+// service of the job), its output lines prefixed with its name (never a
+// line of its own, such as a workflow command) on log. It runs until the
+// session closes.
+func (s *Session) StartService(ctx context.Context, c gvisor.ContainerConfig, log io.Writer) error {
+	w := newPrefixWriter(&s.outMu, orDiscard(log), "["+c.Name+"] ")
 	c.Stdout, c.Stderr = w, w
 	_, err := s.StartContainer(ctx, c)
 	return err

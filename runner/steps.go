@@ -36,6 +36,7 @@ type StepSpec struct {
 	// the network, limits and record are the job's.
 	Image  *Image         `json:"-"`
 	Mounts []gvisor.Mount `json:"-"`
+	Files  []gvisor.File  `json:"-"`
 }
 
 // Duration is a time.Duration that reads "90s" or a number of seconds.

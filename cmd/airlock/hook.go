@@ -24,6 +24,7 @@ import (
 
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/files"
+	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/github"
@@ -344,9 +345,16 @@ func isNoDaemon(err error) bool {
 // hookDaemon is the job daemon (argv[0] daemonArg0): it opens the job's
 // session and serves the hook calls until cleanup_job.
 func hookDaemon(dir string) int {
+	d := &hookJob{dir: dir}
 	fail := func(err error) int {
 		os.WriteFile(filepath.Join(dir, daemonFailed), []byte(err.Error()), 0o600)
 		fmt.Fprintf(os.Stderr, "airlock hook daemon: %v\n", err)
+		if d.checkID != 0 {
+			// The check run does not stay "in progress".
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			d.gh.CompleteCheck(ctx, d.owner, d.repo, d.checkID, github.Report{Conclusion: "failure", Title: "airlock: the job could not start", Summary: textsafe.Line(err.Error())})
+		}
 		return 1
 	}
 	signal.Ignore(syscall.SIGHUP)
@@ -359,7 +367,6 @@ func hookDaemon(dir string) int {
 	if err := json.Unmarshal(b, &args); err != nil || args.Container == nil {
 		return fail(fmt.Errorf("prepare input: %v", err))
 	}
-	d := &hookJob{dir: dir}
 	job, err := d.build(context.Background(), args)
 	if err != nil {
 		return fail(err)
@@ -429,6 +436,10 @@ type hookJob struct {
 	jobTimeout  time.Duration
 	// images are the policy's image directories, for Docker actions.
 	images map[string]string
+	// hosts is the job's /etc/hosts when it has services (their names).
+	hosts []gvisor.File
+	// serviceLog keeps the end of the services' output for cleanup_job.
+	serviceLog tailBuffer
 	// hostMasks are the host paths the job's sandbox hides (the runner's
 	// hook responses, the policy's masks), covered in Docker actions too.
 	hostMasks []string
@@ -536,7 +547,8 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 		return job, err
 	}
 	if len(args.Services) > 0 {
-		cfg.Files = append(cfg.Files, hostsFile(args.Services))
+		d.hosts = []gvisor.File{hostsFile(args.Services)}
+		cfg.Files = append(cfg.Files, d.hosts...)
 	}
 	cfg.Limits, cfg.ExtraMasks, cfg.Capabilities, cfg.User = pcfg.Limits, pcfg.ExtraMasks, pcfg.Capabilities, pcfg.User
 	cfg.Mounts = append(cfg.Mounts, pcfg.Mounts...)
@@ -702,6 +714,7 @@ func (d *hookJob) Cleanup(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	d.opts.resolveSubject(ctx)
 	res := d.session.Close()
+	d.serviceLog.writeTo(stderr)
 	att := writeAttestation(ctx, res, &d.opts, stderr)
 	runner.WriteSummary(stderr, res)
 	if res.Trust != nil {

@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/hook"
@@ -24,7 +26,9 @@ import (
 // there is no image store and no image builder in a sandbox.
 
 // serviceName is what a service's name must look like to be a host name.
-var serviceName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
+// At most 56 characters: "service-" and the name are a container id
+// of at most 64.
+var serviceName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,54}[A-Za-z0-9])?$`)
 
 // imageOf opens the image directory the policy maps ref to. what names
 // the image's user in errors ("service redis", "the action").
@@ -64,7 +68,7 @@ func checkServices(p policies.Sandbox, services []hook.Service) error {
 		case !p.Services:
 			bad = append(bad, fmt.Sprintf("%s (%s): the policy does not allow services (sandbox.services)", s.ContextName, s.Image))
 		case !serviceName.MatchString(s.ContextName):
-			bad = append(bad, fmt.Sprintf("%q: not a valid host name for a service", s.ContextName))
+			bad = append(bad, fmt.Sprintf("%q: not a valid host name for a service (letters, digits and '-', at most 56)", s.ContextName))
 		default:
 			if _, err := imageOf(p.Images, s.Image, "service "+s.ContextName); err != nil {
 				bad = append(bad, err.Error())
@@ -77,7 +81,8 @@ func checkServices(p policies.Sandbox, services []hook.Service) error {
 	return nil
 }
 
-// hostsFile points the services' names at loopback for the job.
+// hostsFile points the services' names at loopback, for the job and its
+// containers.
 func hostsFile(services []hook.Service) gvisor.File {
 	var b strings.Builder
 	b.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
@@ -87,11 +92,14 @@ func hostsFile(services []hook.Service) gvisor.File {
 	return gvisor.File{Path: "/etc/hosts", Data: []byte(b.String())}
 }
 
-// startServices starts the job's services in its sandbox; their output
-// goes to the job's log.
+// startServices starts the job's services in its sandbox; their output,
+// prefixed with their names, is kept (its end) for cleanup_job to print.
 func (d *hookJob) startServices(ctx context.Context, services []hook.Service) ([]hook.ResponseContainer, error) {
 	var out []hook.ResponseContainer
 	for _, s := range services {
+		if len(s.UserMountVolumes) > 0 {
+			fmt.Fprintf(os.Stderr, "airlock: service %s: its own volumes are not mounted (%d): a workflow may not mount host paths into the sandbox\n", s.ContextName, len(s.UserMountVolumes))
+		}
 		what := "service " + s.ContextName
 		img, err := imageOf(d.images, s.Image, what)
 		if err != nil {
@@ -110,8 +118,8 @@ func (d *hookJob) startServices(ctx context.Context, services []hook.Service) ([
 			env = append(env, k+"="+v)
 		}
 		if err := d.session.StartService(ctx, gvisor.ContainerConfig{
-			Name: "service-" + s.ContextName, RootFS: img.RootFS, Args: argv, Env: env, Dir: img.Dir,
-		}); err != nil {
+			Name: "service-" + s.ContextName, RootFS: img.RootFS, Args: argv, Env: env, Dir: img.Dir, Files: d.hosts,
+		}, &d.serviceLog); err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		// Inside the sandbox a service's ports are its own: the job
@@ -154,12 +162,23 @@ func (d *hookJob) ContainerStep(ctx context.Context, a hook.ContainerStepArgs, s
 		env[k] = v
 	}
 	if len(a.PrependPath) > 0 {
-		env["PATH"] = strings.Join(a.PrependPath, ":") + ":" + safePath
+		env["PATH"] = strings.Join(a.PrependPath, ":") + ":" + imagePath(img)
 	}
 	return d.runStep(ctx, runner.StepSpec{
 		Name: "docker://" + a.Image, Command: argv, Env: env, WorkingDirectory: a.WorkingDirectory,
-		Image: &img, Mounts: mounts,
+		Image: &img, Mounts: mounts, Files: d.hosts,
 	}, stdout, stderr)
+}
+
+// imagePath is the PATH an image sets (its bundle's), or the usual one.
+func imagePath(img runner.Image) string {
+	p := safePath
+	for _, e := range img.Env {
+		if v, ok := strings.CutPrefix(e, "PATH="); ok {
+			p = v
+		}
+	}
+	return p
 }
 
 // stepMounts maps a Docker action's volumes: only the runner's own
@@ -236,4 +255,39 @@ func within(p, dir string) bool {
 	}
 	rel, err := filepath.Rel(dir, p)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
+}
+
+// maxServiceLog is how much of the services' output cleanup_job prints.
+const maxServiceLog = 64 << 10
+
+// tailBuffer keeps the last maxServiceLog bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+	cut bool // something was dropped from the front
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - maxServiceLog; over > 0 {
+		t.buf, t.cut = append(t.buf[:0], t.buf[over:]...), true
+	}
+	return len(p), nil
+}
+
+// writeTo prints what was kept, control characters shown as '?' (the
+// lines are the services' own, each prefixed with its name).
+func (t *tailBuffer) writeTo(w io.Writer) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.buf) == 0 {
+		return
+	}
+	what := "the services' output"
+	if t.cut {
+		what += fmt.Sprintf(" (its last %d KiB)", maxServiceLog>>10)
+	}
+	fmt.Fprintf(w, "airlock: %s:\n%s\n", what, strings.TrimRight(textsafe.Lines(string(t.buf)), "\n"))
 }

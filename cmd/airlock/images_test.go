@@ -157,7 +157,7 @@ func TestHookServicesAndDockerActions(t *testing.T) {
 	svcRoot := imageRootFS(t, "image-db")
 	copyFile(t, self, filepath.Join(svcRoot, "usr/bin/db-server"))
 	svc := writeBundle(t, svcRoot, []string{"/usr/bin/db-server"}, []string{testServiceEnv + "=127.0.0.1:6379"})
-	action := writeBundle(t, imageRootFS(t, "image-action"), []string{"/usr/bin/bash", "-c", `echo "action $INPUT_WHO on $(cat /etc/image-release)"; echo from-action > /github/workspace/action-out; (echo '{}' > /__w/_temp/_runner_hook_responses/r.json) 2>/dev/null && echo responses-WRITTEN || echo responses-refused; ls /var/run/docker.sock 2>&1; exit 4`}, nil)
+	action := writeBundle(t, imageRootFS(t, "image-action"), []string{"/usr/bin/bash", "-c", `echo "action $INPUT_WHO on $(cat /etc/image-release)"; echo from-action > /github/workspace/action-out; exec 3<>/dev/tcp/db/6379 && echo hi >&3 && read -r l <&3 && echo "action got: $l"; (echo '{}' > /__w/_temp/_runner_hook_responses/r.json) 2>/dev/null && echo responses-WRITTEN || echo responses-refused; ls /var/run/docker.sock 2>&1; exit 4`}, nil)
 	org := fmt.Sprintf("package airlock\nsandbox: images: {%q: %q, %q: %q}\n", "acme/db:1", svc, "ghcr.io/acme/action:2", action)
 	os.WriteFile(filepath.Join(h.org, "images.cue"), []byte(org+"sandbox: services: true\n"), 0o644)
 
@@ -184,7 +184,7 @@ func TestHookServicesAndDockerActions(t *testing.T) {
 		return h.call(b)
 	}
 	code, out = containerStep("ghcr.io/acme/action:2", nil)
-	if code != 4 || !strings.Contains(out, "action ci on image-action") || !strings.Contains(out, "responses-refused") || !strings.Contains(out, "No such file") {
+	if code != 4 || !strings.Contains(out, "action ci on image-action") || !strings.Contains(out, "action got: pong hi") || !strings.Contains(out, "responses-refused") || !strings.Contains(out, "No such file") {
 		t.Fatalf("docker action: exit %d: %s", code, out)
 	}
 	if b, _ := os.ReadFile(filepath.Join(h.repo, "action-out")); string(b) != "from-action\n" {
@@ -214,7 +214,9 @@ func TestHookServicesAndDockerActions(t *testing.T) {
 	if code, out := containerStep("ghcr.io/acme/action:2", nil); code == 0 || !strings.Contains(out, "without following symlinks") || strings.Contains(out, "action ci on") {
 		t.Errorf("an action with a swapped volume: exit %d: %s", code, out)
 	}
-	h.cleanup(state)
+	if _, out := h.cleanup(state); !strings.Contains(out, "[service-db] service listening on 127.0.0.1:6379") {
+		t.Errorf("cleanup does not show the service's output: %s", out)
+	}
 
 	// Services the policy does not allow: prepare_job names them.
 	os.WriteFile(filepath.Join(h.org, "images.cue"), []byte(org), 0o644)
