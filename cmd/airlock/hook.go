@@ -576,8 +576,8 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 	}
 	job.Trust = &runner.Trust{Set: set, Deferred: true, Dir: repoDir, NoHooks: true}
 	if d.gh != nil && d.owner != "" && len(d.commits) > 0 {
-		job.Trust.FromCommit = func(root string, after *trust.Snapshot) (*trust.Snapshot, string) {
-			return d.commitBaseline(root, set, after)
+		job.Trust.FromCommit = func(root string, first, after *trust.Snapshot) (*trust.Snapshot, string) {
+			return d.commitBaseline(root, set, first, after)
 		}
 	}
 	switch {

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"slices"
 	"syscall"
 	"time"
 
-	"github.com/airlock-ci/airlock/internal/gitexec"
 	"github.com/airlock-ci/airlock/runner/github"
 	"github.com/airlock-ci/airlock/runner/trust"
 )
@@ -59,36 +57,38 @@ func treeFiles(files []github.TreeFile) []trust.TreeFile {
 	return out
 }
 
-// commitBaseline is the worktree's trust baseline as the checked-out
+// commitBaseline is the worktree's trust baseline as the pull request's
 // commit has it, read through the GitHub API: what the job changed is
 // found even in the step that made the checkout, and a runner's leftover
-// workspace from an earlier job is no baseline. Only the pull request's
-// head and merge commits are taken; the job cannot name its own.
-func (d *hookJob) commitBaseline(repoDir string, set *trust.Set, after *trust.Snapshot) (*trust.Snapshot, string) {
+// workspace from an earlier job is no baseline. The commit is the head or
+// the merge commit the event names, whichever the workspace is nearer:
+// the job cannot name its own (its HEAD is not asked). An API that fails
+// leaves the job's first snapshot as the baseline, said in the note.
+func (d *hookJob) commitBaseline(root string, set *trust.Set, first, after *trust.Snapshot) (*trust.Snapshot, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const fallback = "the worktree was compared with the job's first snapshot"
-	head, err := gitexec.ResolveCommit(ctx, repoDir, "HEAD")
-	if err != nil {
-		return nil, fmt.Sprintf("%s: the checkout's commit could not be read (%v)", fallback, err)
+	var best []trust.TreeFile
+	bestCommit, bestDistance := "", -1
+	for _, commit := range d.commits {
+		files, truncated, err := d.gh.Tree(ctx, d.owner, d.repo, commit)
+		switch {
+		case err != nil:
+			return nil, fmt.Sprintf("%s: %v", fallback, err)
+		case truncated:
+			return nil, fmt.Sprintf("%s: GitHub lists only part of commit %.12s's tree", fallback, commit)
+		}
+		tree := treeFiles(files)
+		if n := trust.TreeDistance(after, tree, set); bestDistance < 0 || n < bestDistance {
+			best, bestCommit, bestDistance = tree, commit, n
+		}
 	}
-	if !slices.Contains(d.commits, head) {
-		return nil, fmt.Sprintf("%s: the checkout is at %.12s, not the pull request's head or merge commit", fallback, head)
-	}
-	files, truncated, err := d.gh.Tree(ctx, d.owner, d.repo, head)
-	switch {
-	case err != nil:
-		return nil, fmt.Sprintf("%s: %v", fallback, err)
-	case truncated:
-		return nil, fmt.Sprintf("%s: GitHub lists only part of commit %.12s's tree", fallback, head)
-	}
-	tree := treeFiles(files)
 	uid, gid := 0, 0
-	if fi, err := os.Stat(repoDir); err == nil {
+	if fi, err := os.Stat(root); err == nil {
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 			uid, gid = int(st.Uid), int(st.Gid)
 		}
 	}
 	fetch := func(tf trust.TreeFile) ([]byte, error) { return d.gh.Blob(ctx, d.owner, d.repo, tf.SHA) }
-	return trust.CommitBaseline(after, tree, set, fetch, uid, gid), fmt.Sprintf("the worktree was compared with commit %.12s as GitHub has it", head)
+	return trust.CommitBaseline(after, first, best, set, fetch, uid, gid), fmt.Sprintf("the worktree was compared with commit %.12s as GitHub has it", bestCommit)
 }

@@ -83,6 +83,12 @@ func TestHookCommitBaseline(t *testing.T) {
 			fails: true,
 		},
 		{
+			name:  "tamper and commit (HEAD moves away)",
+			step:  `git checkout -q "$HEAD_SHA" && echo '  evil: {runs-on: self-hosted}' >> .github/workflows/ci.yml && git -c user.name=a -c user.email=a@example.com commit -qam hide`,
+			want:  []string{`"phase": "runtime"`, `"path": ".github/workflows/ci.yml"`, "compared with commit"},
+			fails: true,
+		},
+		{
 			name:  "reverted to the commit's bytes",
 			org:   "trust: runtime: {ci: \"revert\", \"build-entry\": \"revert\"}\n",
 			step:  `git checkout -q "$HEAD_SHA" && echo '  evil: {runs-on: self-hosted}' >> .github/workflows/ci.yml && chmod +x .github/workflows/ci.yml && echo 'x:' > Makefile`,

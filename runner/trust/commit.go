@@ -29,26 +29,28 @@ const maxCommitFetch = 200
 // after as is; one that differs gets its committed bytes from fetch (for
 // the diff and the revert), up to maxCommitFetch of them. Files of the
 // workspace that the commit lacks are simply absent, so Compare sees
-// them as created by the job. uid and gid own restored files.
+// them as created by the job. A committed file that neither first (the
+// job's first snapshot) nor after has was never checked out (a sparse
+// checkout): it is left out. uid and gid own restored files.
 //
 // This is the baseline that holds whenever the job changed the files,
 // even in the step that checked them out. The .git directory is no part
 // of a commit: its entries are the caller's to add.
-func CommitBaseline(after *Snapshot, tree []TreeFile, set *Set, fetch func(TreeFile) ([]byte, error), uid, gid int) *Snapshot {
+func CommitBaseline(after, first *Snapshot, tree []TreeFile, set *Set, fetch func(TreeFile) ([]byte, error), uid, gid int) *Snapshot {
 	before := &Snapshot{Entries: map[string]*Entry{}}
 	fetched := 0
-	for _, tf := range tree {
-		cat := set.Category(tf.Path)
-		mode, ok := gitMode(tf.Mode)
-		if cat == "" || cat == GitHooks || !ok || strings.HasPrefix(tf.Path, ".git/") || underSkipped(tf.Path) {
-			continue
-		}
-		if a := after.Entries[tf.Path]; a != nil && a.GitSHA1 == tf.SHA && a.Mode.Type() == mode.Type() && a.Mode.Perm()&0o100 == mode.Perm()&0o100 {
+	for _, tf := range worktreeFiles(tree, set) {
+		mode, _ := gitMode(tf.Mode)
+		a := after.Entries[tf.Path]
+		if unchanged(a, tf) {
 			same := *a
 			before.Entries[tf.Path] = &same
 			continue
 		}
-		e := &Entry{Category: cat, Mode: mode, Size: tf.Size, GitSHA1: tf.SHA, UID: uid, GID: gid}
+		if a == nil && (first == nil || first.Entries[tf.Path] == nil) {
+			continue
+		}
+		e := &Entry{Category: set.Category(tf.Path), Mode: mode, Size: tf.Size, GitSHA1: tf.SHA, UID: uid, GID: gid}
 		before.Entries[tf.Path] = e
 		// Unknown bytes still differ from the workspace's.
 		e.SHA256 = "git:" + tf.SHA
@@ -58,7 +60,10 @@ func CommitBaseline(after *Snapshot, tree []TreeFile, set *Set, fetch func(TreeF
 		}
 		fetched++
 		data, err := fetch(tf)
-		if err != nil || gitBlobID(data) != tf.SHA {
+		if err == nil && gitBlobID(data) != tf.SHA {
+			err = fmt.Errorf("the bytes fetched are not blob %.12s", tf.SHA)
+		}
+		if err != nil {
 			before.note("%s: the committed version could not be read: %v", tf.Path, err)
 			continue
 		}
@@ -73,6 +78,47 @@ func CommitBaseline(after *Snapshot, tree []TreeFile, set *Set, fetch func(TreeF
 		e.Facts = facts(tf.Path, data)
 	}
 	return before
+}
+
+// TreeDistance counts the trust-set worktree files in which the workspace
+// (after) and a commit's tree differ: the commit the workspace is at is
+// the nearest one, whatever its HEAD says.
+func TreeDistance(after *Snapshot, tree []TreeFile, set *Set) int {
+	n := 0
+	inTree := map[string]bool{}
+	for _, tf := range worktreeFiles(tree, set) {
+		inTree[tf.Path] = true
+		if !unchanged(after.Entries[tf.Path], tf) {
+			n++
+		}
+	}
+	for p := range after.Entries {
+		if !inTree[p] && p != ".git" && !strings.HasPrefix(p, ".git/") {
+			n++
+		}
+	}
+	return n
+}
+
+// worktreeFiles are the tree's files a snapshot of the worktree covers.
+func worktreeFiles(tree []TreeFile, set *Set) []TreeFile {
+	var out []TreeFile
+	for _, tf := range tree {
+		cat := set.Category(tf.Path)
+		_, ok := gitMode(tf.Mode)
+		if cat == "" || cat == GitHooks || !ok || strings.HasPrefix(tf.Path, ".git/") || underSkipped(tf.Path) {
+			continue
+		}
+		out = append(out, tf)
+	}
+	return out
+}
+
+// unchanged reports a workspace entry with the committed blob and type
+// (and, for a file, executable bit).
+func unchanged(a *Entry, tf TreeFile) bool {
+	mode, _ := gitMode(tf.Mode)
+	return a != nil && a.GitSHA1 == tf.SHA && a.Mode.Type() == mode.Type() && a.Mode.Perm()&0o100 == mode.Perm()&0o100
 }
 
 // gitMode turns a git file mode into the workspace's; submodules and

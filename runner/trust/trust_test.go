@@ -582,7 +582,7 @@ func TestCommitBaseline(t *testing.T) {
 		return exec.Command("git", "-C", dir, "cat-file", "blob", tf.SHA).Output()
 	}
 	// The git directory as the job found it (here: unchanged).
-	before := CommitBaseline(after, tree, set, fetch, 1000, 1000).WithGit(after)
+	before := CommitBaseline(after, after, tree, set, fetch, 1000, 1000).WithGit(after)
 	got := map[string]string{}
 	for _, f := range Compare(before, after, set) {
 		got[f.Path] = f.Kind
@@ -602,9 +602,35 @@ func TestCommitBaseline(t *testing.T) {
 	if e := before.Entries["Makefile"]; e == nil || !e.kept || string(e.data) != "all:\n\tgo build\n" || e.UID != 1000 {
 		t.Errorf("Makefile baseline: %+v", e)
 	}
+	// A committed file the workspace lacks: deleted by the job when the
+	// first snapshot had it, never checked out (sparse) when it had not.
+	os.Remove(filepath.Join(dir, "GNUmakefile"))
+	gone, err := Take(dir, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		first *Snapshot
+		want  string
+	}{{after, KindDeleted}, {gone, ""}} {
+		b := CommitBaseline(gone, tc.first, tree, set, fetch, 0, 0).WithGit(gone)
+		got := ""
+		for _, f := range Compare(b, gone, set) {
+			if f.Path == "GNUmakefile" {
+				got = f.Kind
+			}
+		}
+		if got != tc.want {
+			t.Errorf("GNUmakefile gone: %q, want %q", got, tc.want)
+		}
+	}
+	// The nearer of two trees is the one the workspace is at.
+	if d0, d1 := TreeDistance(after, tree, set), TreeDistance(after, nil, set); d0 >= d1 || d0 != 4 {
+		t.Errorf("distances %d (its commit), %d (an empty tree)", d0, d1)
+	}
 	// A fetch that returns other bytes than the tree names is not used.
 	lie := func(TreeFile) ([]byte, error) { return []byte("all:\n"), nil }
-	if e := CommitBaseline(after, tree, set, lie, 0, 0).Entries["Makefile"]; e == nil || e.kept {
+	if e := CommitBaseline(after, after, tree, set, lie, 0, 0).Entries["Makefile"]; e == nil || e.kept {
 		t.Errorf("a lying fetch was used: %+v", e)
 	}
 }
