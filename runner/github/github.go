@@ -300,7 +300,7 @@ type TreeFile struct {
 	Size            int64
 }
 
-// Tree lists the files of a commit (recursively; blobs only). GitHub
+// Tree lists the files of a commit (recursively; blobs and submodules). GitHub
 // lists at most 100,000 entries: truncated says it stopped.
 func (c *Client) Tree(ctx context.Context, owner, repo, commit string) ([]TreeFile, bool, error) {
 	ctx, cancel := c.call(ctx)
@@ -311,7 +311,9 @@ func (c *Client) Tree(ctx context.Context, owner, repo, commit string) ([]TreeFi
 	}
 	var out []TreeFile
 	for _, e := range t.Entries {
-		if e.GetType() == "blob" {
+		// Files, and submodules (their commits): where a worktree has
+		// another repository's files.
+		if e.GetType() == "blob" || e.GetType() == "commit" {
 			out = append(out, TreeFile{Path: e.GetPath(), Mode: e.GetMode(), SHA: e.GetSHA(), Size: int64(e.GetSize())})
 		}
 	}

@@ -38,6 +38,19 @@ const maxCommitFetch = 200
 // of a commit: its entries are the caller's to add.
 func CommitBaseline(after, first *Snapshot, tree []TreeFile, set *Set, fetch func(TreeFile) ([]byte, error), uid, gid int) *Snapshot {
 	before := &Snapshot{Entries: map[string]*Entry{}}
+	// A submodule's files are another repository's: the first snapshot
+	// is their baseline (or, checked out later, they are as found).
+	subs := submodules(tree)
+	for p, a := range after.Entries {
+		if underAny(p, subs) {
+			if first != nil && first.Entries[p] != nil {
+				before.Entries[p] = first.Entries[p]
+			} else {
+				same := *a
+				before.Entries[p] = &same
+			}
+		}
+	}
 	fetched := 0
 	for _, tf := range worktreeFiles(tree, set) {
 		mode, _ := gitMode(tf.Mode)
@@ -92,12 +105,34 @@ func TreeDistance(after *Snapshot, tree []TreeFile, set *Set) int {
 			n++
 		}
 	}
+	subs := submodules(tree)
 	for p := range after.Entries {
-		if !inTree[p] && p != ".git" && !strings.HasPrefix(p, ".git/") {
+		if !inTree[p] && p != ".git" && !strings.HasPrefix(p, ".git/") && !underAny(p, subs) {
 			n++
 		}
 	}
 	return n
+}
+
+// submodules are the paths of a tree's submodules.
+func submodules(tree []TreeFile) []string {
+	var out []string
+	for _, tf := range tree {
+		if tf.Mode == "160000" {
+			out = append(out, tf.Path)
+		}
+	}
+	return out
+}
+
+// underAny reports whether p lies below one of dirs.
+func underAny(p string, dirs []string) bool {
+	for _, d := range dirs {
+		if strings.HasPrefix(p, d+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // worktreeFiles are the tree's files a snapshot of the worktree covers.

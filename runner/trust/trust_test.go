@@ -624,6 +624,17 @@ func TestCommitBaseline(t *testing.T) {
 			t.Errorf("GNUmakefile gone: %q, want %q", got, tc.want)
 		}
 	}
+	// A submodule's files are compared with the first snapshot, never as
+	// files the commit lacks.
+	write("lib/Makefile", "all:\n")
+	withSub, _ := Take(dir, set)
+	subTree := append(append([]TreeFile{}, tree...), TreeFile{Path: "lib", Mode: "160000", SHA: strings.Repeat("2", 40)})
+	for _, f := range Compare(CommitBaseline(withSub, withSub, subTree, set, fetch, 0, 0).WithGit(withSub), withSub, set) {
+		if strings.HasPrefix(f.Path, "lib/") {
+			t.Errorf("a submodule's file reported: %+v", f)
+		}
+	}
+	os.RemoveAll(filepath.Join(dir, "lib"))
 	// The nearer of two trees is the one the workspace is at.
 	if d0, d1 := TreeDistance(after, tree, set), TreeDistance(after, nil, set); d0 >= d1 || d0 != 4 {
 		t.Errorf("distances %d (its commit), %d (an empty tree)", d0, d1)
