@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -70,18 +71,26 @@ func (d *hookJob) commitBaseline(root string, set *trust.Set, first, after *trus
 	const fallback = "the worktree was compared with the job's first snapshot"
 	var best []trust.TreeFile
 	bestCommit, bestDistance := "", -1
+	var why []string
 	for _, commit := range d.commits {
+		// A test merge commit can be gone (the pull request moved on):
+		// the other one still serves.
 		files, truncated, err := d.gh.Tree(ctx, d.owner, d.repo, commit)
 		switch {
 		case err != nil:
-			return nil, fmt.Sprintf("%s: %v", fallback, err)
+			why = append(why, err.Error())
+			continue
 		case truncated:
-			return nil, fmt.Sprintf("%s: GitHub lists only part of commit %.12s's tree", fallback, commit)
+			why = append(why, fmt.Sprintf("GitHub lists only part of commit %.12s's tree", commit))
+			continue
 		}
 		tree := treeFiles(files)
 		if n := trust.TreeDistance(after, tree, set); bestDistance < 0 || n < bestDistance {
 			best, bestCommit, bestDistance = tree, commit, n
 		}
+	}
+	if bestDistance < 0 {
+		return nil, fmt.Sprintf("%s: %s", fallback, strings.Join(why, "; "))
 	}
 	uid, gid := 0, 0
 	if fi, err := os.Stat(root); err == nil {
