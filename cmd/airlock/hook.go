@@ -557,7 +557,14 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 	// store): the job gets the policy's root.
 	cfg.RootFS = pcfg.RootFS
 	if dir, ok := policies.ImageRoot(eff.Policy.Sandbox.Images, c.Image); ok {
-		cfg.RootFS = dir
+		img, err := runner.OpenImage(dir)
+		if err != nil {
+			return job, fmt.Errorf("the job's image %q: %w", c.Image, err)
+		}
+		// The image's environment first: the job's own wins, as in
+		// Docker.
+		cfg.RootFS = img.RootFS
+		job.Env = append(append([]string{}, img.Env...), job.Env...)
 	} else if c.Image != "" {
 		fmt.Fprintf(os.Stderr, "airlock: the job's image %q is not mapped to a root filesystem (sandbox.images): the job runs on sandbox.rootfs (%s)\n", c.Image, eff.Policy.Sandbox.RootFS)
 	}

@@ -79,22 +79,30 @@ func copyIntoRoot(t testing.TB, root, p string) {
 func TestHookJobImage(t *testing.T) {
 	for _, tc := range []struct {
 		name, image, want string
+		bundle            bool
 	}{
-		{"mapped", "docker.io/library/node:20", "image-node-20"},
-		{"not mapped", "node:18", "host-root"},
+		{"mapped", "docker.io/library/node:20", "image-node-20", false},
+		{"mapped to a bundle", "node:20", "NODE_VERSION=20.1", true},
+		{"not mapped", "node:18", "host-root", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newRunnerHost(t)
 			root := imageRootFS(t, "image-node-20")
+			if tc.bundle {
+				root = writeBundle(t, root, []string{"node"}, []string{"NODE_VERSION=20.1"})
+			}
 			os.WriteFile(filepath.Join(h.org, "images.cue"), []byte(fmt.Sprintf("package airlock\nsandbox: images: %q: %q\n", "node:20", root)), 0o644)
 			h.prepareJSON = bytes.Replace(h.prepareJSON, []byte(`"image":"node:20"`), []byte(fmt.Sprintf(`"image":%q`, tc.image)), 1)
 			state := h.prepare()
-			code, out := h.step(state, `cat /etc/image-release 2>/dev/null || echo host-root; ls /__w/app/app; test -e /__e && echo externals-mounted; id -u`)
+			code, out := h.step(state, `cat /etc/image-release 2>/dev/null || echo host-root; ls /__w/app/app; test -e /__e && echo externals-mounted; id -u; echo "NODE_VERSION=$NODE_VERSION"`)
 			if code != 0 || !strings.Contains(out, tc.want) || !strings.Contains(out, "main.go") || !strings.Contains(out, "externals-mounted") {
 				t.Fatalf("step: exit %d: %s", code, out)
 			}
 			if code, out := h.cleanup(state); code != 0 {
 				t.Fatalf("cleanup: exit %d: %s", code, out)
+			}
+			if tc.bundle {
+				root = filepath.Join(root, "rootfs")
 			}
 			if entries, _ := os.ReadDir(filepath.Join(root, "tmp")); len(entries) != 0 {
 				t.Errorf("the image directory was written: %v", entries)
