@@ -114,6 +114,10 @@ func bindPins(pins []pin) error {
 		if err != nil {
 			return fmt.Errorf("mount source: %w", err)
 		}
+		if fi, err := f.Stat(); err != nil || !fi.IsDir() {
+			f.Close()
+			return fmt.Errorf("mount source %s: not a directory", filepath.Join(p.Base, p.Rel))
+		}
 		err = unix.Mount(files.FDPath(f), p.At, "", unix.MS_BIND, "")
 		f.Close()
 		if err != nil {

@@ -319,12 +319,16 @@ func (s *Session) Step(ctx context.Context, spec StepSpec, stdout, stderr io.Wri
 
 // containerStep runs a step in a container of its own on its image.
 func (s *Session) containerStep(ctx context.Context, spec StepSpec, stdout, stderr io.Writer) (gvisor.StepResult, error) {
+	timeout := time.Duration(spec.Timeout)
+	if timeout == 0 {
+		timeout = s.cfg.Limits.StepTimeout // as for an exec'd step
+	}
 	c, err := s.StartContainer(ctx, gvisor.ContainerConfig{
 		Name:   fmt.Sprintf("step-%d", len(s.res.Steps)+1),
 		RootFS: spec.Image.RootFS, Mounts: spec.Mounts, Files: spec.Files,
 		Args: spec.argv(), Env: append(append([]string{}, spec.Image.Env...), envList(spec.Env)...),
 		Dir:     workDir(s.cfg.WorkspaceMount, spec.WorkingDirectory),
-		Timeout: time.Duration(spec.Timeout), Stdout: stdout, Stderr: stderr,
+		Timeout: timeout, Stdout: stdout, Stderr: stderr,
 	})
 	if err != nil {
 		return gvisor.StepResult{}, err
@@ -396,6 +400,10 @@ func (s *Session) openTrustRoot() (dir string, done func(), err error) {
 	f, err := files.OpenBeneath(s.cfg.Workspace, filepath.Join(s.cfg.Workspace, s.job.Trust.Dir))
 	if err != nil {
 		return "", nil, fmt.Errorf("the repository: %w", err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.IsDir() {
+		f.Close()
+		return "", nil, fmt.Errorf("the repository %s is not a directory", s.job.Trust.Dir)
 	}
 	return files.FDPath(f), func() { f.Close() }, nil
 }

@@ -441,8 +441,10 @@ type hookJob struct {
 	// serviceLog keeps the end of the services' output for cleanup_job.
 	serviceLog tailBuffer
 	// hostMasks are the host paths the job's sandbox hides (the runner's
-	// hook responses, the policy's masks), covered in Docker actions too.
+	// hook responses, the policy's masks), covered in Docker actions too;
+	// maskIDs are the identities of those below the work directory.
 	hostMasks []string
+	maskIDs   map[string]fileID
 	// commits are the pull request's head and merge commits: a checkout
 	// at one of them is compared with its tree as GitHub has it.
 	commits []string
@@ -570,7 +572,15 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 	}
 	d.images = eff.Policy.Sandbox.Images
 	cfg.ExtraMasks = append(cfg.ExtraMasks, d.dir)
-	d.hostMasks = append(append(d.hostMasks, pcfg.ExtraMasks...), d.dir)
+	// Policy masks name paths as the job sees them (below /__w: the
+	// workspace's); Docker actions' volumes are host directories.
+	for _, m := range pcfg.ExtraMasks {
+		if h, ok := d.mounts.Host(m); ok {
+			m = h
+		}
+		d.hostMasks = append(d.hostMasks, m)
+	}
+	d.hostMasks = append(d.hostMasks, d.dir)
 	if job.Egress, err = runner.EgressFromPolicy(eff.Policy.Egress, os.LookupEnv); err != nil {
 		return job, err
 	}
@@ -608,6 +618,7 @@ func (d *hookJob) build(ctx context.Context, args hook.PrepareArgs) (runner.Job,
 			d.hostMasks = append(d.hostMasks, filepath.Join(tmp, responsesDir))
 		}
 	}
+	d.pinMasks(work)
 	d.opts.attestKey = os.Getenv(keyEnv)
 	job.Sandbox = cfg
 	if d.gh != nil && d.owner != "" && d.opts.meta.HeadSHA != "" {

@@ -10,8 +10,10 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
@@ -24,6 +26,9 @@ import (
 // network (the job reaches a service at its name, which /etc/hosts points
 // at loopback), limits, egress gateway and record. Nothing else can run:
 // there is no image store and no image builder in a sandbox.
+
+// maxServices bounds a job's services.
+const maxServices = 8
 
 // serviceName is what a service's name must look like to be a host name.
 // At most 56 characters: "service-" and the name are a container id
@@ -61,6 +66,9 @@ func command(entry string, args []string, img runner.Image, what string) ([]stri
 func checkServices(p policies.Sandbox, services []hook.Service) error {
 	if len(services) == 0 {
 		return nil
+	}
+	if len(services) > maxServices {
+		return fmt.Errorf("service containers refused: %d services, at most %d (each has its own writable layer of sandbox.limits.overlay on the runner's disk)", len(services), maxServices)
 	}
 	var bad []string
 	for _, s := range services {
@@ -193,6 +201,9 @@ func imagePath(img runner.Image) string {
 // before runsc binds it (gvisor.Mount.Beneath).
 func (d *hookJob) stepMounts(vols []hook.Mount) ([]gvisor.Mount, error) {
 	work, _ := d.mounts.Host(containerWork)
+	if err := d.masksInPlace(work); err != nil {
+		return nil, err
+	}
 	var out []gvisor.Mount
 	for _, v := range hook.Mounts(vols).Sorted() {
 		src, dst := filepath.Clean(v.Source), path.Clean(v.Target)
@@ -236,16 +247,61 @@ func (d *hookJob) jobMount(src string) (hook.Mount, bool) {
 	return hook.Mount{}, false
 }
 
-// emptyLike returns an empty directory or file of the job's to mount
-// over a masked path of the same kind.
+// emptyLike returns an empty directory of the job's to mount over a
+// masked directory. A masked file inside a volume cannot be covered so:
+// the step is refused rather than shown it.
 func (d *hookJob) emptyLike(mask string) (string, error) {
-	fi, err := os.Lstat(mask)
-	if err == nil && !fi.IsDir() {
-		f := filepath.Join(d.dir, "empty-file")
-		return f, os.WriteFile(f, nil, 0o444)
+	if fi, err := os.Lstat(mask); err == nil && !fi.IsDir() {
+		return "", fmt.Errorf("the volume holds %s, which the policy masks and which is not a directory: airlock cannot hide a file inside a Docker action's volume", mask)
 	}
 	dir := filepath.Join(d.dir, "empty")
 	return dir, os.MkdirAll(dir, 0o555)
+}
+
+// fileID identifies a file whatever its name.
+type fileID struct{ dev, ino uint64 }
+
+// pinMasks records the identity of each mask below the work directory,
+// before any of the job's code runs.
+func (d *hookJob) pinMasks(work string) {
+	d.maskIDs = map[string]fileID{}
+	for _, m := range d.hostMasks {
+		if id, ok := identity(work, m); ok {
+			d.maskIDs[m] = id
+		}
+	}
+}
+
+// masksInPlace refuses a Docker action when a masked directory is no
+// longer where it was: the job can rename a parent of a mask (gVisor
+// keeps only the mount point itself from moving) and so carry it into a
+// volume, uncovered, under another name.
+func (d *hookJob) masksInPlace(work string) error {
+	for m, want := range d.maskIDs {
+		if got, ok := identity(work, m); !ok || got != want {
+			return fmt.Errorf("%s, which the job may not see, was moved or replaced by the job: no Docker action runs in this job any more", m)
+		}
+	}
+	return nil
+}
+
+// identity is the device and inode of p below base, reached without
+// following symlinks.
+func identity(base, p string) (fileID, bool) {
+	f, err := files.OpenBeneath(base, p)
+	if err != nil {
+		return fileID{}, false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fileID{}, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, false
+	}
+	return fileID{uint64(st.Dev), st.Ino}, true
 }
 
 // within reports whether p is dir or below it.

@@ -222,6 +222,14 @@ func TestHookServicesAndDockerActions(t *testing.T) {
 	if code, out := containerStep("ghcr.io/acme/action:2", nil); code == 0 || !strings.Contains(out, "without following symlinks") || strings.Contains(out, "action ci on") {
 		t.Errorf("an action with a swapped volume: exit %d: %s", code, out)
 	}
+	// The job carries the runner's (masked) hook responses into the
+	// workspace by renaming their parent: no Docker action runs any more.
+	if code, out := h.step(state, `mv /__w/_temp /__w/app/app/t && ls /__w/app/app/t`); code != 0 {
+		t.Fatalf("rename: exit %d: %s", code, out)
+	}
+	if code, out := containerStep("ghcr.io/acme/action:2", nil); code == 0 || !strings.Contains(out, "was moved or replaced by the job") {
+		t.Errorf("an action after the masks moved: exit %d: %s", code, out)
+	}
 	if _, out := h.cleanup(state); !strings.Contains(out, "[service-db] service listening on 127.0.0.1:6379") {
 		t.Errorf("cleanup does not show the service's output: %s", out)
 	}

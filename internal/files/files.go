@@ -29,12 +29,12 @@ func ReadCapped(path string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// OpenBeneath opens dir, which must lie below base, as an O_PATH
-// descriptor without following any symlink on the way (base itself
-// included): a job that replaced a directory of its workspace with a
-// symlink to a host directory gets an error, not the host directory.
-// The file names exactly that directory through its /proc/self/fd link
-// for as long as it is open.
+// OpenBeneath opens dir (a directory or a file), which must lie below
+// base, as an O_PATH descriptor without following any symlink on the way
+// (base itself included): a job that replaced a directory of its
+// workspace with a symlink to a host directory gets an error, not the
+// host directory. The file names exactly what was opened through its
+// /proc/PID/fd link for as long as it is open (see FDPath).
 func OpenBeneath(base, dir string) (*os.File, error) {
 	rel, err := filepath.Rel(base, dir)
 	if err != nil || !filepath.IsLocal(rel) {
@@ -46,7 +46,7 @@ func OpenBeneath(base, dir string) (*os.File, error) {
 	}
 	defer unix.Close(bfd)
 	fd, err := unix.Openat2(bfd, rel, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {
