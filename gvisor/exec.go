@@ -234,6 +234,11 @@ func (s *Sandbox) settle(res *StepResult, waitErr error, stopped, detected strin
 	res.Limit = limit
 	if limit != "" {
 		res.Message = limitMessage(limit, s.cfg.Limits, timeout)
+		// It may have exited on its own just before the kill landed: a
+		// limit still means it did not succeed.
+		if res.ExitCode == 0 {
+			res.ExitCode = 137
+		}
 	}
 	if why := s.Dead(); why != "" && res.Message == "" {
 		res.Message = why
