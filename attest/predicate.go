@@ -256,6 +256,10 @@ type Verdict struct {
 	Passed   bool     `json:"passed"`
 	ExitCode int      `json:"exitCode"`
 	Reasons  []string `json:"reasons"`
+	// Final is false for an attestation of a job still running (its
+	// steps so far, written for a step of the job to upload): only the
+	// final one has the run-time trust diff and the job's verdict.
+	Final bool `json:"final"`
 }
 
 // RunTimes bounds the run.

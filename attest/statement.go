@@ -71,7 +71,7 @@ func FromResult(res runner.Result, m Meta) Predicate {
 		},
 		Job:       Job{Name: res.Job, Repository: m.Repository, PullRequest: m.PullRequest, BaseSHA: m.BaseSHA, HeadSHA: m.HeadSHA, Author: m.Author, Event: m.Event, ContainerImage: clip(m.ContainerImage, 512)},
 		Steps:     []Step{},
-		Verdict:   Verdict{Passed: res.Passed, ExitCode: res.ExitCode, Reasons: []string{}},
+		Verdict:   Verdict{Passed: res.Passed, ExitCode: res.ExitCode, Reasons: []string{}, Final: !res.Interim},
 		Times:     RunTimes{Start: res.Start, End: res.End},
 		Sandbox:   SandboxRef{ID: res.Sandbox.ID, Network: res.Sandbox.Network, User: fmt.Sprintf("%d:%d", res.Sandbox.User.UID, res.Sandbox.User.GID)},
 		Policy:    Policy{Sources: []PolicySource{}},

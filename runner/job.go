@@ -111,9 +111,11 @@ type SandboxInfo struct {
 
 // Result is the machine-readable outcome of a job (`airlock run --json`).
 type Result struct {
-	Job       string           `json:"job"`
-	Passed    bool             `json:"passed"`
-	ExitCode  int              `json:"exitCode"`
+	Job      string `json:"job"`
+	Passed   bool   `json:"passed"`
+	ExitCode int    `json:"exitCode"`
+	// Interim marks the result of a job still running (Session.Interim).
+	Interim   bool             `json:"interim,omitempty"`
 	Error     string           `json:"error,omitempty"`
 	Start     time.Time        `json:"start"`
 	End       time.Time        `json:"end"`
@@ -473,6 +475,35 @@ func (s *Session) Close() Result {
 	s.res.End = time.Now().UTC()
 	s.res.Duration = s.res.End.Sub(s.res.Start)
 	return s.res
+}
+
+// Interim is the result of the job so far, for an attestation a step of
+// the job can upload: its steps, processes and egress until now, the
+// authored trust findings. The run-time trust diff and the final verdict
+// come with Close.
+func (s *Session) Interim() Result {
+	res := s.res
+	res.Interim = true
+	res.Steps = slices.Clone(s.res.Steps)
+	res.Passed, res.ExitCode = verdict(res.Steps)
+	res.Processes = s.sb.Record()
+	if s.gw != nil {
+		rep := s.gw.Report(res.Processes)
+		res.Egress = &rep
+	}
+	if s.res.Trust != nil {
+		t := *s.res.Trust
+		t.Findings = slices.Clone(t.Findings)
+		t.Notes = append(slices.Clone(t.Notes), "interim: the run-time trust diff is made when the job ends")
+		t.Decide()
+		res.Trust = &t
+		if t.Failed {
+			res.Passed = false
+		}
+	}
+	res.End = time.Now().UTC()
+	res.Duration = res.End.Sub(res.Start)
+	return res
 }
 
 // closeTrust runs the run-time trust diff (the sandbox is gone, nothing

@@ -70,7 +70,11 @@ func writeAttestation(ctx context.Context, res runner.Result, o *runOptions, std
 		fmt.Fprintf(stderr, "airlock: ATTESTATION NOT WRITTEN: %v\n", err)
 		return info
 	}
-	artifacts, notes := attest.Artifacts(o.workspace, o.attestSubjects)
+	artDir := o.workspace
+	if o.artifactsDir != "" {
+		artDir = o.artifactsDir
+	}
+	artifacts, notes := attest.Artifacts(artDir, o.attestSubjects)
 	for _, n := range notes {
 		fmt.Fprintf(stderr, "airlock: attestation: %s\n", n)
 	}

@@ -400,14 +400,12 @@ func hookDaemon(dir string) int {
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
 		<-term
-		hook.Call(context.Background(), sock, hook.Request{Op: "cleanup"}, io.Discard, io.Discard)
+		srv.Shutdown(os.Stderr, os.Stderr)
 	}()
 	// A job whose cleanup never comes (the runner died, or its state was
 	// lost) ends by itself after its time.
 	if d.jobTimeout > 0 {
-		time.AfterFunc(d.jobTimeout+watchdogSlack, func() {
-			hook.Call(context.Background(), sock, hook.Request{Op: "cleanup"}, io.Discard, io.Discard)
-		})
+		time.AfterFunc(d.jobTimeout+watchdogSlack, func() { srv.Shutdown(os.Stderr, os.Stderr) })
 	}
 	if err := os.WriteFile(filepath.Join(dir, daemonReady), []byte(s.ID()), 0o600); err != nil {
 		s.Abandon()
@@ -445,6 +443,9 @@ type hookJob struct {
 	// maskIDs are the identities of those below the work directory.
 	hostMasks []string
 	maskIDs   map[string]fileID
+	// pinnedRepo keeps the repository open for the attestation (see
+	// pinWorkspace).
+	pinnedRepo *os.File
 	// commits are the pull request's head and merge commits: a checkout
 	// at one of them is compared with its tree as GitHub has it.
 	commits []string
@@ -671,6 +672,9 @@ func eventRefs(payload []byte) (owner, repo, merge string) {
 // step's environment and PATH.
 func (d *hookJob) Step(ctx context.Context, a hook.ScriptArgs, stdout, stderr io.Writer) (int, error) {
 	d.takeBaseline(stderr)
+	if uploadsArtifacts(a) {
+		d.interimAttestation(ctx, stderr)
+	}
 	if a.EntryPoint == "" {
 		return 1, errors.New("run_script_step: no entryPoint")
 	}
@@ -732,6 +736,7 @@ func (d *hookJob) Cleanup(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	d.opts.resolveSubject(ctx)
 	res := d.session.Close()
+	d.pinWorkspace()
 	d.serviceLog.writeTo(stderr)
 	att := writeAttestation(ctx, res, &d.opts, stderr)
 	runner.WriteSummary(stderr, res)

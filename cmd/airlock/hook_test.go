@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -258,6 +260,33 @@ func TestHookJob(t *testing.T) {
 			t.Errorf("the registry password reached the sandbox: %s", out)
 		}
 	}
+	// actions/upload-artifact gets an interim attestation of the job so
+	// far in $RUNNER_TEMP/airlock, written without following what the job
+	// planted there.
+	upload := func() (int, string) {
+		b, _ := json.Marshal(map[string]any{"command": "run_script_step", "state": state, "args": map[string]any{
+			"entryPoint": "bash", "entryPointArgs": []string{"-c", `wc -c < /__w/_temp/airlock/attestation.sigstore.json`, "/__w/_actions/actions/upload-artifact/v4/dist/upload/index.js"},
+			"environmentVariables": map[string]string{}, "prependPath": []string{}, "workingDirectory": "/__w/app/app",
+		}})
+		return h.call(b)
+	}
+	if code, out := h.step(state, `ln -s /tmp /__w/_temp/airlock`); code != 0 {
+		t.Fatalf("plant: %d %s", code, out)
+	}
+	if code, out := upload(); code == 0 || !strings.Contains(out, "no interim attestation for the upload") {
+		t.Errorf("upload through a planted symlink: exit %d: %s", code, out)
+	}
+	if _, err := os.Stat("/tmp/" + interimName); err == nil {
+		t.Errorf("the interim attestation was written through the job's symlink")
+	}
+	os.Remove(filepath.Join(h.temp, "airlock"))
+	if code, out := upload(); code != 0 || !strings.Contains(out, "interim attestation of the job so far") {
+		t.Fatalf("upload: exit %d: %s", code, out)
+	}
+	var iv, ie bytes.Buffer
+	if code := execute([]string{"verify", "--key", h.keyPub, "--json", filepath.Join(h.temp, "airlock", interimName)}, &iv, &ie); code != 0 || !strings.Contains(iv.String(), `"final": false`) || !strings.Contains(iv.String(), "exit") {
+		t.Errorf("interim attestation: %d %s %s", code, iv.String(), ie.String())
+	}
 	code, out := h.cleanup(state)
 	if !strings.Contains(out, "airlock: attestation ") || code == 0 {
 		t.Fatalf("cleanup of a failed job: exit %d: %s", code, out)
@@ -272,7 +301,7 @@ func TestHookJob(t *testing.T) {
 	}
 	var vj bytes.Buffer
 	execute([]string{"verify", "--key", h.keyPub, "--json", bundles[0]}, &vj, &ve)
-	if !strings.Contains(vj.String(), `"containerImage": "node:20"`) {
+	if !strings.Contains(vj.String(), `"containerImage": "node:20"`) || !strings.Contains(vj.String(), `"final": true`) {
 		t.Errorf("the job image is not recorded: %.400s", vj.String())
 	}
 	if !strings.Contains(vo.String(), "exit 3") || !strings.Contains(vo.String(), "(2 sources)") {
@@ -381,4 +410,27 @@ func BenchmarkHookStep(b *testing.B) {
 	b.ReportMetric(float64(direct.Milliseconds())/n, "exec-ms")
 	b.ReportMetric(float64(viaHook.Milliseconds())/n, "hook-ms")
 	b.ReportMetric(float64((viaHook-direct).Milliseconds())/n, "added-ms")
+}
+
+// SIGTERM to a job's daemon (the runner host shutting down) ends the job
+// and its sandbox even when its socket is gone with its directory.
+func TestHookDaemonTerm(t *testing.T) {
+	h := newRunnerHost(t)
+	state := h.prepare()
+	dir := state["jobDir"].(string)
+	pid := daemonPID(dir)
+	if pid == 0 {
+		t.Fatal("no daemon")
+	}
+	os.Remove(filepath.Join(dir, daemonSocket))
+	syscall.Kill(pid, syscall.SIGTERM)
+	waitGone(pid, 30*time.Second)
+	if syscall.Kill(pid, 0) == nil {
+		if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); !strings.Contains(string(st), ") Z ") {
+			t.Fatal("the daemon is still running")
+		}
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Error("the job directory is still there")
+	}
 }

@@ -54,11 +54,14 @@ type runOptions struct {
 	attestDir          string
 	attestKey          string
 	attestPasswordFile string
-	policyKey          string      // attest.key of the organisation policy
-	attestSubjects     []string    // attest.subjects of the policy
-	meta               attest.Meta // what the policy mode learnt of the pull request
-	headWasImplicit    bool        // no --head: the subject is the workspace's HEAD
-	subjectNotes       []string    // trouble resolving the subject, for the verdict
+	policyKey          string   // attest.key of the organisation policy
+	attestSubjects     []string // attest.subjects of the policy
+	// artifactsDir, when set, is where the artifact subjects are read
+	// instead of workspace (the hook's repository, opened safely).
+	artifactsDir    string
+	meta            attest.Meta // what the policy mode learnt of the pull request
+	headWasImplicit bool        // no --head: the subject is the workspace's HEAD
+	subjectNotes    []string    // trouble resolving the subject, for the verdict
 }
 
 func (o *runOptions) addFlags(f *pflag.FlagSet) {

@@ -125,7 +125,20 @@ func (s *Server) step(c net.Conn, run func(context.Context) (int, error)) (int, 
 	return run(ctx)
 }
 
+// Shutdown ends the job from within the daemon (a signal, the watchdog),
+// as a cleanup request would, without needing the socket (which may be
+// gone with the job's directory).
+func (s *Server) Shutdown(stdout, stderr io.Writer) error {
+	err := s.cleanupTo(stdout, stderr)
+	s.finish()
+	return err
+}
+
 func (s *Server) cleanup(enc *frameWriter) error {
+	return s.cleanupTo(enc.stream(1), enc.stream(2))
+}
+
+func (s *Server) cleanupTo(stdout, stderr io.Writer) error {
 	s.cmu.Lock()
 	if s.closing {
 		s.cmu.Unlock()
@@ -139,7 +152,7 @@ func (s *Server) cleanup(enc *frameWriter) error {
 	s.cmu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.h.Cleanup(context.Background(), enc.stream(1), enc.stream(2))
+	return s.h.Cleanup(context.Background(), stdout, stderr)
 }
 
 // finish ends the server once the cleanup's answer is sent.
