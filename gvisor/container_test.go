@@ -559,3 +559,32 @@ func TestMountBeneath(t *testing.T) {
 		t.Errorf("job sandbox with a swapped mount: %v", err)
 	}
 }
+
+// A mask is applied where its path leads inside the root: on a host
+// whose /home is a symlink (to var/home, absolute or not), the secret
+// under it is still masked.
+func TestLookupMasksThroughSymlinks(t *testing.T) {
+	for _, tc := range []struct {
+		name, link string
+	}{{"absolute", "/var/home"}, {"relative", "var/home"}, {"via dotdot", "etc/../var/home"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			os.MkdirAll(filepath.Join(root, "var/home/runner/.creds"), 0o755)
+			os.WriteFile(filepath.Join(root, "var/home/runner/token"), []byte("x"), 0o600)
+			os.MkdirAll(filepath.Join(root, "etc"), 0o755)
+			os.Symlink(tc.link, filepath.Join(root, "home"))
+			m, err := lookupMasks(root, []string{"/home/runner/.creds", "/home/runner/token", "/home/nobody/x"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(m.dirs, []string{"var/home/runner/.creds"}) || !slices.Equal(m.files, []string{"var/home/runner/token"}) {
+				t.Errorf("dirs %v files %v", m.dirs, m.files)
+			}
+		})
+	}
+	root := t.TempDir()
+	os.Symlink("loop", filepath.Join(root, "loop"))
+	if m, err := lookupMasks(root, []string{"/loop/x"}); err != nil || len(m.dirs)+len(m.files) != 0 {
+		t.Errorf("a symlink loop: %v %+v", err, m)
+	}
+}

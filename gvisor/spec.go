@@ -232,8 +232,11 @@ func lookupMasks(root string, paths []string) (maskSet, error) {
 	defer r.Close()
 	seen := map[string]bool{}
 	for _, p := range paths {
-		rel := strings.TrimPrefix(path.Clean("/"+p), "/")
-		if seen[rel] || rel == "" {
+		// Symlinks along the path are followed inside the root (a host
+		// whose /home is a symlink to var/home still has the secret at
+		// the target): what is masked is where the path leads.
+		rel, err := resolveInRoot(r, strings.TrimPrefix(path.Clean("/"+p), "/"))
+		if err != nil || seen[rel] || rel == "" {
 			continue
 		}
 		seen[rel] = true
@@ -250,6 +253,51 @@ func lookupMasks(root string, paths []string) (maskSet, error) {
 		}
 	}
 	return m, nil
+}
+
+// maxLinkHops bounds the symlinks followed resolving one path.
+const maxLinkHops = 40
+
+// resolveInRoot follows the symlinks of rel inside r as the sandbox
+// would (an absolute target starts again at r's top, ".." stops there)
+// and returns the path it leads to; the part that does not exist is kept
+// as written.
+func resolveInRoot(r *os.Root, rel string) (string, error) {
+	hops := 0
+	var walk func(done string, rest []string) (string, error)
+	walk = func(done string, rest []string) (string, error) {
+		for i, c := range rest {
+			next := path.Join(done, c)
+			fi, err := r.Lstat(next)
+			if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+				if err != nil {
+					return path.Join(append([]string{next}, rest[i+1:]...)...), nil
+				}
+				done = next
+				continue
+			}
+			if hops++; hops > maxLinkHops {
+				return "", fmt.Errorf("%s: too many symlinks", rel)
+			}
+			target, err := r.Readlink(next)
+			if err != nil {
+				return "", err
+			}
+			if !path.IsAbs(target) {
+				target = path.Join("/", done, target)
+			}
+			resolved, err := walk("", strings.Split(strings.TrimPrefix(path.Clean(target), "/"), "/"))
+			if err != nil {
+				return "", err
+			}
+			done = resolved
+		}
+		return done, nil
+	}
+	if rel == "" {
+		return "", nil
+	}
+	return walk("", strings.Split(rel, "/"))
 }
 
 func maskDir(p string) specs.Mount {
