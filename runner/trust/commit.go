@@ -198,6 +198,7 @@ func (s *Snapshot) WithGit(other *Snapshot) *Snapshot {
 				out.Entries[p] = e
 			}
 		}
+		out.Notes = append(out.Notes, other.Notes...)
 		out.Truncated = out.Truncated || other.Truncated
 	}
 	return out
