@@ -588,3 +588,30 @@ func TestLookupMasksThroughSymlinks(t *testing.T) {
 		t.Errorf("a symlink loop: %v %+v", err, m)
 	}
 }
+
+// A container's first process is in the exec record (it is started, not
+// exec'd), with its command; what it runs after is too.
+func TestContainerStartRecorded(t *testing.T) {
+	img := newImage(t, nil)
+	sb := newTestSandbox(t, nil)
+	_, _, res := runContainer(t, sb, ContainerConfig{Name: "recorded", RootFS: img, Args: tool("exit", "7")})
+	if res.ExitCode != 7 {
+		t.Fatalf("exit %d", res.ExitCode)
+	}
+	want := strings.Join(tool("exit", "7"), " ")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for _, e := range sb.Record().Execs {
+			if strings.Join(e.Argv, " ") == want {
+				if e.PID == 0 {
+					t.Errorf("no pid: %+v", e)
+				}
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the container's start is not in the record: %+v", sb.Record().Execs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -221,7 +221,18 @@ func (r *Record) apply(t pb.MessageType, payload []byte) error {
 		}
 		r.addOpen(&m)
 	case pb.MessageType_MESSAGE_CONTAINER_START:
-		// Carries the container's environment: deliberately not recorded.
+		// A container's first process: recorded as an exec of its
+		// command (its environment is never asked for nor kept).
+		var m pb.Start
+		if err := proto.Unmarshal(payload, &m); err != nil {
+			return err
+		}
+		args := m.GetArgs()
+		bin := ""
+		if len(args) > 0 {
+			bin = args[0]
+		}
+		r.addExec(&pb.ExecveInfo{ContextData: m.GetContextData(), BinaryPath: bin, Argv: args})
 	default:
 		return fmt.Errorf("unexpected message type %d", t)
 	}

@@ -22,6 +22,9 @@ func PodInitConfig(socketPath string) ([]byte, error) {
 			"name": "Default",
 			"points": []point{
 				{Name: "sentry/execve", OptionalFields: []string{"binary_sha256"}, ContextFields: ctx},
+				// A container's first process is started, not exec'd.
+				// Its environment (the optional field) is not asked for.
+				{Name: "container/start", ContextFields: ctx},
 				{Name: "sentry/exit_notify_parent", ContextFields: ctx},
 				{Name: "sentry/task_exit", ContextFields: ctx},
 				{Name: "syscall/connect/exit", ContextFields: ctx},
