@@ -239,18 +239,27 @@ func buildRootSkeleton(p rootPlan) error {
 			return err
 		}
 	}
+	// Created through the skeleton's root: the symlinks copied from the
+	// source root are never followed out of it (to the host's files).
+	skel, err := os.OpenRoot(dst)
+	if err != nil {
+		return err
+	}
+	defer skel.Close()
 	for _, d := range p.Dirs {
-		if err := os.MkdirAll(filepath.Join(dst, d), 0o755); err != nil {
+		if err := skel.MkdirAll(d, 0o755); err != nil {
 			return fmt.Errorf("mount point %s: %w", d, err)
 		}
 	}
 	for _, f := range p.Files {
-		if err := os.MkdirAll(filepath.Join(dst, filepath.Dir(f)), 0o755); err != nil {
+		if err := skel.MkdirAll(filepath.Dir(f), 0o755); err != nil {
 			return fmt.Errorf("mount point %s: %w", f, err)
 		}
-		if err := touch(filepath.Join(dst, f)); err != nil {
+		t, err := skel.OpenFile(f, os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
 			return fmt.Errorf("mount point %s: %w", f, err)
 		}
+		t.Close()
 	}
 	// Masks go last: they sit on top of the binds. The paths were checked
 	// inside the root by maskPlan; the kernel resolves them here again,
