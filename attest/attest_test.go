@@ -68,30 +68,26 @@ func statement(t testing.TB, commit string, p Predicate) []byte {
 	return st
 }
 
-// keyFiles writes the kinds of signing keys airlock takes and returns
-// their references with their public keys.
-func keyFiles(t testing.TB) map[string]struct {
+// keyFile is a signing key written for a test: its reference, its
+// password (if any) and its public key.
+type keyFile struct {
 	ref      string
 	password PasswordFunc
 	pub      []byte
-} {
+}
+
+// keyFiles writes the kinds of signing keys airlock takes and returns
+// their references with their public keys.
+func keyFiles(t testing.TB) map[string]keyFile {
 	t.Helper()
 	dir := t.TempDir()
-	out := map[string]struct {
-		ref      string
-		password PasswordFunc
-		pub      []byte
-	}{}
+	out := map[string]keyFile{}
 	priv, pub, err := GenerateKeyPair(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, "ec.key"), priv, 0o600)
-	out["ecdsa"] = struct {
-		ref      string
-		password PasswordFunc
-		pub      []byte
-	}{filepath.Join(dir, "ec.key"), nil, pub}
+	out["ecdsa"] = keyFile{filepath.Join(dir, "ec.key"), nil, pub}
 
 	priv, pub, err = GenerateKeyPair([]byte("correct horse"))
 	if err != nil {
@@ -99,21 +95,13 @@ func keyFiles(t testing.TB) map[string]struct {
 	}
 	os.WriteFile(filepath.Join(dir, "enc.key"), priv, 0o600)
 	os.WriteFile(filepath.Join(dir, "password"), []byte("correct horse\n"), 0o600)
-	out["ecdsa encrypted"] = struct {
-		ref      string
-		password PasswordFunc
-		pub      []byte
-	}{filepath.Join(dir, "enc.key"), PasswordFromEnv("AIRLOCK_TEST_NO_SUCH_VAR", filepath.Join(dir, "password")), pub}
+	out["ecdsa encrypted"] = keyFile{filepath.Join(dir, "enc.key"), PasswordFromEnv("AIRLOCK_TEST_NO_SUCH_VAR", filepath.Join(dir, "password")), pub}
 
 	epub, epriv, _ := ed25519.GenerateKey(rand.Reader)
 	privPEM, _ := cryptoutils.MarshalPrivateKeyToPEM(epriv)
 	pubPEM, _ := cryptoutils.MarshalPublicKeyToPEM(epub)
 	os.WriteFile(filepath.Join(dir, "ed.key"), privPEM, 0o600)
-	out["ed25519"] = struct {
-		ref      string
-		password PasswordFunc
-		pub      []byte
-	}{filepath.Join(dir, "ed.key"), nil, pubPEM}
+	out["ed25519"] = keyFile{filepath.Join(dir, "ed.key"), nil, pubPEM}
 	return out
 }
 
