@@ -238,15 +238,11 @@ func checkMounts(mounts []Mount) ([]Mount, error) {
 	var out []Mount
 	for _, m := range mounts {
 		if m.Beneath != "" {
-			f, err := files.OpenBeneath(m.Beneath, m.Source)
+			f, err := files.OpenDirBeneath(m.Beneath, m.Source)
 			if err != nil {
 				return nil, fmt.Errorf("%w: mount source: %v", ErrInvalidConfig, err)
 			}
-			fi, err := f.Stat()
 			f.Close()
-			if err != nil || !fi.IsDir() {
-				return nil, fmt.Errorf("%w: mount source %s: not a directory on the host", ErrInvalidConfig, m.Source)
-			}
 		} else if fi, err := os.Stat(m.Source); err != nil || !fi.IsDir() {
 			return nil, fmt.Errorf("%w: mount source %s: not a directory on the host", ErrInvalidConfig, m.Source)
 		}

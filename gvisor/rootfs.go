@@ -110,13 +110,9 @@ func (p *rootPlan) pinMounts(mounts []Mount, dir string) ([]Mount, error) {
 // gets bound, so nothing can swap the path in between.
 func bindPins(pins []pin) error {
 	for _, p := range pins {
-		f, err := files.OpenBeneath(p.Base, filepath.Join(p.Base, p.Rel))
+		f, err := files.OpenDirBeneath(p.Base, filepath.Join(p.Base, p.Rel))
 		if err != nil {
 			return fmt.Errorf("mount source: %w", err)
-		}
-		if fi, err := f.Stat(); err != nil || !fi.IsDir() {
-			f.Close()
-			return fmt.Errorf("mount source %s: not a directory", filepath.Join(p.Base, p.Rel))
 		}
 		err = unix.Mount(files.FDPath(f), p.At, "", unix.MS_BIND, "")
 		f.Close()

@@ -399,13 +399,9 @@ func (s *Session) openTrustRoot() (dir string, done func(), err error) {
 	if s.job.Trust == nil || s.job.Trust.Dir == "" {
 		return s.cfg.Workspace, func() {}, nil
 	}
-	f, err := files.OpenBeneath(s.cfg.Workspace, filepath.Join(s.cfg.Workspace, s.job.Trust.Dir))
+	f, err := files.OpenDirBeneath(s.cfg.Workspace, filepath.Join(s.cfg.Workspace, s.job.Trust.Dir))
 	if err != nil {
 		return "", nil, fmt.Errorf("the repository: %w", err)
-	}
-	if fi, err := f.Stat(); err != nil || !fi.IsDir() {
-		f.Close()
-		return "", nil, fmt.Errorf("the repository %s is not a directory", s.job.Trust.Dir)
 	}
 	return files.FDPath(f), func() { f.Close() }, nil
 }

@@ -105,7 +105,7 @@ func (d *hookJob) pinWorkspace() {
 		return
 	}
 	work, _ := d.mounts.Host(containerWork)
-	f, err := files.OpenBeneath(work, d.opts.workspace)
+	f, err := files.OpenDirBeneath(work, d.opts.workspace)
 	if err != nil {
 		d.opts.artifactsDir = filepath.Join(d.dir, "no-repository")
 		return

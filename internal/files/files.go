@@ -36,6 +36,16 @@ func ReadCapped(path string, limit int64) ([]byte, error) {
 // host directory. The file names exactly what was opened through its
 // /proc/PID/fd link for as long as it is open (see FDPath).
 func OpenBeneath(base, dir string) (*os.File, error) {
+	return openBeneath(base, dir, 0)
+}
+
+// OpenDirBeneath is OpenBeneath for a directory: anything else is an
+// error ("not a directory").
+func OpenDirBeneath(base, dir string) (*os.File, error) {
+	return openBeneath(base, dir, unix.O_DIRECTORY)
+}
+
+func openBeneath(base, dir string, flags int) (*os.File, error) {
 	rel, err := filepath.Rel(base, dir)
 	if err != nil || !filepath.IsLocal(rel) {
 		return nil, fmt.Errorf("%s is not below %s", dir, base)
@@ -46,7 +56,7 @@ func OpenBeneath(base, dir string) (*os.File, error) {
 	}
 	defer unix.Close(bfd)
 	fd, err := unix.Openat2(bfd, rel, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Flags:   uint64(unix.O_PATH | unix.O_CLOEXEC | flags),
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {

@@ -48,8 +48,12 @@ func TestOpenBeneath(t *testing.T) {
 			}
 		})
 	}
+	// A directory is asked for: a file is not one.
+	if _, err := OpenDirBeneath(base, filepath.Join(base, "a", "file")); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("a file as a directory: %v", err)
+	}
 	// Swapped after the open: the descriptor still names the directory.
-	f, err := OpenBeneath(base, filepath.Join(base, "a", "b"))
+	f, err := OpenDirBeneath(base, filepath.Join(base, "a", "b"))
 	if err != nil {
 		t.Fatal(err)
 	}
