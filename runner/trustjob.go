@@ -32,14 +32,13 @@ func beforeJob(ctx context.Context, job *Job, rep *trust.Report) (*trust.Snapsho
 }
 
 // afterJob compares the workspace with the pre-job snapshot (the sandbox
-// is gone, nothing writes any more), reverts what the policy says to, and
-// decides whether the job fails for it.
+// is gone, nothing writes any more) and reverts what the policy says to;
+// the caller (Session.closeTrust) decides the verdict.
 func afterJob(ws, mount string, t *Trust, before *trust.Snapshot, rep *trust.Report, refused []monitor.WriteRefused, execs []monitor.Exec) {
 	set := t.Set
 	after, err := trust.Take(ws, set)
 	if err != nil {
 		rep.Error = joinMsg(rep.Error, "trust snapshot after the job: "+err.Error())
-		rep.Decide()
 		return
 	}
 	if t.NoHooks {
@@ -63,7 +62,6 @@ func afterJob(ws, mount string, t *Trust, before *trust.Snapshot, rep *trust.Rep
 	rep.Findings = append(rep.Findings, found...)
 	rep.Findings = append(rep.Findings, refusedWrites(mount, set, rep.ReadOnly, refused, execs)...)
 	rep.Notes = append(append(rep.Notes, before.Notes...), after.Notes...)
-	rep.Decide()
 }
 
 // refusedWrites turns the sandbox's opens refused with EROFS on the
