@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/airlock-ci/airlock/internal/paths"
 )
 
 // Sub-containers: a second (third, ...) container in the job's running
@@ -137,7 +139,7 @@ func checkImageDir(dir, stateRoot string) (string, error) {
 	if s, err := filepath.EvalSymlinks(state); err == nil {
 		state = s
 	}
-	if rel, err := filepath.Rel(root, state); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+	if paths.Within(state, root) {
 		return "", fmt.Errorf("%w: rootfs %s contains airlock's state root %s; give an unpacked image directory", ErrInvalidConfig, dir, stateRoot)
 	}
 	return root, nil

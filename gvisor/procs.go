@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-ci/airlock/internal/paths"
 )
 
 // killProcessesUsing SIGKILLs every host process whose command line names
@@ -53,7 +55,7 @@ func unmountUnder(dir string) {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
+		if len(fields) > 4 && paths.Below(fields[4], dir) {
 			mounts = append(mounts, fields[4])
 		}
 	}

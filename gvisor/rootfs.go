@@ -17,6 +17,7 @@ import (
 	"gvisor.dev/gvisor/runsc/cli/maincli"
 
 	"github.com/airlock-ci/airlock/internal/files"
+	"github.com/airlock-ci/airlock/internal/paths"
 )
 
 // rootHelperArg0 is argv[0] of the helper that builds the root skeleton
@@ -390,7 +391,7 @@ func (p *rootPlan) addPath(dest string, file bool) error {
 		return nil
 	}
 	for _, m := range append(append([]string{}, p.MaskDirs...), p.MaskFiles...) {
-		if rel == m || strings.HasPrefix(rel, m+"/") {
+		if paths.Within(rel, m) {
 			return fmt.Errorf("%w: %s %s is inside /%s, which is masked", ErrInvalidConfig, what, dest, m)
 		}
 	}

@@ -12,6 +12,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"gvisor.dev/gvisor/runsc/specutils"
+
+	"github.com/airlock-ci/airlock/internal/paths"
 )
 
 // initPath is where the airlock binary is mounted inside the sandbox to
@@ -159,12 +161,12 @@ func inWorkspace(c Config, paths []string) []string {
 // outsideWorkspace returns the masks that are in the root: not below the
 // workspace mount point, nor below a directory the sandbox gets fresh
 // (/tmp, /run, ...), where nothing of the host shows anyway.
-func outsideWorkspace(c Config, paths []string) []string {
+func outsideWorkspace(c Config, dirs []string) []string {
 	var out []string
-	for _, p := range paths {
+	for _, p := range dirs {
 		p = path.Clean(p)
 		top, _, _ := strings.Cut(strings.TrimPrefix(p, "/"), "/")
-		if p != c.WorkspaceMount && !strings.HasPrefix(p, c.WorkspaceMount+"/") && !freshTopDirs[top] {
+		if !paths.Within(p, c.WorkspaceMount) && !freshTopDirs[top] {
 			out = append(out, p)
 		}
 	}

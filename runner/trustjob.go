@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/airlock-ci/airlock/gvisor/monitor"
+	"github.com/airlock-ci/airlock/internal/paths"
 
 	"github.com/airlock-ci/airlock/runner/trust"
 )
@@ -72,7 +73,7 @@ func refusedWrites(mount string, set *trust.Set, readOnly []string, refused []mo
 	seen := map[string]bool{}
 	for _, w := range refused {
 		rel, ok := strings.CutPrefix(w.Path, mount+"/")
-		if !ok || seen[rel] || !underAny(rel, readOnly) {
+		if !ok || seen[rel] || !paths.WithinAny(rel, readOnly) {
 			continue
 		}
 		seen[rel] = true
@@ -96,13 +97,4 @@ func refusedWrites(mount string, set *trust.Set, readOnly []string, refused []mo
 		})
 	}
 	return out
-}
-
-func underAny(rel string, dirs []string) bool {
-	for _, d := range dirs {
-		if rel == d || strings.HasPrefix(rel, d+"/") {
-			return true
-		}
-	}
-	return false
 }

@@ -16,6 +16,8 @@ import (
 	"path"
 	"sort"
 	"strings"
+
+	"github.com/airlock-ci/airlock/internal/paths"
 )
 
 // Commands of the protocol.
@@ -155,7 +157,7 @@ func (m Mounts) Host(containerPath string) (string, bool) {
 	best := -1
 	for i, mt := range m {
 		t := path.Clean(mt.Target)
-		if (p == t || strings.HasPrefix(p, t+"/")) && (best < 0 || len(t) > len(path.Clean(m[best].Target))) {
+		if paths.Within(p, t) && (best < 0 || len(t) > len(path.Clean(m[best].Target))) {
 			best = i
 		}
 	}

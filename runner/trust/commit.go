@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+
+	"github.com/airlock-ci/airlock/internal/paths"
 )
 
 // TreeFile is a file of a commit's tree, as a trusted source lists it
@@ -42,7 +44,7 @@ func CommitBaseline(after, first *Snapshot, tree []TreeFile, set *Set, fetch fun
 	// is their baseline (or, checked out later, they are as found).
 	subs := submodules(tree)
 	for p, a := range after.Entries {
-		if underAny(p, subs) {
+		if paths.BelowAny(p, subs) {
 			if first != nil && first.Entries[p] != nil {
 				before.Entries[p] = first.Entries[p]
 			} else {
@@ -107,7 +109,7 @@ func TreeDistance(after *Snapshot, tree []TreeFile, set *Set) int {
 	}
 	subs := submodules(tree)
 	for p := range after.Entries {
-		if !inTree[p] && p != ".git" && !strings.HasPrefix(p, ".git/") && !underAny(p, subs) {
+		if !inTree[p] && !paths.Within(p, ".git") && !paths.BelowAny(p, subs) {
 			n++
 		}
 	}
@@ -123,16 +125,6 @@ func submodules(tree []TreeFile) []string {
 		}
 	}
 	return out
-}
-
-// underAny reports whether p lies below one of dirs.
-func underAny(p string, dirs []string) bool {
-	for _, d := range dirs {
-		if strings.HasPrefix(p, d+"/") {
-			return true
-		}
-	}
-	return false
 }
 
 // worktreeFiles are the tree's files a snapshot of the worktree covers.
@@ -194,7 +186,7 @@ func (s *Snapshot) WithGit(other *Snapshot) *Snapshot {
 	}
 	if other != nil {
 		for p, e := range other.Entries {
-			if p == ".git" || strings.HasPrefix(p, ".git/") {
+			if paths.Within(p, ".git") {
 				out.Entries[p] = e
 			}
 		}
