@@ -48,7 +48,7 @@ func predicate(execs, decisions, findings int) Predicate {
 		if i%10 == 0 {
 			d.Decision, d.Rule, d.Reason, d.Name = "denied", "default (deny)", "evil.test is not in egress.allow", "evil.test"
 		}
-		p.Egress.Decisions = append(p.Egress.Decisions, d.row(t0))
+		p.Egress.Decisions = append(p.Egress.Decisions, d.Row(t0))
 	}
 	if decisions > 0 {
 		p.Egress.Summary = []EgressSummary{{Destination: "evil.test:443", Denied: decisions / 10}, {Destination: "host1.example.com:443", Allowed: decisions - decisions/10}}

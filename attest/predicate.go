@@ -171,7 +171,9 @@ type EgressDecision struct {
 	BytesIn  int64
 }
 
-func (d EgressDecision) row(start time.Time) json.RawMessage {
+// Row encodes the decision as a row under DecisionColumns, its time in
+// milliseconds since start.
+func (d EgressDecision) Row(start time.Time) json.RawMessage {
 	b, _ := json.Marshal([]any{d.Time.Sub(start).Milliseconds(), d.PID, d.Protocol, d.Name, d.Address, d.Port, d.Method, d.Path, d.Decision, d.Rule, d.Reason, d.Upstream, d.BytesOut, d.BytesIn})
 	return b
 }

@@ -55,7 +55,7 @@ func writeAttestation(ctx context.Context, res runner.Result, o *runOptions, std
 		}
 	}
 	abs, _ := filepath.Abs(o.workspace)
-	pred := attest.FromResult(res, m)
+	pred := runner.Predicate(res, m)
 	pred.Verdict.Reasons = append(pred.Verdict.Reasons, o.subjectNotes...)
 	// The job may have moved HEAD: the subject is what was resolved
 	// before it ran, and a move is on record.

@@ -1,0 +1,226 @@
+package runner
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/runner/egress/rules"
+)
+
+// Predicate builds the attestation predicate of a job's result. Every
+// string that came from the job is clipped and every list bounded
+// (attest.Max*), so a job cannot make its own record unbounded; what was
+// left out is counted.
+func Predicate(res Result, m attest.Meta) attest.Predicate {
+	p := attest.Predicate{
+		Runner: attest.Runner{
+			AirlockVersion: m.AirlockVersion, AirlockCommit: m.AirlockCommit,
+			GVisorVersion: res.Sandbox.Runtime, Platform: res.Sandbox.Platform,
+		},
+		Job:       attest.Job{Name: res.Job, Repository: m.Repository, PullRequest: m.PullRequest, BaseSHA: m.BaseSHA, HeadSHA: m.HeadSHA, Author: m.Author, Event: m.Event, ContainerImage: clip(m.ContainerImage, 512)},
+		Steps:     []attest.Step{},
+		Verdict:   attest.Verdict{Passed: res.Passed, ExitCode: res.ExitCode, Reasons: []string{}, Final: !res.Interim},
+		Times:     attest.RunTimes{Start: res.Start, End: res.End},
+		Sandbox:   attest.SandboxRef{ID: res.Sandbox.ID, Network: res.Sandbox.Network, User: fmt.Sprintf("%d:%d", res.Sandbox.User.UID, res.Sandbox.User.GID)},
+		Policy:    attest.Policy{Sources: []attest.PolicySource{}},
+		Egress:    attest.Egress{Start: res.Start, Columns: attest.DecisionColumns, Decisions: []json.RawMessage{}, Summary: []attest.EgressSummary{}},
+		Trust:     attest.Trust{Findings: []attest.TrustFinding{}},
+		Processes: attest.Processes{Execs: []attest.Exec{}},
+	}
+	p.Runner.Hostname, _ = os.Hostname()
+	if id, err := os.ReadFile("/etc/machine-id"); err == nil {
+		sum := sha256.Sum256([]byte(strings.TrimSpace(string(id))))
+		p.Runner.MachineIDSHA256 = hex.EncodeToString(sum[:])
+	}
+	if os.Getenv("GITHUB_ACTIONS") == "true" {
+		p.Runner.GitHub = &attest.GitHubRun{
+			Repository: os.Getenv("GITHUB_REPOSITORY"), RunID: os.Getenv("GITHUB_RUN_ID"), RunAttempt: os.Getenv("GITHUB_RUN_ATTEMPT"),
+			Workflow: os.Getenv("GITHUB_WORKFLOW"), Job: os.Getenv("GITHUB_JOB"), RunnerName: os.Getenv("RUNNER_NAME"),
+		}
+	}
+	if pi := res.Policy; pi != nil {
+		p.Policy.EffectiveSHA256 = pi.Digest
+		for _, s := range pi.Sources {
+			p.Policy.Sources = append(p.Policy.Sources, attest.PolicySource{Kind: s.Kind, Path: s.Path, Commit: s.Commit, SHA256: s.SHA256})
+		}
+		if pi.Agent != nil {
+			p.Policy.Agent = &attest.AgentDecision{Agent: pi.Agent.Agent, Reason: pi.Agent.Reason}
+		}
+	}
+	for _, s := range res.Steps {
+		cmd := sha256.Sum256([]byte(strings.Join(s.Command, "\x00")))
+		p.Steps = append(p.Steps, attest.Step{
+			Name: s.Name, CommandSHA256: hex.EncodeToString(cmd[:]), Status: s.Status, Start: s.Start, End: s.End,
+			ExitCode: s.ExitCode, Limit: s.Limit, StdoutSHA256: s.StdoutSHA256, StdoutBytes: s.StdoutBytes,
+			StderrSHA256: s.StderrSHA256, StderrBytes: s.StderrBytes, Message: clip(s.Message, 512),
+		})
+		if s.Status != StatusPassed {
+			reason := fmt.Sprintf("step %q %s (exit %d)", s.Name, s.Status, s.ExitCode)
+			if s.Limit != "" {
+				reason += " at the " + s.Limit + " limit"
+			}
+			p.Verdict.Reasons = append(p.Verdict.Reasons, reason)
+		}
+	}
+	execs := res.Processes.Execs
+	p.Processes.Dropped = res.Processes.DroppedExecs
+	p.Processes.DroppedBySentry, p.Processes.Malformed = res.Processes.DroppedBySentry, res.Processes.Malformed
+	if len(execs) > attest.MaxExecs {
+		p.Processes.Dropped += uint64(len(execs) - attest.MaxExecs)
+		execs = execs[:attest.MaxExecs]
+	}
+	for _, x := range execs {
+		argv, _ := json.Marshal(x.Argv)
+		sum := sha256.Sum256(argv)
+		e := attest.Exec{Time: x.Time, PID: x.PID, PPID: x.PPID, Binary: clip(x.Binary, 512), SHA256: x.SHA256, ArgvSHA256: hex.EncodeToString(sum[:]), ArgvTruncated: x.ArgvTruncated, Argv: boundArgv(x.Argv)}
+		if x.Exit != nil {
+			t, c := x.Exit.Time, x.Exit.Code
+			e.ExitTime, e.ExitCode, e.Signal = &t, &c, x.Exit.Signal
+		}
+		p.Processes.Execs = append(p.Processes.Execs, e)
+	}
+	if eg := res.Egress; eg != nil {
+		p.Egress.Gateway = eg.Gateway
+		p.Egress.Dropped = eg.Dropped
+		ds := eg.Decisions
+		if len(ds) > attest.MaxDecisions {
+			p.Egress.Dropped += uint64(len(ds) - attest.MaxDecisions)
+			ds = ds[:attest.MaxDecisions]
+		}
+		for _, d := range ds {
+			addr := d.Address
+			if d.Name != "" && d.Protocol != rules.ProtoDirect {
+				addr = "" // a gateway address: the name says it
+			}
+			p.Egress.Decisions = append(p.Egress.Decisions, attest.EgressDecision{
+				Time: d.Time, PID: d.PID, Protocol: d.Protocol, Name: clip(d.Name, 253), Address: addr, Port: d.Port,
+				Method: clip(d.Method, 16), Path: clip(d.Path, 256), Decision: d.Decision, Rule: clip(shortRule(d.Rule), 128),
+				Reason: clip(d.Reason, 256), Upstream: d.Upstream,
+				BytesOut: d.BytesOut, BytesIn: d.BytesIn,
+			}.Row(res.Start))
+		}
+		p.Egress.Summary = summarize(eg.Decisions)
+		if len(p.Egress.Summary) > attest.MaxDestinations {
+			other := attest.EgressSummary{Destination: fmt.Sprintf("(%d other destinations)", len(p.Egress.Summary)-attest.MaxDestinations)}
+			for _, d := range p.Egress.Summary[attest.MaxDestinations:] {
+				other.Allowed += d.Allowed
+				other.Denied += d.Denied
+				other.BytesOut += d.BytesOut
+				other.BytesIn += d.BytesIn
+			}
+			p.Egress.Summary = append(p.Egress.Summary[:attest.MaxDestinations], other)
+		}
+	}
+	if tr := res.Trust; tr != nil {
+		p.Trust.ReadOnly = tr.ReadOnly
+		if len(p.Trust.ReadOnly) > 100 {
+			p.Trust.ReadOnly = p.Trust.ReadOnly[:100]
+		}
+		p.Trust.Error = clip(tr.Error, 2048)
+		p.Trust.Notes = []string{}
+		for i, n := range tr.Notes {
+			if i == 50 {
+				p.Trust.Notes = append(p.Trust.Notes, fmt.Sprintf("... and %d more notes", len(tr.Notes)-i))
+				break
+			}
+			p.Trust.Notes = append(p.Trust.Notes, clip(n, 512))
+		}
+		if tr.Error != "" {
+			p.Verdict.Reasons = append(p.Verdict.Reasons, "trust diffs incomplete: "+clip(tr.Error, 512))
+		}
+		for i, f := range tr.Findings {
+			if i == attest.MaxFindings {
+				p.Trust.Dropped = uint64(len(tr.Findings) - i)
+				break
+			}
+			p.Trust.Findings = append(p.Trust.Findings, attest.TrustFinding{
+				Phase: f.Phase, Category: f.Category, Path: clip(f.Path, 512), Line: f.Line, Kind: f.Kind, Severity: f.Severity,
+				Action: f.Action, Outcome: clip(f.Outcome, 256), Reason: clip(f.Reason, 1024), DiffSHA256: f.DiffSHA256, Diff: clipText(f.Diff, attest.MaxDiffBytes),
+			})
+		}
+		if tr.Failed {
+			p.Verdict.Reasons = append(p.Verdict.Reasons, tr.Reason)
+		}
+	}
+	if res.Error != "" {
+		p.Verdict.Reasons = append(p.Verdict.Reasons, "airlock: "+res.Error)
+	}
+	return p
+}
+
+// boundArgv keeps the first arguments up to attest.MaxArgvBytes and says
+// how many more there were.
+func boundArgv(argv []string) []string {
+	out := []string{}
+	n := 0
+	for _, a := range argv {
+		if n+len(a) > attest.MaxArgvBytes {
+			out = append(out, fmt.Sprintf("...(%d more arguments, see argvSha256)", len(argv)-len(out)))
+			break
+		}
+		n += len(a)
+		out = append(out, a)
+	}
+	return out
+}
+
+// summarize totals the decisions per destination (name, or address).
+func summarize(ds []rules.Decision) []attest.EgressSummary {
+	by := map[string]*attest.EgressSummary{}
+	for _, d := range ds {
+		dest := d.Name
+		if dest == "" {
+			dest = d.Address
+		}
+		if d.Port != 0 && d.Protocol != rules.ProtoDNS {
+			dest = fmt.Sprintf("%s:%d", dest, d.Port)
+		}
+		s := by[dest]
+		if s == nil {
+			s = &attest.EgressSummary{Destination: dest}
+			by[dest] = s
+		}
+		if d.Decision == rules.Allowed {
+			s.Allowed++
+		} else {
+			s.Denied++
+		}
+		s.BytesOut += d.BytesOut
+		s.BytesIn += d.BytesIn
+	}
+	out := make([]attest.EgressSummary, 0, len(by))
+	for _, s := range by {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b attest.EgressSummary) int { return strings.Compare(a.Destination, b.Destination) })
+	return out
+}
+
+// clip bounds a one-line string from the job to n bytes (cut at a rune
+// boundary), marking the cut; clipText does the same for text of several
+// lines, with the mark on a line of its own.
+func clip(s string, n int) string     { return cut(s, n, "...") }
+func clipText(s string, n int) string { return cut(s, n, "\n... (cut)") }
+
+func cut(s string, n int, mark string) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + mark
+}
+
+// shortRule drops what a decision row says anyway: "egress.allow[0]
+// (proxy.golang.org)" is "allow[0]" next to the name.
+func shortRule(r string) string {
+	r = strings.TrimPrefix(r, "egress.")
+	if strings.HasPrefix(r, "allow[") {
+		r, _, _ = strings.Cut(r, " (")
+	}
+	return r
+}
