@@ -210,6 +210,11 @@ func (s *Sandbox) Record() monitor.Snapshot { return s.record.Snapshot() }
 // ExecCount is how many execs the record holds so far (cheap, no copy).
 func (s *Sandbox) ExecCount() int { return s.record.ExecCount() }
 
+// ConnectCount is how many connect events the record holds so far, and
+// ConnectsFrom the events after the first n of them (a step's, say).
+func (s *Sandbox) ConnectCount() int                    { return s.record.ConnectCount() }
+func (s *Sandbox) ConnectsFrom(n int) []monitor.Connect { return s.record.ConnectsFrom(n) }
+
 // Dead returns why the sandbox stopped running, or "" while it runs.
 func (s *Sandbox) Dead() string {
 	s.mu.Lock()

@@ -277,7 +277,11 @@ func (s *Session) Step(ctx context.Context, spec StepSpec, stdout, stderr io.Wri
 	so := newPrefixWriter(&s.outMu, orDiscard(stdout), prefix)
 	se := newPrefixWriter(&s.outMu, orDiscard(stderr), prefix)
 	before := s.sb.ExecCount()
-	stepStart := time.Now()
+	var mark egress.Mark
+	connects := s.sb.ConnectCount()
+	if s.gw != nil {
+		mark = s.gw.Mark()
+	}
 	var sr gvisor.StepResult
 	var err error
 	if spec.Image == nil {
@@ -296,8 +300,7 @@ func (s *Session) Step(ctx context.Context, spec StepSpec, stdout, stderr io.Wri
 	if s.gw != nil {
 		// Tell the step (and an agent reading its log) what was refused
 		// and how the policy would allow it.
-		rep := s.gw.Report(s.sb.Record())
-		egress.WriteRefusals(se, egress.Refusals(rep.Decisions, stepStart))
+		egress.WriteRefusals(se, s.gw.RefusalsSince(mark, s.sb.ConnectsFrom(connects)))
 	}
 	so.Flush()
 	se.Flush()

@@ -141,6 +141,24 @@ func (r *Record) ExecCount() int {
 	return len(r.snap.Execs)
 }
 
+// ConnectCount returns how many connect events the record holds.
+func (r *Record) ConnectCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.snap.Connects)
+}
+
+// ConnectsFrom returns a copy of the connect events after the first n (n
+// is an earlier ConnectCount: the list only grows).
+func (r *Record) ConnectsFrom(n int) []Connect {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n >= len(r.snap.Connects) {
+		return nil
+	}
+	return append([]Connect(nil), r.snap.Connects[max(n, 0):]...)
+}
+
 // ForkRefused returns how many fork-like calls were refused with EAGAIN so
 // far. Comparing it before and after a step tells whether the step hit the
 // process limit.

@@ -68,7 +68,7 @@ type Egress struct {
 	book  *dns.Allowlist
 	dns   *dns.Server
 	gw    *gateway.Gateway
-	log   *rules.Log
+	log   *rules.Log // the gateway's and the proxy's decisions
 	proxy netip.AddrPort
 	udp   net.PacketConn
 	ca    *gateway.CA
@@ -96,7 +96,7 @@ func Start(cfg Config) (_ *Egress, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Egress{pair: pair, log: &rules.Log{}, proxy: netip.AddrPortFrom(pair.GatewayAddr, uint16(cfg.ProxyPort)), local: cfg.LocalNames}
+	e := &Egress{pair: pair, log: rules.NewLog(rules.MaxLog), proxy: netip.AddrPortFrom(pair.GatewayAddr, uint16(cfg.ProxyPort)), local: cfg.LocalNames}
 	defer func() {
 		if err != nil {
 			e.Close()
@@ -152,7 +152,7 @@ func Start(cfg Config) (_ *Egress, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e.dns = dns.New(e.book, cfg.DNSTTL)
+	e.dns = dns.New(e.book, cfg.DNSTTL, rules.NewLog(dns.MaxLog), pair.GatewayAddr)
 	e.dns.Serve(e.udp, e.gw.DNSListener())
 	return e, nil
 }

@@ -6,11 +6,9 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/airlock-ci/airlock/gvisor/monitor"
-	"github.com/airlock-ci/airlock/runner/egress/dns"
 	"github.com/airlock-ci/airlock/runner/egress/rules"
 )
 
@@ -31,29 +29,15 @@ type Report struct {
 func (e *Egress) Report(snap monitor.Snapshot) Report {
 	gw, dropped := e.log.Snapshot()
 	gw = append(gw, e.gw.Active()...)
-	queries, qdropped := e.dns.Log()
-	var all []rules.Decision
-	for _, q := range queries {
-		all = append(all, fromQuery(q, e.pair.GatewayAddr))
-	}
-	all = append(all, gw...)
-	// In time order, so the first request of a connection is matched
-	// before the requests that reuse it.
-	slices.SortStableFunc(all, func(a, b rules.Decision) int { return a.Time.Compare(b.Time) })
-	idx := newConnectIndex(snap.Connects, int(e.proxy.Port()))
-	for i := range all {
-		if j := idx.match(all[i]); j >= 0 && all[i].PID == 0 {
-			all[i].PID = snap.Connects[j].PID
-		}
-	}
-	all = append(all, e.unmatched(idx)...)
+	queries, qdropped := e.dns.Log().Snapshot()
+	all := e.merge(append(queries, gw...), snap.Connects)
 	execs := execsByPID(snap.Execs)
 	for i := range all {
 		if all[i].PID != 0 {
 			all[i].Binary = binaryOf(execs[all[i].PID], all[i].Time)
 		}
 	}
-	slices.SortStableFunc(all, func(a, b rules.Decision) int { return a.Time.Compare(b.Time) })
+	slices.SortStableFunc(all, byTime)
 	r := Report{Gateway: e.pair.GatewayAddr.String(), Proxy: e.ProxyURL(), Decisions: all, Dropped: dropped + qdropped + snap.DroppedConnects}
 	if r.Decisions == nil {
 		r.Decisions = []rules.Decision{}
@@ -68,28 +52,40 @@ func (e *Egress) Report(snap monitor.Snapshot) Report {
 	return r
 }
 
-func fromQuery(q dns.Query, gw netip.Addr) rules.Decision {
-	d := rules.Decision{Time: q.Time, Protocol: rules.ProtoDNS, Transport: q.Transport, Name: strings.TrimSuffix(q.Name, "."), Address: gw.String(), Port: 53, QueryType: q.Type, Answer: q.Answer, Rule: "egress.allow"}
-	if d.Answer == "" {
-		d.Answer = q.Rcode
-	}
-	if q.Allowed {
-		d.Decision = rules.Allowed
-		return d
-	}
-	d.Decision = rules.Denied
-	d.Rule = rules.DefaultDeny
-	switch {
-	case q.Type == "invalid":
-		d.Reason = "malformed DNS message"
-	case q.Name == "":
-		d.Reason = "empty name"
-	default:
-		d.Reason = fmt.Sprintf("%s is not in egress.allow; the gateway answers NXDOMAIN and asks no one else", d.Name)
-		d.Suggest = rules.SuggestHost(d.Name, 443)
-	}
-	return d
+// Mark is a place in a job's egress record: where the decisions of a
+// step begin. The record only grows, so a step's refusals are read from
+// its mark on, not picked out of the whole record again.
+type Mark struct{ gateway, dns int }
+
+// Mark returns the end of the record now.
+func (e *Egress) Mark() Mark { return Mark{gateway: e.log.Len(), dns: e.dns.Log().Len()} }
+
+// RefusalsSince returns the refusals decided after m, one per destination
+// and reason (see Refusals): the DNS server's and the gateway's, and the
+// sandbox's connect attempts that never reached the gateway among
+// connects (the sandbox's connect events since the same moment).
+func (e *Egress) RefusalsSince(m Mark, connects []monitor.Connect) []rules.Decision {
+	ds := append(e.dns.Log().Since(m.dns), e.log.Since(m.gateway)...)
+	return Refusals(e.merge(ds, connects), time.Time{})
 }
+
+// merge puts decisions in time order, gives each the pid of the connect
+// event that made it, and adds the connect events no decision accounts
+// for.
+func (e *Egress) merge(ds []rules.Decision, connects []monitor.Connect) []rules.Decision {
+	// In time order, so the first request of a connection is matched
+	// before the requests that reuse it.
+	slices.SortStableFunc(ds, byTime)
+	idx := newConnectIndex(connects, int(e.proxy.Port()))
+	for i := range ds {
+		if j := idx.match(ds[i]); j >= 0 && ds[i].PID == 0 {
+			ds[i].PID = connects[j].PID
+		}
+	}
+	return append(ds, e.unmatched(idx)...)
+}
+
+func byTime(a, b rules.Decision) int { return a.Time.Compare(b.Time) }
 
 // unmatched turns the connect events that no gateway decision accounts
 // for into decisions: connects to addresses outside the gateway (no

@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -239,9 +240,27 @@ for n in private meta rebind; do curl -s --max-time 5 -o /dev/null -w "$n-status
 /usr/bin/python3 probe.py %s
 `, p1, p2, gw)
 	var out bytes.Buffer
+	mark, connects := eg.Mark(), sb.ConnectCount()
 	res, err := sb.Exec(context.Background(), gvisor.Step{Args: []string{"/bin/bash", "-c", script}, Env: append(eg.Env(), "PATH=/usr/bin:/bin"), Stdout: &out, Stderr: &out, Dir: "/workspace"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A step's refusals are read from its mark on: this step's are all
+	// there (DNS, proxy, direct), the next step's start empty.
+	refused := eg.RefusalsSince(mark, sb.ConnectsFrom(connects))
+	for _, want := range []string{"evil.test|", "private.test|", "|192.0.2.1|"} {
+		if !slices.ContainsFunc(refused, func(d rules.Decision) bool {
+			return strings.Contains(d.Name+"|"+d.Address+"|", want) && d.Decision == rules.Denied
+		}) {
+			t.Errorf("the step's refusals lack %s: %+v", want, refused)
+		}
+	}
+	mark, connects = eg.Mark(), sb.ConnectCount()
+	if _, err := sb.Exec(context.Background(), gvisor.Step{Args: []string{"curl", "-sS", "--max-time", "5", "-o", "/dev/null", fmt.Sprintf("http://up.test:%d/", p1)}, Env: append(eg.Env(), "PATH=/usr/bin:/bin")}); err != nil {
+		t.Fatal(err)
+	}
+	if again := eg.RefusalsSince(mark, sb.ConnectsFrom(connects)); len(again) != 0 {
+		t.Errorf("an allowed step carries earlier refusals: %+v", again)
 	}
 	if err := sb.Destroy(context.Background()); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	mdns "github.com/miekg/dns"
+
+	"github.com/airlock-ci/airlock/runner/egress/rules"
 )
 
 // BenchmarkAnswers measures DNS answers per second over UDP on loopback
@@ -20,7 +22,7 @@ func BenchmarkAnswers(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ours := New(book, time.Minute)
+	ours := New(book, time.Minute, rules.NewLog(MaxLog), netip.MustParseAddr("127.0.0.1"))
 	oursAddr := serve(b, ours.Serve)
 	defer ours.Shutdown()
 	bare := func(udp net.PacketConn, _ net.Listener) {

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	mdns "github.com/miekg/dns"
+
+	"github.com/airlock-ci/airlock/runner/egress/rules"
 )
 
 // Book maps allowed names to the gateway addresses that stand for them.
@@ -30,35 +32,26 @@ type Book interface {
 	Lookup(name string) (netip.Addr, bool)
 }
 
-// Query is one decision of the server.
-type Query struct {
-	Time      time.Time `json:"time"`
-	Transport string    `json:"transport"`
-	Name      string    `json:"name"`
-	Type      string    `json:"type"`
-	Allowed   bool      `json:"allowed"`
-	Answer    string    `json:"answer,omitempty"`
-	Rcode     string    `json:"rcode"`
-}
-
-// maxLog bounds the queries kept; later ones are counted.
-const maxLog = 10000
+// MaxLog bounds the allowed and the refused queries a server's log keeps,
+// each on its own (see rules.NewLog); later ones are counted.
+const MaxLog = 10000
 
 // Server answers DNS queries from the sandbox.
 type Server struct {
 	book Book
 	ttl  uint32
+	log  *rules.Log
+	self string // the address the sandbox asks, for the record
 
-	mu              sync.Mutex
-	log             []Query
-	allowed, denied int
-	dropped         uint64
-	servers         []*mdns.Server
+	mu      sync.Mutex
+	servers []*mdns.Server
 }
 
-// New returns a server that answers from book with the given TTL.
-func New(book Book, ttl time.Duration) *Server {
-	return &Server{book: book, ttl: uint32(ttl / time.Second)}
+// New returns a server that answers from book with the given TTL and
+// records every query as a decision in log (self is the server's address
+// as the sandbox asks it, port 53).
+func New(book Book, ttl time.Duration, log *rules.Log, self netip.Addr) *Server {
+	return &Server{book: book, ttl: uint32(ttl / time.Second), log: log, self: self.String()}
 }
 
 // Serve answers on an already-open UDP socket and TCP listener (opened in
@@ -88,51 +81,31 @@ func (s *Server) Shutdown() {
 	}
 }
 
-// Log returns the decisions so far and how many were not kept.
-func (s *Server) Log() ([]Query, uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Query(nil), s.log...), s.dropped
-}
-
-func (s *Server) record(q Query) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	// Allowed and refused queries are bounded apart: a flood of refused
-	// names cannot push the allowed ones out of the record.
-	n := &s.denied
-	if q.Allowed {
-		n = &s.allowed
-	}
-	if *n >= maxLog {
-		s.dropped++
-		return
-	}
-	*n++
-	s.log = append(s.log, q)
-}
+// Log is the server's record of queries.
+func (s *Server) Log() *rules.Log { return s.log }
 
 func (s *Server) handle(w mdns.ResponseWriter, req *mdns.Msg) {
 	resp := new(mdns.Msg)
-	q := Query{Time: time.Now().UTC(), Transport: w.RemoteAddr().Network()}
+	d := rules.Decision{Time: time.Now().UTC(), Protocol: rules.ProtoDNS, Transport: w.RemoteAddr().Network(), Address: s.self, Port: 53}
+	raw, allowed := "", false
 	defer func() {
-		q.Rcode = mdns.RcodeToString[resp.Rcode]
-		s.record(q)
+		s.log.Add(decide(d, raw, allowed, mdns.RcodeToString[resp.Rcode]))
 		w.WriteMsg(resp)
 	}()
 	if req.Opcode != mdns.OpcodeQuery || len(req.Question) != 1 || req.Response {
 		resp.SetRcode(req, mdns.RcodeFormatError)
-		q.Type = "invalid"
+		d.QueryType = "invalid"
 		return
 	}
 	resp.SetReply(req)
 	resp.Authoritative = true
 	resp.RecursionAvailable = false
 	question := req.Question[0]
-	q.Name = truncate(question.Name, 255)
-	q.Type = mdns.TypeToString[question.Qtype]
-	if q.Type == "" {
-		q.Type = fmt.Sprintf("TYPE%d", question.Qtype)
+	raw = truncate(question.Name, 255)
+	d.Name = strings.TrimSuffix(raw, ".")
+	d.QueryType = mdns.TypeToString[question.Qtype]
+	if d.QueryType == "" {
+		d.QueryType = fmt.Sprintf("TYPE%d", question.Qtype)
 	}
 	name := strings.TrimSuffix(strings.ToLower(question.Name), ".")
 	if question.Qclass != mdns.ClassINET {
@@ -140,7 +113,7 @@ func (s *Server) handle(w mdns.ResponseWriter, req *mdns.Msg) {
 		return
 	}
 	addr, ok := s.book.Lookup(name)
-	q.Allowed = ok
+	allowed = ok
 	switch {
 	case !ok:
 		// Not allowed: the name does not exist for the sandbox, and it
@@ -151,13 +124,37 @@ func (s *Server) handle(w mdns.ResponseWriter, req *mdns.Msg) {
 			Hdr: mdns.RR_Header{Name: question.Name, Rrtype: mdns.TypeA, Class: mdns.ClassINET, Ttl: s.ttl},
 			A:   addr.AsSlice(),
 		})
-		q.Answer = addr.String()
+		d.Answer = addr.String()
 	case question.Qtype == mdns.TypeAAAA:
 		// Allowed name, but the sandbox has no IPv6: an empty answer
 		// makes resolvers fall back to A at once.
 	default:
 		resp.SetRcode(req, mdns.RcodeRefused)
 	}
+}
+
+// decide completes a query's decision: allowed (the name is in the
+// policy), or refused with the reason and the policy line that would
+// allow it. The answer is the address given, or else the rcode.
+func decide(d rules.Decision, raw string, allowed bool, rcode string) rules.Decision {
+	if d.Answer == "" {
+		d.Answer = rcode
+	}
+	if allowed {
+		d.Decision, d.Rule = rules.Allowed, "egress.allow"
+		return d
+	}
+	d.Decision, d.Rule = rules.Denied, rules.DefaultDeny
+	switch {
+	case d.QueryType == "invalid":
+		d.Reason = "malformed DNS message"
+	case raw == "":
+		d.Reason = "empty name"
+	default:
+		d.Reason = fmt.Sprintf("%s is not in egress.allow; the gateway answers NXDOMAIN and asks no one else", d.Name)
+		d.Suggest = rules.SuggestHost(d.Name, 443)
+	}
+	return d
 }
 
 func truncate(s string, n int) string {

@@ -41,7 +41,7 @@ func startServer(t *testing.T, hosts []string, first, last string) (*Server, str
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(book, time.Minute)
+	s := New(book, time.Minute, rules.NewLog(MaxLog), netip.MustParseAddr("127.0.0.1"))
 	s.Serve(udp, tcp)
 	t.Cleanup(s.Shutdown)
 	return s, udp.LocalAddr().String(), book
@@ -104,10 +104,10 @@ func TestAnswers(t *testing.T) {
 	if first.Rcode != mdns.RcodeSuccess {
 		t.Fatalf("first query: %v", first)
 	}
-	log, _ := s.Log()
+	log, _ := s.Log().Snapshot()
 	var refusedExfil bool
 	for _, q := range log {
-		if q.Name == "c2VjcmV0LXRva2Vu.evil.example." && !q.Allowed && q.Rcode == "NXDOMAIN" {
+		if q.Name == "c2VjcmV0LXRva2Vu.evil.example" && q.Decision == rules.Denied && q.Answer == "NXDOMAIN" && q.Rule == rules.DefaultDeny && q.Suggest != "" {
 			refusedExfil = true
 		}
 	}

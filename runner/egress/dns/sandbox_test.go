@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/leakcheck"
 	"github.com/airlock-ci/airlock/runner/egress/netns"
+	"github.com/airlock-ci/airlock/runner/egress/rules"
 )
 
 const testStateBase = "/run/airlock-test-dns"
@@ -72,7 +73,7 @@ func TestSandboxResolvesThroughGateway(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	srv := New(book, time.Minute)
+	srv := New(book, time.Minute, rules.NewLog(MaxLog), pair.GatewayAddr)
 	srv.Serve(udp, tcp)
 	defer srv.Shutdown()
 
@@ -97,8 +98,8 @@ func TestSandboxResolvesThroughGateway(t *testing.T) {
 	if !strings.Contains(got, "c2VjcmV0.evil.example 3 ") {
 		t.Errorf("exfiltration name not NXDOMAIN (rcode 3): %q", got)
 	}
-	log, _ := srv.Log()
-	if len(log) != 2 || log[0].Transport != "udp" || !log[0].Allowed || log[1].Allowed {
+	log, _ := srv.Log().Snapshot()
+	if len(log) != 2 || log[0].Transport != "udp" || log[0].Decision != rules.Allowed || log[1].Decision != rules.Denied || log[0].Address != pair.GatewayAddr.String() {
 		t.Errorf("log = %+v", log)
 	}
 }

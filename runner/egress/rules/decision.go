@@ -74,18 +74,26 @@ func (d *Decision) Apply(v Verdict) {
 	d.Rule, d.Reason, d.Suggest = v.Rule, v.Reason, v.Suggest
 }
 
-// MaxLog bounds the allowed and the denied decisions kept per job, each
-// on its own (a flood of refusals cannot push allowed traffic out of the
-// record); later ones are counted.
+// MaxLog bounds the allowed and the denied decisions a gateway's log
+// keeps per job, each on its own (a flood of refusals cannot push allowed
+// traffic out of the record); later ones are counted.
 const MaxLog = 20000
 
-// Log is a bounded, concurrency-safe list of decisions.
+// Log is the bounded, concurrency-safe list of decisions that every
+// deciding part of the gateway (the DNS server, the TCP gateway and the
+// proxy) records into. It only grows, so a position in it (Len) stays
+// valid: Since reads what came after one.
 type Log struct {
+	max             int
 	mu              sync.Mutex
 	items           []Decision
 	allowed, denied int
 	dropped         uint64
 }
+
+// NewLog returns a log that keeps at most max allowed and max denied
+// decisions. The zero Log keeps MaxLog of each.
+func NewLog(max int) *Log { return &Log{max: max} }
 
 // Add appends d, or counts it when its side of the log is full.
 func (l *Log) Add(d Decision) {
@@ -95,7 +103,11 @@ func (l *Log) Add(d Decision) {
 	if d.Decision == Allowed {
 		n = &l.allowed
 	}
-	if *n >= MaxLog {
+	limit := l.max
+	if limit == 0 {
+		limit = MaxLog
+	}
+	if *n >= limit {
 		l.dropped++
 		return
 	}
@@ -108,6 +120,17 @@ func (l *Log) Snapshot() ([]Decision, uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]Decision(nil), l.items...), l.dropped
+}
+
+// Since returns a copy of the decisions kept after the first n (n is an
+// earlier Len).
+func (l *Log) Since(n int) []Decision {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n >= len(l.items) {
+		return nil
+	}
+	return append([]Decision(nil), l.items[max(n, 0):]...)
 }
 
 // Len is how many decisions are kept.

@@ -153,3 +153,45 @@ func TestCompileErrors(t *testing.T) {
 		t.Errorf("SecretsFor = %+v", s)
 	}
 }
+
+// The log bounds allowed and denied decisions apart (a flood of refusals
+// cannot push allowed traffic out), counts what it drops, and reads what
+// came after a position.
+func TestLogBoundsAndSince(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		max, allowed, denied   int
+		wantKept               int
+		wantDropped            uint64
+		since, wantSinceLength int
+	}{
+		{"under the bound", 5, 2, 3, 5, 0, 2, 3},
+		{"refusals flood", 5, 2, 50, 7, 45, 6, 1},
+		{"both full", 2, 9, 9, 4, 14, 0, 4},
+		{"position past the end", 5, 1, 1, 2, 0, 9, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewLog(tc.max)
+			for range tc.allowed {
+				l.Add(Decision{Decision: Allowed})
+			}
+			for range tc.denied {
+				l.Add(Decision{Decision: Denied})
+			}
+			kept, dropped := l.Snapshot()
+			if len(kept) != tc.wantKept || dropped != tc.wantDropped || l.Len() != tc.wantKept {
+				t.Errorf("kept %d, dropped %d; want %d, %d", len(kept), dropped, tc.wantKept, tc.wantDropped)
+			}
+			if got := l.Since(tc.since); len(got) != tc.wantSinceLength {
+				t.Errorf("Since(%d): %d decisions, want %d", tc.since, len(got), tc.wantSinceLength)
+			}
+		})
+	}
+	var zero Log
+	for range MaxLog + 3 {
+		zero.Add(Decision{Decision: Denied})
+	}
+	if _, dropped := zero.Snapshot(); dropped != 3 {
+		t.Errorf("the zero log keeps MaxLog: dropped %d", dropped)
+	}
+}
