@@ -198,3 +198,35 @@ func GenerateKeyPair(password []byte) (privPEM, pubPEM []byte, err error) {
 	}
 	return cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), pf)
 }
+
+// WriteKeyPair generates a key pair (see GenerateKeyPair) and writes it as
+// prefix.key (0600) and prefix.pub (0644). Neither file may exist yet: an
+// existing key is never overwritten (the error wraps fs.ErrExist), and
+// nothing is left behind when the second file cannot be written.
+func WriteKeyPair(prefix string, password []byte) error {
+	priv, pub, err := GenerateKeyPair(password)
+	if err != nil {
+		return err
+	}
+	if err := createNew(prefix+".key", priv, 0o600); err != nil {
+		return err
+	}
+	if err := createNew(prefix+".pub", pub, 0o644); err != nil {
+		os.Remove(prefix + ".key")
+		return err
+	}
+	return nil
+}
+
+// createNew writes a key file that must not exist yet.
+func createNew(path string, data []byte, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return fmt.Errorf("%w (not overwriting an existing key)", err)
+	}
+	_, werr := f.Write(data)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	return werr
+}

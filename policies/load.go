@@ -92,6 +92,28 @@ func (e *Error) Error() string {
 	return "invalid policy:\n  " + strings.Join(e.Problems, "\n  ")
 }
 
+// DefaultOrgDir is where a runner host keeps its organisation policy.
+const DefaultOrgDir = "/etc/airlock"
+
+// OrgSources reads the organisation policy from dir, or from
+// DefaultOrgDir when dir is empty and the host has one. No directory: no
+// organisation policy.
+func OrgSources(dir string) ([]Source, error) {
+	if dir == "" {
+		if !HostHasOrgPolicy() {
+			return nil, nil
+		}
+		dir = DefaultOrgDir
+	}
+	return LoadOrgDir(dir)
+}
+
+// HostHasOrgPolicy reports whether DefaultOrgDir exists.
+func HostHasOrgPolicy() bool {
+	fi, err := os.Stat(DefaultOrgDir)
+	return err == nil && fi.IsDir()
+}
+
 // LoadOrgDir reads every *.cue file of an organisation policy directory,
 // in name order.
 func LoadOrgDir(dir string) ([]Source, error) {

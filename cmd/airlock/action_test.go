@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/airlock-ci/airlock/runner"
 )
 
 // action.yml is a valid composite action whose inputs never reach the
@@ -62,7 +64,7 @@ func TestActionYAML(t *testing.T) {
 	os.MkdirAll(org, 0o755)
 	os.WriteFile(filepath.Join(org, "org.cue"), []byte("package airlock\n"), 0o644)
 	var out, errb bytes.Buffer
-	os.Unsetenv(passwordEnv)
+	os.Unsetenv(runner.PasswordEnv)
 	if code := execute([]string{"keys", "generate", "--out", filepath.Join(dir, "k")}, &out, &errb); code != 0 {
 		t.Fatal(errb.String())
 	}

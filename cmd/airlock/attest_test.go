@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock-ci/airlock/runner"
 )
 
 // keys generate, a signed attestation at the end of airlock run, verify
@@ -16,7 +18,7 @@ func TestAttestationRoundTrip(t *testing.T) {
 		t.Skip("needs root")
 	}
 	dir := t.TempDir()
-	t.Setenv(passwordEnv, "pw-for-test")
+	t.Setenv(runner.PasswordEnv, "pw-for-test")
 	var out, errb bytes.Buffer
 	if code := execute([]string{"keys", "generate", "--out", filepath.Join(dir, "k")}, &out, &errb); code != 0 {
 		t.Fatalf("keys generate: %d %s", code, errb.String())

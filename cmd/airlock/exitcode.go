@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/policies"
+	"github.com/airlock-ci/airlock/runner"
 )
 
 // Exit codes of airlock's own failures. A failing step exits with its own
@@ -38,18 +38,19 @@ func exitCodeFor(err error, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "airlock: %v\n", err)
 	var u usageError
-	var pe policyError
+	var in runner.InputError
+	var pe runner.PolicyError
 	var invalid *policies.Error
 	switch {
 	case errors.As(err, &pe), errors.As(err, &invalid):
 		return exitDataErr
-	case errors.As(err, &u), errors.Is(err, gvisor.ErrInvalidConfig):
+	case errors.As(err, &u), errors.As(err, &in), errors.Is(err, runner.ErrInvalidConfig):
 		return exitUsage
-	case errors.Is(err, gvisor.ErrNotRoot):
+	case errors.Is(err, runner.ErrNotRoot):
 		return exitNoPerm
-	case errors.Is(err, gvisor.ErrNoWorkspace):
+	case errors.Is(err, runner.ErrNoWorkspace):
 		return exitNoInput
-	case errors.Is(err, gvisor.ErrNoSelfExe), errors.Is(err, gvisor.ErrStartFailure), errors.Is(err, gvisor.ErrHostUnsupported):
+	case errors.Is(err, runner.ErrNoSelfExe), errors.Is(err, runner.ErrStartFailure), errors.Is(err, runner.ErrHostUnsupported):
 		return exitUnavailable
 	}
 	return exitInternal

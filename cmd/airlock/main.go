@@ -1,12 +1,17 @@
 // Command airlock runs the CI jobs of agent-authored pull requests inside
 // an embedded gVisor sandbox. See the README for usage and exit codes.
+//
+// This package is flags, wiring and printing only: what a command does
+// lives in runner (a job, its plan, its attestation; runner/hook for the
+// Actions runner's container hook), policies and attest. Apart from
+// gvisor.Dispatch, it reaches no sandbox, gateway or trust package.
 package main
 
 import (
 	"os"
-	"path/filepath"
 
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/runner/hook"
 )
 
 func main() {
@@ -19,7 +24,5 @@ func main() {
 // anything else runs, and the runner hook's job daemon.
 func dispatchRoles() {
 	gvisor.Dispatch()
-	if filepath.Base(os.Args[0]) == daemonArg0 && len(os.Args) == 2 {
-		os.Exit(hookDaemon(os.Args[1]))
-	}
+	hook.Dispatch(build())
 }

@@ -23,9 +23,6 @@ const cliEnv = "AIRLOCK_CLI_TEST"
 
 func TestMain(m *testing.M) {
 	dispatchRoles()
-	if addr := os.Getenv(testServiceEnv); addr != "" {
-		os.Exit(serveForTest(addr))
-	}
 	if os.Getenv(cliEnv) != "" {
 		os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 	}

@@ -4,17 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/airlock-ci/airlock/policies"
+	"github.com/airlock-ci/airlock/runner"
 )
-
-// defaultOrgPolicyDir is where a runner host keeps its organisation policy.
-const defaultOrgPolicyDir = "/etc/airlock"
 
 // policyOptions are the flags of `airlock policy eval`.
 type policyOptions struct {
@@ -27,7 +24,7 @@ type policyOptions struct {
 }
 
 func (o *policyOptions) addFlags(f *pflag.FlagSet) {
-	f.StringVar(&o.orgDir, "org", "", "organisation policy directory (*.cue); default "+defaultOrgPolicyDir+" when it exists")
+	f.StringVar(&o.orgDir, "org", "", "organisation policy directory (*.cue); default "+policies.DefaultOrgDir+" when it exists")
 	f.StringVar(&o.repo, "repo", "", "git repository whose "+policies.RepoPolicyPath+" applies")
 	f.StringVar(&o.base, "base", "", "the pull request's base commit: the repository policy is read from it")
 	f.StringVar(&o.head, "head", "", "the pull request's head commit: report whether it changes the policy")
@@ -135,36 +132,15 @@ type evalResult struct {
 }
 
 func (o *policyOptions) evaluate(cmd *cobra.Command) (evalResult, error) {
-	var res evalResult
-	srcs, err := loadOrgPolicy(o.orgDir)
-	if err != nil {
-		return res, err
-	}
 	if (o.repo == "") != (o.base == "") {
-		return res, usagef("--repo and --base go together: the repository policy is read from the base commit")
+		return evalResult{}, usagef("--repo and --base go together: the repository policy is read from the base commit")
 	}
-	if o.repo != "" {
-		src, err := policies.FromCommit(cmd.Context(), o.repo, o.base)
-		if err != nil {
-			return res, usageError{err}
-		}
-		if src != nil {
-			srcs = append(srcs, *src)
-		}
-		if o.head != "" {
-			c, err := policies.CompareCommits(cmd.Context(), o.repo, o.base, o.head)
-			if err != nil {
-				return res, usageError{err}
-			}
-			res.Change = &c
-		}
-	}
-	eff, err := policies.Load(cmd.Context(), srcs)
+	org, err := orgSources(o.orgDir)
 	if err != nil {
-		return res, err
+		return evalResult{}, err
 	}
-	res.Effective = eff
-	return res, nil
+	eff, pr, err := runner.LocalPolicy(cmd.Context(), o.repo, org, "", o.base, o.head)
+	return evalResult{Effective: eff, Change: pr.HeadChangesPolicy}, err
 }
 
 func atCommit(c string) string {
@@ -198,25 +174,12 @@ func newPolicyTestCmd(code *int) *cobra.Command {
 	}
 }
 
-// loadOrgPolicy reads the organisation policy from dir, or from
-// defaultOrgPolicyDir when dir is empty and that exists. No directory: no
-// organisation policy.
-func loadOrgPolicy(dir string) ([]policies.Source, error) {
-	if dir == "" {
-		if !hostHasOrgPolicy() {
-			return nil, nil
-		}
-		dir = defaultOrgPolicyDir
-	}
-	srcs, err := policies.LoadOrgDir(dir)
+// orgSources reads the organisation policy from dir, or from the host's
+// default directory (see policies.OrgSources).
+func orgSources(dir string) ([]policies.Source, error) {
+	srcs, err := policies.OrgSources(dir)
 	if err != nil {
 		return nil, usageError{err}
 	}
 	return srcs, nil
-}
-
-// hostHasOrgPolicy reports whether defaultOrgPolicyDir exists.
-func hostHasOrgPolicy() bool {
-	fi, err := os.Stat(defaultOrgPolicyDir)
-	return err == nil && fi.IsDir()
 }

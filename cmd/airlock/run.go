@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,8 +16,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/airlock-ci/airlock/attest"
-	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
 )
@@ -54,20 +53,12 @@ type runOptions struct {
 	attestDir          string
 	attestKey          string
 	attestPasswordFile string
-	policyKey          string   // attest.key of the organisation policy
-	attestSubjects     []string // attest.subjects of the policy
-	// artifactsDir, when set, is where the artifact subjects are read
-	// instead of workspace (the hook's repository, opened safely).
-	artifactsDir    string
-	meta            attest.Meta // what the policy mode learnt of the pull request
-	headWasImplicit bool        // no --head: the subject is the workspace's HEAD
-	subjectNotes    []string    // trouble resolving the subject, for the verdict
 }
 
 func (o *runOptions) addFlags(f *pflag.FlagSet) {
-	d := gvisor.DefaultLimits()
+	d := runner.DefaultLimits()
 	f.StringVarP(&o.workspace, "workspace", "w", ".", "host directory mounted read-write in the sandbox")
-	f.StringVar(&o.workspaceMount, "workspace-mount", gvisor.DefaultWorkspaceMount, "where the workspace appears inside the sandbox")
+	f.StringVar(&o.workspaceMount, "workspace-mount", runner.DefaultWorkspaceMount, "where the workspace appears inside the sandbox")
 	f.StringVar(&o.rootfs, "rootfs", "", "directory to use as root filesystem (an unpacked image); default: the host's root, read-only")
 	f.StringVar(&o.stepsFile, "steps", "", "YAML or JSON file with the job's steps (name, run, env, working-directory, timeout)")
 	f.StringVar(&o.jobName, "job-name", "", "name of the job in output and results")
@@ -75,7 +66,7 @@ func (o *runOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVarP(&o.user, "user", "u", "", "UID[:GID] to run as inside the sandbox (default: the workspace owner, or 1000 if root owns it)")
 	f.StringArrayVar(&o.caps, "cap", nil, "capability to grant the workload, e.g. CAP_NET_BIND_SERVICE (repeatable; default none)")
 	f.StringArrayVar(&o.masks, "mask", nil, "extra host path to hide inside the sandbox (repeatable)")
-	f.StringVar(&o.stateDir, "state-dir", gvisor.DefaultStateRoot, "directory for airlock's per-job state")
+	f.StringVar(&o.stateDir, "state-dir", runner.DefaultStateRoot, "directory for airlock's per-job state")
 	f.DurationVar(&o.jobTimeout, "timeout", d.JobTimeout, "wall-clock limit for the whole job (0: none)")
 	f.DurationVar(&o.stepTimeout, "step-timeout", d.StepTimeout, "wall-clock limit per step (0: none)")
 	f.StringVar(&o.memory, "memory", sizeString(d.Memory), "memory limit of the sandbox (e.g. 512M, 4G; 0: none)")
@@ -86,14 +77,14 @@ func (o *runOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.outputLimit, "output-limit", sizeString(d.Output), "cap on stdout+stderr captured per step")
 	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON on stdout (step output goes to stderr)")
 	f.StringVar(&o.resultFile, "result", "", "also write the JSON result to this file")
-	f.StringVar(&o.orgDir, "org", "", "organisation policy directory (default "+defaultOrgPolicyDir+" when it exists); turns on policy mode")
+	f.StringVar(&o.orgDir, "org", "", "organisation policy directory (default "+policies.DefaultOrgDir+" when it exists); turns on policy mode")
 	f.StringVar(&o.base, "base", "", "pull request base commit: the workspace's "+policies.RepoPolicyPath+" is read from it")
 	f.StringVar(&o.head, "head", "", "pull request head commit: report whether it edits the policy")
 	f.StringVar(&o.eventFile, "event", "", "pull request event payload (JSON, as in GITHUB_EVENT_PATH): agent detection, base and head")
 	f.StringVar(&o.jobFromPolicy, "job", "", "run the policy's steps.NAME job")
 	f.StringVar(&o.attestDir, "attest-dir", "", "where the signed attestation goes (default STATE-DIR/attestations)")
-	f.StringVar(&o.attestKey, "attest-key", "", "signing key: a key file (PEM, ECDSA P-256 or Ed25519; encrypted ones take the password from "+passwordEnv+") or a KMS URI; default the policy's attest.key")
-	f.StringVar(&o.attestPasswordFile, "attest-key-password-file", "", "file with the signing key's password, when "+passwordEnv+" is not set")
+	f.StringVar(&o.attestKey, "attest-key", "", "signing key: a key file (PEM, ECDSA P-256 or Ed25519; encrypted ones take the password from "+runner.PasswordEnv+") or a KMS URI; default the policy's attest.key")
+	f.StringVar(&o.attestPasswordFile, "attest-key-password-file", "", "file with the signing key's password, when "+runner.PasswordEnv+" is not set")
 	f.StringArrayVar(&o.runscFlags, "runsc-flag", nil, "extra global runsc flag, e.g. --runsc-flag=--directfs=false (experts)")
 	f.MarkHidden("runsc-flag")
 }
@@ -109,14 +100,11 @@ step in the workspace, or --steps FILE with a list of steps.`,
 		Example: `  airlock run -- make test
   airlock run --workspace ./repo --steps ci.yaml --json > result.json`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			job, err := o.job(args)
+			plan, err := o.plan(cmd.Context(), cmd.Flags(), args, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			if err := o.applyPolicy(cmd.Context(), cmd.Flags(), &job); err != nil {
-				return err
-			}
-			c, err := runJob(cmd.Context(), job, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			c, err := runJob(cmd.Context(), plan, o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			*code = c
 			return err
 		},
@@ -125,67 +113,96 @@ step in the workspace, or --steps FILE with a list of steps.`,
 	return cmd
 }
 
-// job turns the flags into a runner.Job.
-func (o *runOptions) job(args []string) (runner.Job, error) {
-	var job runner.Job
+// plan turns the flags into the job's plan: under the effective policy
+// when there is one (any policy flag, or an organisation policy on the
+// host), where the flags may only tighten it.
+func (o *runOptions) plan(ctx context.Context, flags *pflag.FlagSet, args []string, stderr io.Writer) (runner.Plan, error) {
+	in, err := o.inputs(flags, args)
+	if err != nil {
+		return runner.Plan{}, err
+	}
+	var eff *policies.Effective
+	var pr runner.PullRequest
+	if o.orgDir != "" || o.base != "" || o.eventFile != "" || o.jobFromPolicy != "" || policies.HostHasOrgPolicy() {
+		org, err := orgSources(o.orgDir)
+		if err != nil {
+			return runner.Plan{}, err
+		}
+		if eff, pr, err = runner.LocalPolicy(ctx, o.workspace, org, o.eventFile, o.base, o.head); err != nil {
+			return runner.Plan{}, err
+		}
+	}
+	plan, err := runner.NewPlan(eff, pr, in)
+	if err != nil {
+		return plan, err
+	}
+	for _, n := range plan.Notes {
+		fmt.Fprintf(stderr, "airlock: %s\n", n)
+	}
+	plan.Attest.Dir, plan.Attest.PasswordFile, plan.Attest.Repository = o.attestDir, o.attestPasswordFile, o.workspace
+	if plan.Attest.Dir == "" {
+		plan.Attest.Dir = filepath.Join(o.stateDir, "attestations")
+	}
+	plan.Attest.Meta.AirlockVersion, plan.Attest.Meta.AirlockCommit = version, commit
+	return plan, nil
+}
+
+// inputs turns the flags into the job's inputs.
+func (o *runOptions) inputs(flags *pflag.FlagSet, args []string) (runner.Inputs, error) {
+	in := runner.Inputs{
+		Name: o.jobName, PolicyJob: o.jobFromPolicy, Workspace: o.workspace, StateRoot: o.stateDir,
+		Masks: o.masks, RunscFlags: o.runscFlags, AttestKey: o.attestKey,
+		Requests: runner.Requests{RootFS: o.rootfs, WorkspaceMount: o.workspaceMount, Capabilities: o.caps, Set: map[string]bool{}},
+	}
 	switch {
 	case o.stepsFile != "" && len(args) > 0, o.jobFromPolicy != "" && (o.stepsFile != "" || len(args) > 0):
-		return job, usagef("give one of --steps FILE, --job NAME or a command after --")
+		return in, usagef("give one of --steps FILE, --job NAME or a command after --")
 	case o.stepsFile != "":
 		steps, err := runner.LoadSteps(o.stepsFile)
 		if err != nil {
-			return job, usageError{err}
+			return in, usageError{err}
 		}
-		job.Steps = steps
+		in.Steps = steps
 	case len(args) > 0:
-		job.Steps = []runner.StepSpec{{Name: "run", Run: shellJoin(args)}}
+		in.Steps = []runner.StepSpec{{Name: "run", Run: shellJoin(args)}}
 	case o.jobFromPolicy != "":
-		// Steps come from the policy, in applyPolicy.
+		// The policy's steps.
 	default:
-		return job, usagef("nothing to run: give a command after -- (airlock run -- make test) or --steps FILE")
+		return in, usagef("nothing to run: give a command after -- (airlock run -- make test) or --steps FILE")
 	}
-	job.Name = o.jobName
-	limits, err := o.limits()
-	if err != nil {
-		return job, err
+	var err error
+	if in.Requests.Limits, err = o.limits(); err != nil {
+		return in, err
 	}
-	cfg := gvisor.Config{
-		StateRoot:      o.stateDir,
-		RootFS:         o.rootfs,
-		Workspace:      o.workspace,
-		WorkspaceMount: o.workspaceMount,
-		ExtraMasks:     o.masks,
-		Capabilities:   o.caps,
-		Limits:         limits,
-		RunscFlags:     o.runscFlags,
+	for _, n := range []string{"rootfs", "workspace-mount", "cap", "timeout", "step-timeout", "memory", "pids", "cpus", "overlay-size", "tmp-size", "output-limit"} {
+		in.Requests.Set[n] = flags.Changed(n)
 	}
 	if o.user != "" {
 		u, err := parseUser(o.user)
 		if err != nil {
-			return job, err
+			return in, err
 		}
-		cfg.User = &u
+		in.Requests.User = &u
 	}
-	job.Sandbox = cfg
 	for _, e := range o.env {
 		if k, _, ok := strings.Cut(e, "="); ok {
 			if k == "" {
-				return job, usagef("--env %q: missing variable name", e)
+				return in, usagef("--env %q: missing variable name", e)
 			}
-			job.Env = append(job.Env, e)
+			in.Env = append(in.Env, e)
 			continue
 		}
 		// KEY alone passes the host's value: the only way host variables
 		// reach the sandbox is by being named here.
 		if v, ok := os.LookupEnv(e); ok {
-			job.Env = append(job.Env, e+"="+v)
+			in.Env = append(in.Env, e+"="+v)
 		}
 	}
-	return job, nil
+	return in, nil
 }
 
-func (o *runOptions) limits() (gvisor.Limits, error) {
-	l := gvisor.Limits{JobTimeout: o.jobTimeout, StepTimeout: o.stepTimeout, Pids: o.pids, CPUs: o.cpus}
+func (o *runOptions) limits() (runner.Limits, error) {
+	l := runner.Limits{JobTimeout: o.jobTimeout, StepTimeout: o.stepTimeout, Pids: o.pids, CPUs: o.cpus}
 	if o.pids < 0 || o.cpus < 0 || o.jobTimeout < 0 || o.stepTimeout < 0 {
 		return l, usagef("limits must not be negative")
 	}
@@ -209,29 +226,26 @@ func (o *runOptions) limits() (gvisor.Limits, error) {
 
 // runJob runs the job with SIGINT/SIGTERM turned into cancellation, prints
 // the summary and the result, and returns the exit code.
-func runJob(ctx context.Context, job runner.Job, o *runOptions, stdout, stderr io.Writer) (int, error) {
+func runJob(ctx context.Context, plan runner.Plan, o *runOptions, stdout, stderr io.Writer) (int, error) {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	job := plan.Job
 	job.Stdout, job.Stderr, job.Log = stdout, stderr, stderr
 	if o.asJSON {
 		job.Stdout = stderr
 	}
-	// Under GitHub Actions the job's own output must not issue workflow
-	// commands (a fake "::stop-commands::" would silence airlock's
-	// annotations, "::add-mask::" hide evidence): they are off while the
-	// job runs, with a token the job cannot guess.
-	o.resolveSubject(ctx)
-	resume := pauseWorkflowCommands(stdout)
+	plan.Attest.ResolveSubject(ctx)
+	resume := runner.PauseWorkflowCommands(stdout)
 	res, err := runner.Run(ctx, job, runtimeName())
 	resume()
 	if err != nil && res.Sandbox.ID == "" {
 		// The sandbox never started: nothing to summarise.
 		return 0, err
 	}
-	att := writeAttestation(ctx, res, o, stderr)
+	att := runner.WriteAttestation(ctx, res, &plan.Attest, stderr)
 	runner.WriteSummary(stderr, res)
 	if res.Trust != nil {
-		publishTrust(res.Trust, stdout, stderr)
+		runner.PublishTrust(res.Trust, stdout, stderr)
 	}
 	out := resultWithAttestation{Result: res, Attestation: att}
 	if o.resultFile != "" {
@@ -259,7 +273,7 @@ func runJob(ctx context.Context, job runner.Job, o *runOptions, stdout, stderr i
 // attestation went.
 type resultWithAttestation struct {
 	runner.Result
-	Attestation *attestationInfo `json:"attestation"`
+	Attestation *runner.Attestation `json:"attestation"`
 }
 
 func writeResult(path string, res resultWithAttestation) error {
@@ -289,19 +303,19 @@ func shellJoin(args []string) string {
 	return "exec " + strings.Join(q, " ")
 }
 
-func parseUser(s string) (gvisor.User, error) {
+func parseUser(s string) (runner.User, error) {
 	us, gs, hasGID := strings.Cut(s, ":")
 	uid, err := strconv.ParseUint(us, 10, 32)
 	if err != nil {
-		return gvisor.User{}, usagef("--user %q: want a numeric UID or UID:GID", s)
+		return runner.User{}, usagef("--user %q: want a numeric UID or UID:GID", s)
 	}
 	gid := uid
 	if hasGID {
 		if gid, err = strconv.ParseUint(gs, 10, 32); err != nil {
-			return gvisor.User{}, usagef("--user %q: want a numeric UID or UID:GID", s)
+			return runner.User{}, usagef("--user %q: want a numeric UID or UID:GID", s)
 		}
 	}
-	return gvisor.User{UID: uint32(uid), GID: uint32(gid)}, nil
+	return runner.User{UID: uint32(uid), GID: uint32(gid)}, nil
 }
 
 func sizeString(n int64) string {

@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/airlock-ci/airlock/runner/hook"
 )
 
 // Set with -ldflags "-X main.version=... -X main.commit=...".
@@ -47,6 +49,9 @@ func readBuildInfo() buildInfo {
 
 // runtimeName is how results name the sandbox runtime.
 func runtimeName() string { return "gVisor runsc " + readBuildInfo().GVisor + " (embedded)" }
+
+// build identifies this binary to the runner hook.
+func build() hook.Build { return hook.Build{Version: version, Commit: commit, Runtime: runtimeName()} }
 
 func newVersionCmd() *cobra.Command {
 	var asJSON bool

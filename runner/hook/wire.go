@@ -205,6 +205,9 @@ type writerFunc func([]byte) (int, error)
 
 func (w writerFunc) Write(p []byte) (int, error) { return w(p) }
 
+// errNoDaemon is a call that found no daemon to answer it.
+var errNoDaemon = errors.New("the job's daemon is not running")
+
 // Call sends a request to the daemon at sock and copies the answer's
 // output to stdout and stderr. It returns the exit code the daemon sent.
 // ctx ending closes the connection, which stops a running step.
@@ -212,7 +215,7 @@ func Call(ctx context.Context, sock string, req Request, stdout, stderr io.Write
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", sock)
 	if err != nil {
-		return -1, fmt.Errorf("hook: the job's daemon is not running (%w): was prepare_job run, or the job cleaned up?", err)
+		return -1, fmt.Errorf("hook: %w (%w): was prepare_job run, or the job cleaned up?", errNoDaemon, err)
 	}
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.Close() })

@@ -1,146 +1,21 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/internal/files"
-	"github.com/airlock-ci/airlock/internal/gitexec"
 	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/runner"
 )
-
-// passwordEnv holds the password of an encrypted signing key. Never a
-// flag: flags show in the process list.
-const passwordEnv = "AIRLOCK_KEY_PASSWORD"
-
-// attestationInfo is what the job's result says about its attestation.
-type attestationInfo struct {
-	Bundle   string `json:"bundle,omitempty"`
-	Envelope string `json:"envelope,omitempty"`
-	// Unsigned is the statement written without a signature (no key, or
-	// signing failed), for forensics.
-	Unsigned string `json:"unsigned,omitempty"`
-	Error    string `json:"error,omitempty"`
-}
-
-// writeAttestation builds the statement of a finished job and signs it
-// with the configured key; without one, or when signing fails, the
-// statement is written unsigned and named so.
-func writeAttestation(ctx context.Context, res runner.Result, o *runOptions, stderr io.Writer) *attestationInfo {
-	info := &attestationInfo{}
-	dir := o.attestDir
-	if dir == "" {
-		dir = filepath.Join(o.stateDir, "attestations")
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		info.Error = fmt.Sprintf("attestation directory: %v", err)
-		fmt.Fprintf(stderr, "airlock: ATTESTATION NOT WRITTEN: %s\n", info.Error)
-		return info
-	}
-	m := o.meta
-	m.AirlockVersion, m.AirlockCommit = version, commit
-	if m.Repository == "" {
-		m.Repository = os.Getenv("GITHUB_REPOSITORY")
-		if m.Repository != "" {
-			m.Repository = strings.TrimSuffix(os.Getenv("GITHUB_SERVER_URL"), "/") + "/" + m.Repository
-		}
-	}
-	abs, _ := filepath.Abs(o.workspace)
-	pred := runner.Predicate(res, m)
-	pred.Verdict.Reasons = append(pred.Verdict.Reasons, o.subjectNotes...)
-	// The job may have moved HEAD: the subject is what was resolved
-	// before it ran, and a move is on record.
-	if m.HeadSHA != "" && o.headWasImplicit {
-		if now, err := gitexec.ResolveCommit(context.WithoutCancel(ctx), o.workspace, "HEAD"); err != nil || now != m.HeadSHA {
-			pred.Verdict.Reasons = append(pred.Verdict.Reasons, fmt.Sprintf("the job moved HEAD from %s to %q", m.HeadSHA, now))
-		}
-	}
-	subject := attest.Subject(m, abs)
-	if err := attest.Fit(subject, &pred); err != nil {
-		info.Error = err.Error()
-		fmt.Fprintf(stderr, "airlock: ATTESTATION NOT WRITTEN: %v\n", err)
-		return info
-	}
-	artDir := o.workspace
-	if o.artifactsDir != "" {
-		artDir = o.artifactsDir
-	}
-	artifacts, notes := attest.Artifacts(artDir, o.attestSubjects)
-	for _, n := range notes {
-		fmt.Fprintf(stderr, "airlock: attestation: %s\n", n)
-	}
-	stmt, err := attest.Statement(subject, pred, artifacts...)
-	if err != nil {
-		info.Error = err.Error()
-		fmt.Fprintf(stderr, "airlock: ATTESTATION NOT WRITTEN: %v\n", err)
-		return info
-	}
-	base := filepath.Join(dir, res.Sandbox.ID)
-	unsigned := func(why string) *attestationInfo {
-		info.Unsigned = base + ".UNSIGNED.intoto.json"
-		if err := os.WriteFile(info.Unsigned, stmt, 0o644); err != nil {
-			why += "; writing the unsigned statement failed too: " + err.Error()
-		}
-		info.Error = why
-		fmt.Fprintf(stderr, "airlock: ATTESTATION NOT SIGNED: %s; unsigned statement: %s\n", why, info.Unsigned)
-		return info
-	}
-	key := o.attestKey
-	if key == "" {
-		key = o.policyKey
-	}
-	if key == "" {
-		return unsigned("no signing key (--attest-key, or attest.key in the policy)")
-	}
-	signer, err := attest.LoadSigner(ctx, key, attest.PasswordFromEnv(passwordEnv, o.attestPasswordFile))
-	if err != nil {
-		return unsigned(err.Error())
-	}
-	signed, err := attest.Sign(signer, stmt)
-	if err != nil {
-		return unsigned(err.Error())
-	}
-	info.Bundle, info.Envelope = base+".sigstore.json", base+".dsse.json"
-	for path, data := range map[string][]byte{info.Bundle: signed.Bundle, info.Envelope: signed.Envelope} {
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			return unsigned("write " + path + ": " + err.Error())
-		}
-	}
-	fmt.Fprintf(stderr, "attestation: %s (signed, %d bytes)\n", info.Bundle, len(signed.Bundle))
-	return info
-}
-
-// resolveSubject turns the pull request's revisions into commit ids before
-// the job runs (the job can move HEAD and rewrite refs), defaulting the
-// head to the workspace's HEAD. A failure is noted for the verdict.
-func (o *runOptions) resolveSubject(ctx context.Context) {
-	ctx = context.WithoutCancel(ctx)
-	if o.meta.HeadSHA == "" {
-		o.meta.HeadSHA, o.headWasImplicit = "HEAD", true
-	}
-	for _, rev := range []*string{&o.meta.HeadSHA, &o.meta.BaseSHA} {
-		if *rev == "" || isCommitID(*rev) {
-			continue // a commit id stays as given, even if not fetched
-		}
-		sha, err := gitexec.ResolveCommit(ctx, o.workspace, *rev)
-		if err != nil {
-			if !o.headWasImplicit || rev != &o.meta.HeadSHA {
-				o.subjectNotes = append(o.subjectNotes, fmt.Sprintf("subject: could not resolve %q: %v", *rev, err))
-			}
-			sha = ""
-		}
-		*rev = sha
-	}
-}
 
 func newVerifyCmd(code *int) *cobra.Command {
 	var keyFile, commitSHA, policyFile, htmlFile string
@@ -311,52 +186,35 @@ func newReportCmd() *cobra.Command {
 	return cmd
 }
 
-// createNew writes a key file that must not exist yet.
-func createNew(path string, data []byte, mode os.FileMode) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return usageError{fmt.Errorf("%w (not overwriting an existing key)", err)}
-	}
-	_, werr := f.Write(data)
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	return werr
-}
-
 func newKeysCmd() *cobra.Command {
 	keys := &cobra.Command{Use: "keys", Short: "Signing keys for attestations"}
 	var prefix, passwordFile string
 	gen := &cobra.Command{
 		Use:   "generate --out PREFIX",
-		Short: "Write an ECDSA P-256 key pair: PREFIX.key (0600; encrypted when " + passwordEnv + " or --password-file gives a password) and PREFIX.pub",
+		Short: "Write an ECDSA P-256 key pair: PREFIX.key (0600; encrypted when " + runner.PasswordEnv + " or --password-file gives a password) and PREFIX.pub",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if prefix == "" {
 				return usagef("--out PREFIX is required")
 			}
 			var password []byte
-			if v, ok := os.LookupEnv(passwordEnv); ok {
+			if v, ok := os.LookupEnv(runner.PasswordEnv); ok {
 				if v == "" {
-					return usagef("%s is set but empty: unset it for an unencrypted key, or give a password", passwordEnv)
+					return usagef("%s is set but empty: unset it for an unencrypted key, or give a password", runner.PasswordEnv)
 				}
 				password = []byte(v)
 			} else if passwordFile != "" {
-				p, err := attest.PasswordFromEnv(passwordEnv, passwordFile)()
+				p, err := attest.PasswordFromEnv(runner.PasswordEnv, passwordFile)()
 				if err != nil {
 					return usageError{err}
 				}
 				password = p
 			}
-			priv, pub, err := attest.GenerateKeyPair(password)
-			if err != nil {
-				return err
-			}
-			if err := createNew(prefix+".key", priv, 0o600); err != nil {
-				return err
-			}
-			if err := createNew(prefix+".pub", pub, 0o644); err != nil {
-				os.Remove(prefix + ".key")
+			if err := attest.WriteKeyPair(prefix, password); err != nil {
+				var pathErr *fs.PathError
+				if errors.As(err, &pathErr) {
+					return usageError{err} // where the files go, not the key
+				}
 				return err
 			}
 			state := "not encrypted"
@@ -368,19 +226,7 @@ func newKeysCmd() *cobra.Command {
 		},
 	}
 	gen.Flags().StringVar(&prefix, "out", "", "path prefix of the two files")
-	gen.Flags().StringVar(&passwordFile, "password-file", "", "file holding the password (when "+passwordEnv+" is not set)")
+	gen.Flags().StringVar(&passwordFile, "password-file", "", "file holding the password (when "+runner.PasswordEnv+" is not set)")
 	keys.AddCommand(gen)
 	return keys
-}
-
-func isCommitID(s string) bool {
-	if len(s) != 40 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }

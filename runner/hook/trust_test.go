@@ -1,7 +1,6 @@
-package main
+package hook
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -100,7 +99,7 @@ func TestHookCommitBaseline(t *testing.T) {
 			h := newRunnerHost(t)
 			api := httptest.NewServer(gitHubTrees(t, h.origin))
 			defer api.Close()
-			h.env = append(h.env, ghAPIEnv+"="+api.URL, ghTokenEnv+"=ghp_hooktesttoken")
+			h.env = append(h.env, GitHubAPIEnv+"="+api.URL, GitHubTokenEnv+"=ghp_hooktesttoken")
 			if tc.org != "" {
 				os.WriteFile(filepath.Join(h.org, "trust.cue"), []byte("package airlock\n"+tc.org), 0o644)
 			}
@@ -122,16 +121,18 @@ func TestHookCommitBaseline(t *testing.T) {
 			if len(bundles) != 1 {
 				t.Fatalf("bundles: %v", bundles)
 			}
-			var vj, ve bytes.Buffer
-			execute([]string{"verify", "--key", h.keyPub, "--json", bundles[0]}, &vj, &ve)
+			_, vj, err := verified(t, h.keyPub, bundles[0], "")
+			if err != nil {
+				t.Fatalf("verify: %v", err)
+			}
 			for _, w := range tc.want {
-				if !strings.Contains(vj.String(), w) {
+				if !strings.Contains(vj, w) {
 					t.Errorf("the attestation lacks %s", w)
 				}
 			}
 			for _, w := range tc.notWant {
-				if strings.Contains(vj.String(), w) {
-					t.Errorf("the attestation has %s:\n%s", w, findingsOf(vj.String()))
+				if strings.Contains(vj, w) {
+					t.Errorf("the attestation has %s:\n%s", w, findingsOf(vj))
 				}
 			}
 			for p, want := range tc.after {
@@ -147,7 +148,7 @@ func TestHookCommitBaseline(t *testing.T) {
 				}
 			}
 			if t.Failed() {
-				t.Logf("cleanup output: %s\nfindings: %s", out, findingsOf(vj.String()))
+				t.Logf("cleanup output: %s\nfindings: %s", out, findingsOf(vj))
 			}
 		})
 	}
@@ -183,10 +184,12 @@ func TestHookTrustRootSwapped(t *testing.T) {
 	if len(bundles) != 1 {
 		t.Fatalf("bundles: %v", bundles)
 	}
-	var vj, ve bytes.Buffer
-	execute([]string{"verify", "--key", h.keyPub, "--json", bundles[0]}, &vj, &ve)
-	if strings.Contains(vj.String(), "SECRET-HOST-CONTENT") || !strings.Contains(vj.String(), "could not be inspected") {
-		t.Errorf("attestation: %s", findingsOf(vj.String()))
+	_, vj, err := verified(t, h.keyPub, bundles[0], "")
+	if err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	if strings.Contains(vj, "SECRET-HOST-CONTENT") || !strings.Contains(vj, "could not be inspected") {
+		t.Errorf("attestation: %s", findingsOf(vj))
 	}
 	entries, _ := os.ReadDir(host)
 	if b, _ := os.ReadFile(filepath.Join(host, "Makefile")); string(b) != "SECRET-HOST-CONTENT\n" || len(entries) != 2 {

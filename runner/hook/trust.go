@@ -1,4 +1,4 @@
-package main
+package hook
 
 import (
 	"context"
@@ -65,7 +65,7 @@ func treeFiles(files []github.TreeFile) []trust.TreeFile {
 // the merge commit the event names, whichever the workspace is nearer:
 // the job cannot name its own (its HEAD is not asked). An API that fails
 // leaves the job's first snapshot as the baseline, said in the note.
-func (d *hookJob) commitBaseline(root string, set *trust.Set, first, after *trust.Snapshot) (*trust.Snapshot, string) {
+func (d *job) commitBaseline(root string, set *trust.Set, first, after *trust.Snapshot) (*trust.Snapshot, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const fallback = "the worktree was compared with the job's first snapshot"

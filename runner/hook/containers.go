@@ -1,4 +1,4 @@
-package main
+package hook
 
 import (
 	"context"
@@ -7,17 +7,15 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/files"
+	"github.com/airlock-ci/airlock/internal/paths"
 	"github.com/airlock-ci/airlock/internal/textsafe"
-	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
-	"github.com/airlock-ci/airlock/runner/hook"
 )
 
 // Docker actions and service containers run as containers of their own
@@ -26,24 +24,6 @@ import (
 // network (the job reaches a service at its name, which /etc/hosts points
 // at loopback), limits, egress gateway and record. Nothing else can run:
 // there is no image store and no image builder in a sandbox.
-
-// maxServices bounds a job's services.
-const maxServices = 8
-
-// serviceName is what a service's name must look like to be a host name.
-// At most 56 characters: "service-" and the name are a container id
-// of at most 64.
-var serviceName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,54}[A-Za-z0-9])?$`)
-
-// imageOf opens the image directory the policy maps ref to. what names
-// the image's user in errors ("service redis", "the action").
-func imageOf(images map[string]string, ref, what string) (runner.Image, error) {
-	dir, ok := policies.ImageRoot(images, ref)
-	if !ok {
-		return runner.Image{}, fmt.Errorf("%s: image %q is not mapped to a local root filesystem by the organisation policy (sandbox.images), and airlock runs no other images (there is no image store in the sandbox)", what, ref)
-	}
-	return runner.OpenImage(dir)
-}
 
 // command is what a container runs: the workflow's entry point and
 // arguments; without an entry point, the image's command (an OCI bundle
@@ -61,55 +41,16 @@ func command(entry string, args []string, img runner.Image, what string) ([]stri
 	return img.Args, nil
 }
 
-// checkServices refuses the job's services unless the policy allows them
-// and maps each one's image; the error names every service refused.
-func checkServices(p policies.Sandbox, services []hook.Service) error {
-	if len(services) == 0 {
-		return nil
-	}
-	if len(services) > maxServices {
-		return fmt.Errorf("service containers refused: %d services, at most %d (each has its own writable layer of sandbox.limits.overlay on the runner's disk)", len(services), maxServices)
-	}
-	var bad []string
-	for _, s := range services {
-		switch {
-		case !p.Services:
-			bad = append(bad, fmt.Sprintf("%s (%s): the policy does not allow services (sandbox.services)", s.ContextName, s.Image))
-		case !serviceName.MatchString(s.ContextName):
-			bad = append(bad, fmt.Sprintf("%q: not a valid host name for a service (letters, digits and '-', at most 56)", s.ContextName))
-		default:
-			if _, err := imageOf(p.Images, s.Image, "service "+s.ContextName); err != nil {
-				bad = append(bad, err.Error())
-			}
-		}
-	}
-	if len(bad) > 0 {
-		return fmt.Errorf("service containers refused: %s; remove them from the job's services: or ask the runner's administrators", strings.Join(bad, "; "))
-	}
-	return nil
-}
-
-// hostsFile points the services' names at loopback, for the job and its
-// containers.
-func hostsFile(services []hook.Service) gvisor.File {
-	var b strings.Builder
-	b.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
-	for _, s := range services {
-		fmt.Fprintf(&b, "127.0.0.1\t%s\n", s.ContextName)
-	}
-	return gvisor.File{Path: "/etc/hosts", Data: []byte(b.String())}
-}
-
 // startServices starts the job's services in its sandbox; their output,
 // prefixed with their names, is kept (its end) for cleanup_job to print.
-func (d *hookJob) startServices(ctx context.Context, services []hook.Service) ([]hook.ResponseContainer, error) {
-	var out []hook.ResponseContainer
+func (d *job) startServices(ctx context.Context, services []Service) ([]ResponseContainer, error) {
+	var out []ResponseContainer
 	for _, s := range services {
 		if len(s.UserMountVolumes) > 0 {
 			fmt.Fprintf(os.Stderr, "airlock: service %s: its own volumes are not mounted (%d): a workflow may not mount host paths into the sandbox\n", s.ContextName, len(s.UserMountVolumes))
 		}
 		what := "service " + s.ContextName
-		img, err := imageOf(d.images, s.Image, what)
+		img, err := runner.MappedImage(d.images, s.Image, what)
 		if err != nil {
 			return nil, err
 		}
@@ -138,19 +79,19 @@ func (d *hookJob) startServices(ctx context.Context, services []hook.Service) ([
 			p, _, _ = strings.Cut(p, "/")
 			ports[p] = p
 		}
-		out = append(out, hook.ResponseContainer{ID: "service-" + s.ContextName, Network: "airlock", Ports: ports})
+		out = append(out, ResponseContainer{ID: "service-" + s.ContextName, Network: "airlock", Ports: ports})
 	}
 	return out, nil
 }
 
 // ContainerStep runs a Docker action in a container of its own on the
 // image directory the policy maps its image to.
-func (d *hookJob) ContainerStep(ctx context.Context, a hook.ContainerStepArgs, stdout, stderr io.Writer) (int, error) {
+func (d *job) ContainerStep(ctx context.Context, a ContainerStepArgs, stdout, stderr io.Writer) (int, error) {
 	d.takeBaseline(stderr)
 	if a.Dockerfile != nil && *a.Dockerfile != "" {
 		return 1, fmt.Errorf("run_container_step: the action builds its image from %s, and airlock has no image builder in the sandbox: replace the action with run: steps or a JavaScript action, or ask the runner's administrators to map a prebuilt image (sandbox.images) and use it with docker://", *a.Dockerfile)
 	}
-	img, err := imageOf(d.images, a.Image, "run_container_step")
+	img, err := runner.MappedImage(d.images, a.Image, "run_container_step")
 	if err != nil {
 		return 1, fmt.Errorf("%w: replace the action with run: steps or a JavaScript action, or ask the runner's administrators to map the image", err)
 	}
@@ -199,20 +140,20 @@ func imagePath(img runner.Image) string {
 // work directory with a symlink to the host's root: such a source is
 // resolved from the work directory without following symlinks, right
 // before runsc binds it (gvisor.Mount.Beneath).
-func (d *hookJob) stepMounts(vols []hook.Mount) ([]gvisor.Mount, error) {
+func (d *job) stepMounts(vols []Mount) ([]gvisor.Mount, error) {
 	work, _ := d.mounts.Host(containerWork)
 	if err := d.masksInPlace(work); err != nil {
 		return nil, err
 	}
 	var out []gvisor.Mount
-	for _, v := range hook.Mounts(vols).Sorted() {
+	for _, v := range Mounts(vols).Sorted() {
 		src, dst := filepath.Clean(v.Source), path.Clean(v.Target)
 		if strings.Contains(dst, "docker.sock") || strings.Contains(src, "docker.sock") {
 			continue
 		}
 		m := gvisor.Mount{Source: src, Destination: dst, ReadOnly: v.ReadOnly}
 		switch job, isJob := d.jobMount(src); {
-		case within(src, work):
+		case paths.Within(src, work):
 			m.Beneath = work
 		case isJob:
 			// Mounted for the job at prepare_job, before any of its code
@@ -223,7 +164,7 @@ func (d *hookJob) stepMounts(vols []hook.Mount) ([]gvisor.Mount, error) {
 		}
 		out = append(out, m)
 		for _, mask := range d.hostMasks {
-			if !within(mask, src) || mask == src {
+			if !paths.Below(mask, src) {
 				continue
 			}
 			cover, err := d.emptyLike(mask)
@@ -238,19 +179,19 @@ func (d *hookJob) stepMounts(vols []hook.Mount) ([]gvisor.Mount, error) {
 }
 
 // jobMount is the job's own mount with this host source, if any.
-func (d *hookJob) jobMount(src string) (hook.Mount, bool) {
+func (d *job) jobMount(src string) (Mount, bool) {
 	for _, m := range d.mounts {
 		if filepath.Clean(m.Source) == src {
 			return m, true
 		}
 	}
-	return hook.Mount{}, false
+	return Mount{}, false
 }
 
 // emptyLike returns an empty directory of the job's to mount over a
 // masked directory. A masked file inside a volume cannot be covered so:
 // the step is refused rather than shown it.
-func (d *hookJob) emptyLike(mask string) (string, error) {
+func (d *job) emptyLike(mask string) (string, error) {
 	if fi, err := os.Lstat(mask); err == nil && !fi.IsDir() {
 		return "", fmt.Errorf("the volume holds %s, which the policy masks and which is not a directory: airlock cannot hide a file inside a Docker action's volume", mask)
 	}
@@ -263,7 +204,7 @@ type fileID struct{ dev, ino uint64 }
 
 // pinMasks records the identity of each mask below the work directory,
 // before any of the job's code runs.
-func (d *hookJob) pinMasks(work string) {
+func (d *job) pinMasks(work string) {
 	d.maskIDs = map[string]fileID{}
 	for _, m := range d.hostMasks {
 		if id, ok := identity(work, m); ok {
@@ -276,7 +217,7 @@ func (d *hookJob) pinMasks(work string) {
 // longer where it was: the job can rename a parent of a mask (gVisor
 // keeps only the mount point itself from moving) and so carry it into a
 // volume, uncovered, under another name.
-func (d *hookJob) masksInPlace(work string) error {
+func (d *job) masksInPlace(work string) error {
 	for m, want := range d.maskIDs {
 		if got, ok := identity(work, m); !ok || got != want {
 			return fmt.Errorf("%s, which the job may not see, was moved or replaced by the job: no Docker action runs in this job any more", m)
@@ -302,15 +243,6 @@ func identity(base, p string) (fileID, bool) {
 		return fileID{}, false
 	}
 	return fileID{uint64(st.Dev), st.Ino}, true
-}
-
-// within reports whether p is dir or below it.
-func within(p, dir string) bool {
-	if dir == "" {
-		return false
-	}
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
 }
 
 // maxServiceLog is how much of the services' output cleanup_job prints.

@@ -1,4 +1,4 @@
-package main
+package hook
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"syscall"
 
 	"github.com/airlock-ci/airlock/internal/files"
-	"github.com/airlock-ci/airlock/runner/hook"
+	"github.com/airlock-ci/airlock/runner"
 )
 
 // The hook's cleanup runs after the job's last step, so no step can
@@ -29,7 +29,7 @@ const (
 )
 
 // uploadsArtifacts reports a step that runs actions/upload-artifact.
-func uploadsArtifacts(a hook.ScriptArgs) bool {
+func uploadsArtifacts(a ScriptArgs) bool {
 	for _, arg := range a.EntryPointArgs {
 		if strings.Contains(arg, "/_actions/actions/upload-artifact/") {
 			return true
@@ -40,17 +40,17 @@ func uploadsArtifacts(a hook.ScriptArgs) bool {
 
 // interimAttestation signs the job so far and puts the bundle in the
 // runner's temp directory, where the job can read it.
-func (d *hookJob) interimAttestation(ctx context.Context, stderr io.Writer) {
+func (d *job) interimAttestation(ctx context.Context, stderr io.Writer) {
 	tmp, ok := d.mounts.Host(containerTemp)
 	if !ok {
 		return
 	}
-	o := d.opts
-	o.attestDir = filepath.Join(d.dir, "interim")
-	o.resolveSubject(ctx)
+	o := d.attest
+	o.Dir = filepath.Join(d.dir, "interim")
+	o.ResolveSubject(ctx)
 	d.pinWorkspace()
-	o.artifactsDir = d.opts.artifactsDir
-	info := writeAttestation(ctx, d.session.Interim(), &o, io.Discard)
+	o.ArtifactsDir = d.attest.ArtifactsDir
+	info := runner.WriteAttestation(ctx, d.session.Interim(), &o, io.Discard)
 	if info.Bundle == "" {
 		fmt.Fprintf(stderr, "airlock: no interim attestation for the upload: %s\n", info.Error)
 		return
@@ -100,16 +100,16 @@ func putInto(base, dir, name string, data []byte) error {
 // pinWorkspace has the attestation read its artifact subjects from the
 // repository opened without following symlinks: the job may have made it
 // a symlink to a host directory.
-func (d *hookJob) pinWorkspace() {
+func (d *job) pinWorkspace() {
 	if d.pinnedRepo != nil {
 		return
 	}
 	work, _ := d.mounts.Host(containerWork)
-	f, err := files.OpenDirBeneath(work, d.opts.workspace)
+	f, err := files.OpenDirBeneath(work, d.attest.Repository)
 	if err != nil {
-		d.opts.artifactsDir = filepath.Join(d.dir, "no-repository")
+		d.attest.ArtifactsDir = filepath.Join(d.dir, "no-repository")
 		return
 	}
 	d.pinnedRepo = f
-	d.opts.artifactsDir = files.FDPath(f)
+	d.attest.ArtifactsDir = files.FDPath(f)
 }

@@ -1,4 +1,4 @@
-package main
+package hook
 
 import (
 	"os"
@@ -8,9 +8,7 @@ import (
 	"testing"
 
 	"github.com/airlock-ci/airlock/gvisor"
-	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
-	"github.com/airlock-ci/airlock/runner/hook"
 )
 
 func TestContainerCommand(t *testing.T) {
@@ -45,40 +43,6 @@ func TestContainerCommand(t *testing.T) {
 	}
 }
 
-func TestCheckServices(t *testing.T) {
-	img := t.TempDir()
-	allowed := policies.Sandbox{Services: true, Images: map[string]string{"redis:7": img}}
-	for _, tc := range []struct {
-		name     string
-		policy   policies.Sandbox
-		services []hook.Service
-		wantErr  []string
-	}{
-		{"none", policies.Sandbox{}, nil, nil},
-		{"allowed and mapped", allowed, []hook.Service{{ContextName: "redis", Image: "docker.io/library/redis:7"}}, nil},
-		{"not allowed", policies.Sandbox{Images: allowed.Images}, []hook.Service{{ContextName: "redis", Image: "redis:7"}, {ContextName: "pg", Image: "postgres"}},
-			[]string{"redis (redis:7): the policy does not allow services", "pg (postgres)"}},
-		{"not mapped", allowed, []hook.Service{{ContextName: "pg", Image: "postgres:16"}}, []string{`service pg: image "postgres:16" is not mapped`}},
-		{"hosts injection", allowed, []hook.Service{{ContextName: "db\n10.0.0.1 github.com", Image: "redis:7"}}, []string{"not a valid host name"}},
-		{"odd name", allowed, []hook.Service{{ContextName: "../x", Image: "redis:7"}}, []string{"not a valid host name"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := checkServices(tc.policy, tc.services)
-			if tc.wantErr == nil {
-				if err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			for _, w := range tc.wantErr {
-				if err == nil || !strings.Contains(err.Error(), w) {
-					t.Errorf("err = %v, want %q", err, w)
-				}
-			}
-		})
-	}
-}
-
 // A Docker action gets the runner's directories only: never the Docker
 // socket nor a host path outside the work directory, never more writable
 // than the job has it; sources the job can write are resolved without
@@ -90,12 +54,12 @@ func TestStepMounts(t *testing.T) {
 	responses := filepath.Join(work, "_temp", responsesDir)
 	os.MkdirAll(repo, 0o755)
 	os.MkdirAll(responses, 0o755)
-	d := &hookJob{dir: t.TempDir(), hostMasks: []string{responses}, mounts: hook.Mounts{
+	d := &job{dir: t.TempDir(), hostMasks: []string{responses}, mounts: Mounts{
 		{Source: work, Target: "/__w"},
 		{Source: filepath.Join(work, "_temp"), Target: "/__w/_temp"},
 		{Source: "/opt/externals", Target: "/__e", ReadOnly: true},
 	}}
-	got, err := d.stepMounts([]hook.Mount{
+	got, err := d.stepMounts([]Mount{
 		{Source: "/var/run/docker.sock", Target: "/var/run/docker.sock"},
 		{Source: repo, Target: "/github/workspace"},
 		{Source: work, Target: "/__w"},
@@ -113,7 +77,7 @@ func TestStepMounts(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("mounts:\n got %+v\nwant %+v", got, want)
 	}
-	if _, err := d.stepMounts([]hook.Mount{{Source: "/etc", Target: "/host-etc"}}); err == nil || !strings.Contains(err.Error(), "outside the runner's work directory") {
+	if _, err := d.stepMounts([]Mount{{Source: "/etc", Target: "/host-etc"}}); err == nil || !strings.Contains(err.Error(), "outside the runner's work directory") {
 		t.Errorf("a host path: %v", err)
 	}
 }

@@ -1,9 +1,11 @@
-package main
+package hook
 
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -17,7 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/runner"
 )
 
 // runnerHost lays out what the runner has on its host for a job: the work
@@ -86,18 +90,18 @@ func newRunnerHost(t testing.TB) *runnerHost {
 
 	state := stateDir(t)
 	dir := t.TempDir()
-	var out, errb bytes.Buffer
-	t.Setenv(passwordEnv, "")
-	os.Unsetenv(passwordEnv)
-	if code := execute([]string{"keys", "generate", "--out", filepath.Join(dir, "k")}, &out, &errb); code != 0 {
-		t.Fatalf("keys: %s", errb.String())
+	// The hook processes inherit this environment: no key password.
+	t.Setenv(runner.PasswordEnv, "")
+	os.Unsetenv(runner.PasswordEnv)
+	if err := attest.WriteKeyPair(filepath.Join(dir, "k"), nil); err != nil {
+		t.Fatalf("keys: %v", err)
 	}
 	h.keyPub = filepath.Join(dir, "k.pub")
 	org := filepath.Join(dir, "org")
 	h.org = org
 	os.MkdirAll(org, 0o755)
 	os.WriteFile(filepath.Join(org, "org.cue"), []byte("package airlock\negress: default: \"deny\"\n"), 0o644)
-	h.env = []string{hookDirEnv + "=" + filepath.Join(state, "hooks"), orgDirEnv + "=" + org, keyEnv + "=" + filepath.Join(dir, "k.key")}
+	h.env = []string{JobsRootEnv + "=" + filepath.Join(state, "hooks"), OrgDirEnv + "=" + org, AttestKeyEnv + "=" + filepath.Join(dir, "k.key")}
 
 	// The runner's prepare_job call, shaped like the example of the
 	// protocol, with this host's paths.
@@ -125,7 +129,7 @@ func newRunnerHost(t testing.TB) *runnerHost {
 // hooksRoot is the hook's directory on this host.
 func (h *runnerHost) hooksRoot() string {
 	for _, e := range h.env {
-		if v, ok := strings.CutPrefix(e, hookDirEnv+"="); ok {
+		if v, ok := strings.CutPrefix(e, JobsRootEnv+"="); ok {
 			return v
 		}
 	}
@@ -135,7 +139,7 @@ func (h *runnerHost) hooksRoot() string {
 // call runs one hook call in a fresh process, as the runner does.
 func (h *runnerHost) call(input []byte) (int, string) {
 	h.t.Helper()
-	cmd := cli(h.t, "hook")
+	cmd := hookCommand(h.t)
 	cmd.Env = append(cmd.Env, h.env...)
 	cmd.Stdin = bytes.NewReader(input)
 	out, _ := cmd.CombinedOutput()
@@ -232,7 +236,7 @@ func TestHookJob(t *testing.T) {
 		}
 	}))
 	defer api.Close()
-	h.env = append(h.env, ghAPIEnv+"="+api.URL, ghTokenEnv+"=ghp_hooktesttoken")
+	h.env = append(h.env, GitHubAPIEnv+"="+api.URL, GitHubTokenEnv+"=ghp_hooktesttoken")
 	// On a real runner the checkout comes later: no git objects yet.
 	os.Rename(filepath.Join(h.repo, ".git"), filepath.Join(h.root, "git-later"))
 	state := h.prepare()
@@ -283,9 +287,8 @@ func TestHookJob(t *testing.T) {
 	if code, out := upload(); code != 0 || !strings.Contains(out, "interim attestation of the job so far") {
 		t.Fatalf("upload: exit %d: %s", code, out)
 	}
-	var iv, ie bytes.Buffer
-	if code := execute([]string{"verify", "--key", h.keyPub, "--json", filepath.Join(h.temp, "airlock", interimName)}, &iv, &ie); code != 0 || !strings.Contains(iv.String(), `"final": false`) || !strings.Contains(iv.String(), "exit") {
-		t.Errorf("interim attestation: %d %s %s", code, iv.String(), ie.String())
+	if _, iv, err := verified(t, h.keyPub, filepath.Join(h.temp, "airlock", interimName), ""); err != nil || !strings.Contains(iv, `"final": false`) || !strings.Contains(iv, "exit") {
+		t.Errorf("interim attestation: %v %s", err, iv)
 	}
 	code, out := h.cleanup(state)
 	if !strings.Contains(out, "airlock: attestation ") || code == 0 {
@@ -295,22 +298,20 @@ func TestHookJob(t *testing.T) {
 	if len(bundles) != 1 {
 		t.Fatalf("bundles: %v", bundles)
 	}
-	var vo, ve bytes.Buffer
-	if code := execute([]string{"verify", "--key", h.keyPub, "--commit", h.head, bundles[0]}, &vo, &ve); code != 0 {
-		t.Fatalf("verify: %d %s %s", code, vo.String(), ve.String())
+	v, vj, err := verified(t, h.keyPub, bundles[0], h.head)
+	if err != nil {
+		t.Fatalf("verify: %v", err)
 	}
-	var vj bytes.Buffer
-	execute([]string{"verify", "--key", h.keyPub, "--json", bundles[0]}, &vj, &ve)
-	if !strings.Contains(vj.String(), `"containerImage": "node:20"`) || !strings.Contains(vj.String(), `"final": true`) {
-		t.Errorf("the job image is not recorded: %.400s", vj.String())
+	if !strings.Contains(vj, `"containerImage": "node:20"`) || !strings.Contains(vj, `"final": true`) {
+		t.Errorf("the job image is not recorded: %.400s", vj)
 	}
-	if !strings.Contains(vo.String(), "exit 3") || !strings.Contains(vo.String(), "(2 sources)") {
-		t.Errorf("the attestation does not carry the failed step and both policies: %s", vo.String())
+	if p := v.Predicate; p.Verdict.ExitCode != 3 || len(p.Policy.Sources) != 2 {
+		t.Errorf("the attestation does not carry the failed step and both policies: exit %d, %d sources", p.Verdict.ExitCode, len(p.Policy.Sources))
 	}
 	// The authored diff came through the API: the new workflow and its
 	// pull_request_target trigger are findings, annotated on the check run.
 	for _, w := range []string{`"phase": "authored"`, `"path": ".github/workflows/ci.yml"`, "pull_request_target", `"agent": true`} {
-		if !strings.Contains(vj.String(), w) {
+		if !strings.Contains(vj, w) {
 			t.Errorf("the attestation lacks %s", w)
 		}
 	}
@@ -432,5 +433,32 @@ func TestHookDaemonTerm(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); err == nil {
 		t.Error("the job directory is still there")
+	}
+}
+
+// The policy's artifact subjects are attested under the hook as under
+// airlock run, read from the repository without following the job's
+// symlinks: a link to a host file is no subject.
+func TestHookArtifactSubjects(t *testing.T) {
+	h := newRunnerHost(t)
+	os.WriteFile(filepath.Join(h.org, "subjects.cue"), []byte("package airlock\nattest: subjects: [\"dist/*.txt\"]\n"), 0o644)
+	state := h.prepare()
+	if code, out := h.step(state, `mkdir -p dist && printf built > dist/app.txt && ln -s /etc/passwd dist/passwd.txt`); code != 0 {
+		t.Fatalf("step: exit %d: %s", code, out)
+	}
+	if code, out := h.cleanup(state); code != 0 {
+		t.Fatalf("cleanup: exit %d: %s", code, out)
+	}
+	bundles, _ := filepath.Glob(filepath.Join(h.hooksRoot(), "attestations", "*.sigstore.json"))
+	if len(bundles) != 1 {
+		t.Fatalf("bundles: %v", bundles)
+	}
+	v, _, err := verified(t, h.keyPub, bundles[0], h.head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte("built"))
+	if len(v.Artifacts) != 1 || v.Artifacts[0].Name != "dist/app.txt" || v.Artifacts[0].Digest["sha256"] != hex.EncodeToString(sum[:]) {
+		t.Errorf("artifacts: %+v", v.Artifacts)
 	}
 }

@@ -1,0 +1,259 @@
+package hook
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/runner"
+	workspacetidy "github.com/airlock-ci/airlock/runner/workspace"
+)
+
+// The hook process: the runner starts one per call. prepare_job starts
+// the job's daemon and answers with the job's state; the other calls
+// reach the daemon through the socket in the job's directory.
+
+// Files of a job's directory, and the daemon's bounds.
+const (
+	safePath         = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	prepareTimeout   = 2 * time.Minute
+	cleanupTimeout   = 5 * time.Minute
+	daemonSocket     = "daemon.sock"
+	daemonReady      = "ready"
+	servicesFile     = "services.json"
+	daemonFailed     = "failed"
+	prepareInputFile = "prepare.json"
+	daemonLogFile    = "daemon.log"
+	daemonPIDFile    = "daemon.pid"
+	daemonArg0       = "airlock-hook-daemon"
+)
+
+// Handle is one hook process's whole life: it reads the runner's call
+// from stdin and carries it out. It returns the exit code of a step (0
+// for the other calls); an error is a failed call, and an InputError one
+// whose input was not what the runner sends. SIGINT and SIGTERM (the
+// runner cancelling a step) end the call.
+func Handle(ctx context.Context, cfg Config, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	// The runner prepends the job's $GITHUB_PATH entries to the hook's
+	// PATH: nothing here, nor in the daemon, may look a program up
+	// through it.
+	os.Setenv("PATH", safePath)
+	in, err := ReadInput(stdin)
+	if err != nil {
+		return 0, runner.InputError{Err: err}
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	switch in.Command {
+	case PrepareJob:
+		return 0, prepare(ctx, cfg, in, stdout)
+	case RunScriptStep:
+		var args ScriptArgs
+		if err := json.Unmarshal(in.Args, &args); err != nil {
+			return 0, runner.InputError{Err: fmt.Errorf("run_script_step: %v", err)}
+		}
+		return Call(ctx, socketOf(cfg, in.State), Request{Op: "step", Step: &args}, stdout, stderr)
+	case RunContainerStep:
+		var args ContainerStepArgs
+		if err := json.Unmarshal(in.Args, &args); err != nil {
+			return 0, runner.InputError{Err: fmt.Errorf("run_container_step: %v", err)}
+		}
+		args.Registry = nil // never passed on
+		return Call(ctx, socketOf(cfg, in.State), Request{Op: "container-step", Container: &args}, stdout, stderr)
+	default:
+		return 0, cleanup(ctx, cfg, in, stdout, stderr)
+	}
+}
+
+// socketOf is the daemon socket of a job, from the runner's state. The
+// directory must be one of ours.
+func socketOf(cfg Config, st State) string {
+	dir := filepath.Clean(st.JobDir)
+	if st.JobDir == "" || filepath.Dir(dir) != filepath.Clean(cfg.JobsRoot) {
+		return filepath.Join(cfg.JobsRoot, "no-such-job", daemonSocket)
+	}
+	return filepath.Join(dir, daemonSocket)
+}
+
+// prepare starts the job's daemon and answers the runner.
+func prepare(ctx context.Context, cfg Config, in Input, stdout io.Writer) error {
+	if in.ResponseFile == nil || *in.ResponseFile == "" {
+		return runner.InputError{Err: errors.New("prepare_job: no responseFile")}
+	}
+	var args PrepareArgs
+	if err := json.Unmarshal(in.Args, &args); err != nil || args.Container == nil {
+		return runner.InputError{Err: errors.New("prepare_job: the job has no container: airlock needs container: in every job (ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER=true)")}
+	}
+	args.Container.Registry = nil // never stored, never passed on
+	for i := range args.Services {
+		args.Services[i].Registry = nil
+	}
+	b := make([]byte, 8)
+	rand.Read(b)
+	id := "hook-" + hex.EncodeToString(b)
+	dir := filepath.Join(cfg.JobsRoot, id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("prepare_job: job directory: %w", err)
+	}
+	plan, _ := json.Marshal(args)
+	if err := os.WriteFile(filepath.Join(dir, prepareInputFile), plan, 0o600); err != nil {
+		return fmt.Errorf("prepare_job: %w", err)
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, daemonLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	// The daemon outlives this process: its own session, no terminal,
+	// output to the job's log file.
+	cmd := exec.Command("/proc/self/exe", dir)
+	cmd.Args[0] = daemonArg0
+	cmd.Env = os.Environ()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("prepare_job: start the job daemon: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.NewTimer(prepareTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := os.Stat(filepath.Join(dir, daemonReady)); err == nil {
+			break
+		}
+		select {
+		case <-tick.C:
+			continue
+		case err := <-exited:
+			msg, _ := os.ReadFile(filepath.Join(dir, daemonFailed))
+			removeJob(cfg, dir)
+			return fmt.Errorf("prepare_job: the job could not start: %s (%v)", strings.TrimSpace(string(msg)), err)
+		case <-deadline.C:
+			cmd.Process.Kill()
+			<-exited
+			removeJob(cfg, dir)
+			return fmt.Errorf("prepare_job: the job daemon did not start within %v", prepareTimeout)
+		case <-ctx.Done():
+			cmd.Process.Kill()
+			<-exited
+			removeJob(cfg, dir)
+			return ctx.Err()
+		}
+	}
+	cmd.Process.Release()
+	resp := Response{
+		State:   State{Container: id, JobDir: dir},
+		Context: ResponseContext{Container: ResponseContainer{ID: id, Network: "airlock", Ports: map[string]string{}}, Services: []ResponseContainer{}},
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, servicesFile)); err == nil {
+		json.Unmarshal(b, &resp.Context.Services)
+	}
+	line, _ := json.Marshal(resp)
+	f, err := os.OpenFile(*in.ResponseFile, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return fmt.Errorf("prepare_job: response file: %w", err)
+	}
+	_, werr := f.Write(append(line, '\n'))
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	fmt.Fprintf(stdout, "airlock: job %s prepared in a gVisor sandbox\n", id)
+	return werr
+}
+
+// cleanup ends the job through its daemon; without one (a failed
+// prepare, a crash, a second cleanup) it removes what is left.
+func cleanup(ctx context.Context, cfg Config, in Input, stdout, stderr io.Writer) error {
+	if in.State.JobDir == "" {
+		return nil // prepare_job never answered: nothing was kept
+	}
+	sock := socketOf(cfg, in.State)
+	dir := filepath.Dir(sock)
+	// Bounded: a daemon that hangs must not hang the runner; what it
+	// leaves is reaped below.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	pid := daemonPID(dir)
+	_, err := Call(cctx, sock, Request{Op: "cleanup"}, stdout, stderr)
+	var verdict *DaemonError
+	if err != nil && !errors.As(err, &verdict) && !errors.Is(err, errNoDaemon) {
+		fmt.Fprintf(stderr, "airlock: cleanup: %v\n", err)
+		// A daemon that did not answer is stopped (if that pid is still
+		// our daemon); its sandbox is then a leftover like any other.
+		if pid > 0 {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	// cleanup_job returns once the daemon is gone, not just answered.
+	waitGone(pid, 10*time.Second)
+	removeJob(cfg, dir)
+	if verdict != nil {
+		return verdict // the job failed: cleanup_job says so
+	}
+	return nil
+}
+
+// daemonPID is the pid of the job's daemon when it is running (the pid
+// in its file, checked against the process's command line: a pid can be
+// reused), or 0.
+func daemonPID(dir string) int {
+	b, err := os.ReadFile(filepath.Join(dir, daemonPIDFile))
+	if err != nil {
+		return 0
+	}
+	var pid int
+	if _, err := fmt.Sscan(string(b), &pid); err != nil || pid <= 1 {
+		return 0
+	}
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if !strings.HasPrefix(string(cmdline), daemonArg0+"\x00"+dir) {
+		return 0
+	}
+	return pid
+}
+
+// waitGone waits for a process to exit, up to timeout.
+func waitGone(pid int, timeout time.Duration) {
+	if pid <= 0 {
+		return
+	}
+	for end := time.Now().Add(timeout); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if syscall.Kill(pid, 0) != nil {
+			return
+		}
+		// A zombie is gone for our purposes.
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && strings.Contains(string(st), ") Z ") {
+			return
+		}
+	}
+}
+
+// removeJob reaps what a job left (its sandbox, if the daemon could not
+// destroy it), tidies the workspace, and removes the job's directory.
+func removeJob(cfg Config, dir string) {
+	if filepath.Dir(dir) != filepath.Clean(cfg.JobsRoot) {
+		return
+	}
+	reaped, _ := gvisor.Reap(context.Background(), filepath.Join(dir, "state"))
+	for _, r := range reaped {
+		if r.Workspace != "" {
+			workspacetidy.Tidy(r.Workspace, r.SandboxUID)
+		}
+	}
+	os.RemoveAll(dir)
+}

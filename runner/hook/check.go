@@ -1,0 +1,58 @@
+package hook
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/airlock-ci/airlock/runner"
+	"github.com/airlock-ci/airlock/runner/github"
+)
+
+// maxCheckBundle is the largest attestation bundle put in the check run
+// (whose text holds 65,535 characters).
+const maxCheckBundle = 48 << 10
+
+// checkReport turns a job's result into its check run.
+func checkReport(res runner.Result, att *runner.Attestation) github.Report {
+	r := github.Report{Conclusion: "success", Title: "airlock: passed"}
+	if !res.Passed {
+		r.Conclusion, r.Title = "failure", "airlock: failed"
+	}
+	var sum strings.Builder
+	for _, s := range res.Steps {
+		fmt.Fprintf(&sum, "- step `%s`: %s (exit %d)\n", strings.ReplaceAll(s.Name, "`", "'"), s.Status, s.ExitCode)
+	}
+	if res.Trust != nil {
+		sum.WriteString("\n" + res.Trust.Markdown())
+		for _, f := range res.Trust.Findings {
+			level := map[string]string{"error": "failure", "warning": "warning"}[f.Severity]
+			if level == "" {
+				level = "notice"
+			}
+			r.Annotations = append(r.Annotations, github.Annotation{Path: f.Path, Line: f.Line, Level: level, Title: "airlock trust: " + f.Category, Message: f.Reason})
+		}
+	}
+	r.Summary = sum.String()
+	var text strings.Builder
+	if e := res.Egress; e != nil {
+		fmt.Fprintf(&text, "Egress: %d allowed, %d denied.\n", e.Allowed, e.Denied)
+	}
+	if att != nil && att.Bundle != "" {
+		if b, err := os.ReadFile(att.Bundle); err == nil {
+			fmt.Fprintf(&text, "Attestation: `%s`, sha256 `%x`.\n", filepath.Base(att.Bundle), sha256.Sum256(b))
+			// The hook's cleanup runs after the job's last step, so no
+			// step can upload the bundle: a small one is published here,
+			// for `airlock verify` or cosign anywhere.
+			if len(b) <= maxCheckBundle && json.Valid(b) && !bytes.Contains(b, []byte("`")) {
+				fmt.Fprintf(&text, "\n<details><summary>Attestation bundle (Sigstore)</summary>\n\n```json\n%s\n```\n</details>\n", b)
+			}
+		}
+	}
+	r.Text = text.String()
+	return r
+}

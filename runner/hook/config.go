@@ -1,0 +1,81 @@
+package hook
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/airlock-ci/airlock/internal/files"
+	"github.com/airlock-ci/airlock/runner/github"
+)
+
+// Environment of the runner host that configures the hook.
+const (
+	JobsRootEnv  = "AIRLOCK_HOOK_DIR" // where job directories go (default /run/airlock/hooks)
+	OrgDirEnv    = "AIRLOCK_ORG_DIR"  // organisation policy (default /etc/airlock)
+	AttestKeyEnv = "AIRLOCK_ATTEST_KEY"
+	// The GitHub API, optional: a token, or a GitHub App (id,
+	// installation, private key file); the API root for GHES and tests.
+	GitHubTokenEnv        = "AIRLOCK_GITHUB_TOKEN"
+	GitHubAppIDEnv        = "AIRLOCK_GITHUB_APP_ID"
+	GitHubInstallationEnv = "AIRLOCK_GITHUB_APP_INSTALLATION_ID"
+	GitHubAppKeyEnv       = "AIRLOCK_GITHUB_APP_KEY"
+	GitHubAPIEnv          = "AIRLOCK_GITHUB_API_URL"
+)
+
+// defaultJobsRoot is where job directories go unless AIRLOCK_HOOK_DIR
+// says otherwise.
+const defaultJobsRoot = "/run/airlock/hooks"
+
+// Build identifies the airlock binary, for the attestations it signs.
+type Build struct {
+	Version, Commit string
+	// Runtime names the embedded sandbox runtime and its version.
+	Runtime string
+}
+
+// Config is how the runner host set up the hook: its environment, read
+// by the hook process and again by each job's daemon (which inherits it).
+type Config struct {
+	Build
+	// JobsRoot holds one directory per job, and the final attestations.
+	JobsRoot string
+	// OrgDir is the organisation policy's directory; empty: the host's
+	// default (policies.DefaultOrgDir) when it has one.
+	OrgDir string
+	// AttestKey is the signing key; empty: the organisation policy's.
+	AttestKey string
+}
+
+// ConfigFromEnv reads the hook's configuration from the environment.
+func ConfigFromEnv(b Build) Config {
+	c := Config{Build: b, JobsRoot: os.Getenv(JobsRootEnv), OrgDir: os.Getenv(OrgDirEnv), AttestKey: os.Getenv(AttestKeyEnv)}
+	if c.JobsRoot == "" {
+		c.JobsRoot = defaultJobsRoot
+	}
+	return c
+}
+
+// githubFromEnv returns the GitHub client the runner host configured, or
+// nil when none is.
+func githubFromEnv() (*github.Client, error) {
+	o := github.Options{BaseURL: os.Getenv(GitHubAPIEnv), Token: os.Getenv(GitHubTokenEnv)}
+	if id := os.Getenv(GitHubAppIDEnv); id != "" {
+		var app github.App
+		if _, err := fmt.Sscan(id, &app.ID); err != nil {
+			return nil, fmt.Errorf("%s: %v", GitHubAppIDEnv, err)
+		}
+		if _, err := fmt.Sscan(os.Getenv(GitHubInstallationEnv), &app.InstallationID); err != nil {
+			return nil, fmt.Errorf("%s: %v", GitHubInstallationEnv, err)
+		}
+		key, err := files.ReadCapped(os.Getenv(GitHubAppKeyEnv), 64<<10)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", GitHubAppKeyEnv, err)
+		}
+		app.PrivateKey = key
+		o.App, o.Token = &app, ""
+	}
+	if o.Token == "" && o.App == nil {
+		return nil, nil
+	}
+	return github.New(o)
+}

@@ -1,0 +1,354 @@
+package hook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/files"
+	"github.com/airlock-ci/airlock/internal/paths"
+	"github.com/airlock-ci/airlock/policies"
+	"github.com/airlock-ci/airlock/runner"
+	"github.com/airlock-ci/airlock/runner/github"
+	"github.com/airlock-ci/airlock/runner/trust"
+)
+
+// The job container's paths, as the runner mounts them.
+const (
+	containerWork  = "/__w"
+	containerTemp  = "/__w/_temp"
+	containerEvent = "/github/workflow/event.json"
+	responsesDir   = "_runner_hook_responses"
+)
+
+// job is a job as its daemon keeps it: its session, and what its steps,
+// containers and attestation need of the runner's payloads.
+type job struct {
+	cfg     Config
+	dir     string
+	session *runner.Session
+	attest  runner.AttestConfig
+	mounts  Mounts
+	// baseline: the run-time trust baseline was taken.
+	baseline bool
+	// The GitHub API, when configured: the repository and the check run.
+	gh          *github.Client
+	owner, repo string
+	checkID     int64
+	jobTimeout  time.Duration
+	// images are the policy's image directories, for Docker actions;
+	// hosts is the job's /etc/hosts when it has services (their names).
+	images map[string]string
+	hosts  []gvisor.File
+	// serviceLog keeps the end of the services' output for cleanup_job.
+	serviceLog tailBuffer
+	// hostMasks are the host paths the job's sandbox hides (the runner's
+	// hook responses, the policy's masks), covered in Docker actions too;
+	// maskIDs are the identities of those below the work directory.
+	hostMasks []string
+	maskIDs   map[string]fileID
+	// pinnedRepo keeps the repository open for the attestation (see
+	// pinWorkspace).
+	pinnedRepo *os.File
+	// commits are the pull request's head and merge commits: a checkout
+	// at one of them is compared with its tree as GitHub has it.
+	commits []string
+}
+
+// build turns the runner's prepare_job payload into the job's plan: the
+// runner's work directory as the workspace at /__w, its externals
+// read-only, the GitHub home and workflow directories; never the Docker
+// socket nor the workflow's own volumes. The policy is the
+// organisation's and the repository's at the pull request's base commit,
+// read through the GitHub API.
+func (d *job) build(ctx context.Context, args PrepareArgs) (runner.Job, error) {
+	c := args.Container
+	d.mounts = Mounts(c.SystemMountVolumes)
+	work, ok := d.mounts.Host(containerWork)
+	if !ok {
+		return runner.Job{}, fmt.Errorf("the runner gave no mount for %s", containerWork)
+	}
+	if len(c.UserMountVolumes) > 0 {
+		fmt.Fprintf(os.Stderr, "airlock: the job's own volumes are not mounted (%d): a workflow may not mount host paths into the sandbox\n", len(c.UserMountVolumes))
+	}
+	mounts, err := jobMounts(d.mounts)
+	if err != nil {
+		return runner.Job{}, err
+	}
+	repoDir := ""
+	if rel, ok := strings.CutPrefix(path.Clean(c.WorkingDirectory), containerWork+"/"); ok {
+		repoDir = rel
+	}
+	if d.gh, err = githubFromEnv(); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock: GitHub API not used: %v\n", err)
+	}
+	srcs, err := policies.OrgSources(d.cfg.OrgDir)
+	if err != nil {
+		return runner.Job{}, err
+	}
+	var pr runner.PullRequest
+	if ev, ok := d.mounts.Host(containerEvent); ok {
+		if payload, err := files.ReadCapped(ev, policies.MaxEventSize); err == nil {
+			if p, err := policies.ParsePullRequest(payload); err == nil {
+				pr.Event, pr.Base, pr.Head = &p, p.BaseSHA, p.HeadSHA
+				var merge string
+				d.owner, d.repo, merge = eventRefs(payload)
+				d.commits = []string{p.HeadSHA}
+				if merge != "" {
+					d.commits = append(d.commits, merge)
+				}
+				if d.owner != "" {
+					pr.Repository = "https://github.com/" + d.owner + "/" + d.repo
+				}
+				src, err := d.repoPolicy(ctx, p.BaseSHA)
+				switch {
+				case err != nil:
+					fmt.Fprintf(os.Stderr, "airlock: the repository policy at %.12s could not be read (%v): the organisation policy applies alone\n", p.BaseSHA, err)
+				case src != nil:
+					srcs = append(srcs, *src)
+				}
+			}
+		}
+	}
+	eff, err := policies.Load(ctx, srcs)
+	if err != nil {
+		return runner.Job{}, err
+	}
+	// The job directory is the daemon's; the runner reads each call's
+	// response (and the state it saves) from its temp directory: the job
+	// must not be able to write either.
+	masks := []string{d.dir}
+	if tmp, ok := d.mounts.Host(containerTemp); ok {
+		if err := os.MkdirAll(filepath.Join(tmp, responsesDir), 0o755); err == nil {
+			masks = append(masks, path.Join(containerTemp, responsesDir))
+		}
+	}
+	var services []runner.Service
+	for _, s := range args.Services {
+		services = append(services, runner.Service{Name: s.ContextName, Image: s.Image})
+	}
+	plan, err := runner.NewPlan(eff, pr, runner.Inputs{
+		Name: "job", Workspace: work, WorkspaceMount: containerWork, StateRoot: filepath.Join(d.dir, "state"),
+		Image: c.Image, Env: envList(c.Env), Mounts: mounts, Masks: masks, Services: services,
+		TrustDir: repoDir, CheckoutInJob: true, AttestKey: d.cfg.AttestKey,
+	})
+	if err != nil {
+		return runner.Job{}, err
+	}
+	if det := plan.Job.Policy.Agent; det != nil {
+		// Recorded; under the hook every job is sandboxed whatever the
+		// detection says (the runner has no other way to run it).
+		fmt.Fprintf(os.Stderr, "airlock: pull request #%d: %s\n", pr.Event.Number, det.Reason)
+	}
+	for _, n := range plan.Notes {
+		fmt.Fprintf(os.Stderr, "airlock: %s\n", n)
+	}
+	j := plan.Job
+	d.images, d.hosts = plan.Images, plan.Hosts
+	d.jobTimeout = j.Sandbox.Limits.JobTimeout
+	// Masks name paths as the job sees them (below /__w: the workspace's);
+	// Docker actions' volumes are host directories.
+	for _, m := range j.Sandbox.ExtraMasks {
+		if h, ok := d.mounts.Host(m); ok {
+			m = h
+		}
+		d.hostMasks = append(d.hostMasks, m)
+	}
+	d.pinMasks(work)
+	set := j.Trust.Set
+	if d.gh != nil && d.owner != "" && len(d.commits) > 0 {
+		j.Trust.FromCommit = func(root string, first, after *trust.Snapshot) (*trust.Snapshot, string) {
+			return d.commitBaseline(root, set, first, after)
+		}
+	}
+	switch {
+	case d.gh != nil && d.owner != "" && pr.Event != nil && pr.Event.Number > 0:
+		j.Trust.Authored, j.Trust.AuthoredError = authoredFromAPI(ctx, d.gh, d.owner, d.repo, pr.Base, pr.Head, set)
+	case pr.Event != nil && pr.Event.Number > 0:
+		j.Trust.AuthoredError = "authored diff: not taken: it needs the GitHub API (AIRLOCK_GITHUB_TOKEN or a GitHub App)"
+	}
+	// Attestations go where the job cannot reach (a symlink planted in
+	// the runner's temp directory would make root write elsewhere).
+	d.attest = plan.Attest
+	d.attest.Dir = filepath.Join(d.cfg.JobsRoot, "attestations")
+	d.attest.Repository = filepath.Join(work, repoDir)
+	d.attest.Meta.AirlockVersion, d.attest.Meta.AirlockCommit = d.cfg.Version, d.cfg.Commit
+	if d.gh != nil && d.owner != "" && pr.Head != "" {
+		if d.checkID, err = d.gh.StartCheck(ctx, d.owner, d.repo, pr.Head); err != nil {
+			fmt.Fprintf(os.Stderr, "airlock: check run not created: %v\n", err)
+		}
+	}
+	return j, nil
+}
+
+// jobMounts are the runner's own directories outside its work directory
+// (externals, the GitHub home and workflow directories) as the job's
+// mounts; the work directory is the workspace, and what the runner
+// mounts inside it is already there. Never the Docker socket.
+func jobMounts(m Mounts) ([]gvisor.Mount, error) {
+	var out []gvisor.Mount
+	for _, mt := range m.Sorted() {
+		t := path.Clean(mt.Target)
+		switch {
+		case paths.Within(t, containerWork):
+			if h, _ := m.Host(path.Dir(t)); h != "" && path.Join(h, path.Base(t)) == path.Clean(mt.Source) {
+				continue // already inside the workspace mount
+			}
+			if t != containerWork {
+				return nil, fmt.Errorf("mount %s is not below the runner's work directory; airlock needs it there", t)
+			}
+		case strings.Contains(t, "docker.sock"):
+			continue // never
+		default:
+			out = append(out, gvisor.Mount{Source: mt.Source, Destination: t, ReadOnly: mt.ReadOnly})
+		}
+	}
+	return out, nil
+}
+
+// envList is the container's environment as KEY=VALUE entries, in key
+// order.
+func envList(env map[string]string) []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, k+"="+env[k])
+	}
+	return out
+}
+
+// repoPolicy reads .github/airlock.cue at the base commit through the
+// GitHub API. Never from the workspace's git objects: on a self-hosted
+// runner they are what earlier jobs left, and a job can rewrite a loose
+// object (git does not re-hash what it reads).
+func (d *job) repoPolicy(ctx context.Context, base string) (*policies.Source, error) {
+	if d.gh == nil || d.owner == "" {
+		return nil, errors.New("no GitHub API is configured (AIRLOCK_GITHUB_TOKEN or a GitHub App)")
+	}
+	data, err := d.gh.FileAtRef(ctx, d.owner, d.repo, policies.RepoPolicyPath, base)
+	if err != nil || data == nil {
+		return nil, err
+	}
+	return &policies.Source{Kind: policies.KindRepo, Path: policies.RepoPolicyPath, Commit: base, Data: data}, nil
+}
+
+// eventRefs are the pull request's base repository and its test merge
+// commit from the event.
+func eventRefs(payload []byte) (owner, repo, merge string) {
+	var ev struct {
+		PullRequest struct {
+			MergeCommitSHA string `json:"merge_commit_sha"`
+			Base           struct {
+				Repo struct {
+					FullName string `json:"full_name"`
+				} `json:"repo"`
+			} `json:"base"`
+		} `json:"pull_request"`
+	}
+	json.Unmarshal(payload, &ev)
+	merge = ev.PullRequest.MergeCommitSHA
+	owner, repo, _ = strings.Cut(ev.PullRequest.Base.Repo.FullName, "/")
+	if repo == "" || strings.ContainsAny(repo, "/ ") {
+		return "", "", merge
+	}
+	return owner, repo, merge
+}
+
+// Step runs one runner step: the entry point and its arguments, with the
+// step's environment and PATH.
+func (d *job) Step(ctx context.Context, a ScriptArgs, stdout, stderr io.Writer) (int, error) {
+	d.takeBaseline(stderr)
+	if uploadsArtifacts(a) {
+		d.interimAttestation(ctx, stderr)
+	}
+	if a.EntryPoint == "" {
+		return 1, errors.New("run_script_step: no entryPoint")
+	}
+	env := map[string]string{}
+	for k, v := range a.Env {
+		env[k] = v
+	}
+	p := safePath
+	if len(a.PrependPath) > 0 {
+		p = strings.Join(a.PrependPath, ":") + ":" + p
+	}
+	env["PATH"] = p
+	return d.runStep(ctx, runner.StepSpec{
+		Name: path.Base(a.EntryPoint), Command: append([]string{a.EntryPoint}, a.EntryPointArgs...),
+		Env: env, WorkingDirectory: a.WorkingDirectory,
+	}, stdout, stderr)
+}
+
+// takeBaseline takes the trust baseline before the first step that finds
+// the repository checked out.
+func (d *job) takeBaseline(stderr io.Writer) {
+	if d.baseline {
+		return
+	}
+	if d.session.CheckedOut() {
+		if err := d.session.TrustBaseline(); err != nil {
+			fmt.Fprintf(stderr, "airlock: trust snapshot: %v\n", err)
+		}
+		d.baseline = true
+	}
+}
+
+// runStep runs a step within the job's time and turns its outcome into
+// the exit code the runner reports.
+func (d *job) runStep(ctx context.Context, spec runner.StepSpec, stdout, stderr io.Writer) (int, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(d.session.Context(), cancel)
+	defer stop()
+	out := d.session.Step(ctx, spec, stdout, stderr)
+	switch {
+	case out.Status == runner.StatusError:
+		// airlock's own trouble, said in the step's log.
+		fmt.Fprintf(stderr, "airlock: step %s: %s\n", spec.Name, out.Message)
+		return 1, nil
+	case out.ExitCode == 0 && out.Status != runner.StatusPassed:
+		return 1, nil
+	}
+	return out.ExitCode, nil
+}
+
+// Cleanup ends the job: the sandbox destroyed, the run-time trust diff,
+// the signed attestation in the runner's temp directory (for
+// actions/upload-artifact), the summary and annotations in the log.
+func (d *job) Cleanup(ctx context.Context, stdout, stderr io.Writer) error {
+	if !d.baseline {
+		// Not even one step: nothing to compare against.
+		d.session.TrustBaseline()
+	}
+	d.attest.ResolveSubject(ctx)
+	res := d.session.Close()
+	d.pinWorkspace()
+	d.serviceLog.writeTo(stderr)
+	att := runner.WriteAttestation(ctx, res, &d.attest, stderr)
+	runner.WriteSummary(stderr, res)
+	if res.Trust != nil {
+		res.Trust.WriteAnnotations(stdout)
+	}
+	if att.Bundle != "" {
+		fmt.Fprintf(stdout, "airlock: attestation %s\n", att.Bundle)
+	}
+	if d.checkID != 0 {
+		if err := d.gh.CompleteCheck(ctx, d.owner, d.repo, d.checkID, checkReport(res, att)); err != nil {
+			// Reported, never failing the job.
+			fmt.Fprintf(stderr, "airlock: check run not completed: %v\n", err)
+		}
+	}
+	if !res.Passed {
+		return fmt.Errorf("the job failed: %s", strings.Join(res.Reasons(), "; "))
+	}
+	return nil
+}

@@ -1,0 +1,135 @@
+package hook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/files"
+	"github.com/airlock-ci/airlock/internal/leakcheck"
+	"github.com/airlock-ci/airlock/runner"
+)
+
+// hookProcessEnv makes the test binary a hook process (the runner starts
+// one per call), so tests drive the hook as the runner does.
+const hookProcessEnv = "AIRLOCK_HOOK_TEST_PROCESS"
+
+// testBuild stands for the airlock binary's identity in these tests.
+var testBuild = Build{Version: "test", Commit: "test", Runtime: "gVisor runsc (embedded, test)"}
+
+func TestMain(m *testing.M) {
+	gvisor.Dispatch()
+	Dispatch(testBuild)
+	if addr := os.Getenv(testServiceEnv); addr != "" {
+		os.Exit(serveForTest(addr))
+	}
+	if os.Getenv(hookProcessEnv) != "" {
+		os.Exit(hookProcess())
+	}
+	leakcheck.Run(m, testStateBase, "")
+}
+
+// hookProcess is what `airlock hook` does with a call: errors are one
+// line on stderr and a failing exit status (the CLI's exit codes are
+// cmd/airlock's to test).
+func hookProcess() int {
+	code, err := Handle(context.Background(), ConfigFromEnv(testBuild), os.Stdin, os.Stdout, os.Stderr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock: %v\n", err)
+		var in runner.InputError
+		if errors.As(err, &in) {
+			return 64
+		}
+		return 70
+	}
+	return code
+}
+
+// hookCommand starts the test binary as a hook process.
+func hookCommand(t testing.TB) *exec.Cmd {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Args[0] = "airlock"
+	cmd.Env = append(os.Environ(), hookProcessEnv+"=1")
+	return cmd
+}
+
+// testStateBase holds the state directories of these tests' jobs.
+const testStateBase = "/run/airlock-test-hook"
+
+func workspace(t testing.TB) string {
+	t.Helper()
+	ws := t.TempDir()
+	if err := os.Chown(ws, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
+func stateDir(t testing.TB) string {
+	t.Helper()
+	d := filepath.Join(testStateBase, filepath.Base(t.TempDir()))
+	t.Cleanup(func() {
+		// Whatever a failed test left running is cleaned like after a crash.
+		gvisor.Reap(context.Background(), d)
+		os.RemoveAll(d)
+	})
+	return d
+}
+
+// newRepo makes an empty directory for a git repository and a function
+// that runs git in it, failing the test on error.
+func newRepo(t testing.TB) (string, func(args ...string) string) {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	repo := t.TempDir()
+	return repo, func(args ...string) string {
+		cmd := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+}
+
+// verified checks a bundle's signature with the public key (and its
+// subject against commit, when given), as `airlock verify` does, and
+// returns what it says, also as indented JSON (what `verify --json`
+// prints).
+func verified(t testing.TB, pubFile, bundleFile, commit string) (*attest.Verified, string, error) {
+	t.Helper()
+	pub, err := os.ReadFile(pubFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := attest.LoadVerifier(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle, err := files.ReadCapped(bundleFile, attest.MaxBundleSize)
+	if err != nil {
+		return nil, "", err
+	}
+	res, err := attest.Verify(bundle, v, attest.VerifyOptions{Commit: commit})
+	if err != nil {
+		return nil, "", err
+	}
+	b, _ := json.MarshalIndent(res, "", "  ")
+	return res, string(b), nil
+}

@@ -1,0 +1,363 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/policies"
+	"github.com/airlock-ci/airlock/runner/trust"
+)
+
+// A job reaches airlock through one of its doors: `airlock run` (and the
+// composite action, which calls it) or the runner hook. Every door turns
+// what it knows into the same three things and calls NewPlan: the
+// effective policy, the pull request's facts, and the door's own inputs
+// (where the workspace is, what the user asked for). Where the doors
+// differ, the difference is an input field here, not a second copy of
+// the policy-to-job mapping.
+
+// PullRequest is what a door knows of the pull request a job runs for.
+type PullRequest struct {
+	// Event is the pull request event; nil when the job has none.
+	Event *policies.PullRequest
+	// Repository names the repository in the attestation (a URL); empty:
+	// GITHUB_REPOSITORY when the job runs under GitHub Actions.
+	Repository string
+	// Base and Head are the pull request's commits, or revisions that
+	// AttestConfig.ResolveSubject resolves before the job runs.
+	Base, Head string
+	// HeadChangesPolicy says whether the head edits the repository's
+	// policy file (airlock run compares the two commits).
+	HeadChangesPolicy *policies.PolicyChange
+}
+
+// Requests are what the user of `airlock run` asks for with flags.
+// Without a policy they are the sandbox as asked. Under a policy, each
+// one the user gave (named in Set by its flag) may only tighten the
+// policy: one that would loosen it is an InputError.
+type Requests struct {
+	RootFS         string
+	WorkspaceMount string
+	Capabilities   []string
+	User           *gvisor.User
+	Limits         gvisor.Limits
+	// Set names the flags the user gave: rootfs, workspace-mount, cap,
+	// and the limits' (timeout, step-timeout, memory, pids, cpus,
+	// overlay-size, tmp-size, output-limit).
+	Set map[string]bool
+}
+
+// Inputs are what a door brings to a job besides the policy.
+type Inputs struct {
+	// Name labels the job; Steps are its steps (the policy's own,
+	// steps.PolicyJob, when PolicyJob is set).
+	Name      string
+	Steps     []StepSpec
+	PolicyJob string
+	// Workspace is the host directory the job works in; StateRoot holds
+	// the sandbox's state.
+	Workspace, StateRoot string
+	// WorkspaceMount, when set, is where the door must put the workspace
+	// (the runner's /__w): it wins over the policy's workspaceMount.
+	WorkspaceMount string
+	// Image is the job container's image (the runner hook): the job runs
+	// on the root filesystem the organisation maps it to (sandbox.images)
+	// with the image's environment, and it is recorded in the attestation.
+	Image string
+	// Env, Mounts, Masks and Files are the door's, added to the policy's:
+	// env after the image's, mounts before the policy's, masks after.
+	Env    []string
+	Mounts []gvisor.Mount
+	Masks  []string
+	Files  []gvisor.File
+	// RunscFlags are extra runsc flags (experts; airlock run only).
+	RunscFlags []string
+	// Services are the job's service containers, checked against the
+	// policy (sandbox.services and sandbox.images).
+	Services []Service
+	// Requests are airlock run's flags.
+	Requests Requests
+	// TrustDir is the repository inside the workspace (relative; empty:
+	// the workspace itself).
+	TrustDir string
+	// CheckoutInJob says the job checks the repository out itself (the
+	// runner hook): the run-time baseline is taken after the checkout
+	// (Session.TrustBaseline), any git hook but git's samples is a
+	// finding, and the workspace's git objects, which earlier jobs left,
+	// are no source for the authored diff. Otherwise the workspace is the
+	// pull request's repository and its commits give the authored diff.
+	CheckoutInJob bool
+	// AttestKey is the door's signing key (a flag, the host's
+	// configuration); empty: the organisation policy's attest.key.
+	AttestKey string
+	// LookupEnv reads airlock's own environment, where the values of the
+	// policy's secrets live. Nil: os.LookupEnv.
+	LookupEnv func(string) (string, bool)
+}
+
+// Service is a service container of the job.
+type Service struct {
+	// Name is the workflow's name for it: the host name the job reaches
+	// it at.
+	Name  string
+	Image string
+}
+
+// Plan is a job ready to run: what runs and where, and how its
+// attestation is made.
+type Plan struct {
+	Job    Job
+	Attest AttestConfig
+	// Images is the organisation's image map, for the job's containers.
+	Images map[string]string
+	// Hosts is the job's /etc/hosts when it has services (their names
+	// at loopback), also given to every container of the job.
+	Hosts []gvisor.File
+	// Notes are for the door to tell the user: what the policy ignored
+	// and why.
+	Notes []string
+}
+
+// InputError is a door's input that cannot be honoured: a flag that
+// would loosen the policy, a job the policy does not have.
+type InputError struct{ Err error }
+
+func (e InputError) Error() string { return e.Err.Error() }
+func (e InputError) Unwrap() error { return e.Err }
+
+// PolicyError is a policy that cannot be turned into a job (a size that
+// does not parse, an egress rule that does not compile).
+type PolicyError struct{ Err error }
+
+func (e PolicyError) Error() string { return e.Err.Error() }
+func (e PolicyError) Unwrap() error { return e.Err }
+
+func inputf(format string, args ...any) error { return InputError{fmt.Errorf(format, args...)} }
+
+// NewPlan turns the effective policy, the pull request and the door's
+// inputs into a job. Without a policy (eff nil: airlock run on a host
+// with none) the job is the inputs alone: the sandbox as requested,
+// loopback only, no trust checks.
+func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
+	p := Plan{Job: Job{Name: in.Name, Steps: in.Steps, Env: slices.Clone(in.Env)}}
+	p.Attest.Meta = attest.Meta{Repository: pr.Repository, BaseSHA: pr.Base, HeadSHA: pr.Head, ContainerImage: in.Image}
+	if ev := pr.Event; ev != nil {
+		p.Attest.Meta.PullRequest, p.Attest.Meta.Author, p.Attest.Meta.Event = ev.Number, ev.Author, "pull_request"
+	}
+	p.Attest.Key = in.AttestKey
+	if eff == nil {
+		p.Job.Sandbox = requestedSandbox(in)
+		return p, nil
+	}
+	pol := eff.Policy
+	p.Job.Policy = &PolicyInfo{Digest: eff.Digest, Sources: eff.Sources, HeadChangesPolicy: pr.HeadChangesPolicy}
+	if pr.Event != nil {
+		d := policies.Decide(pol.Agents, *pr.Event)
+		p.Job.Policy.Agent = &d
+	}
+	cfg, err := SandboxFromPolicy(pol.Sandbox)
+	if err != nil {
+		return p, PolicyError{err}
+	}
+	if err := tighten(&cfg, in.Requests); err != nil {
+		return p, err
+	}
+	if in.WorkspaceMount != "" {
+		cfg.WorkspaceMount = in.WorkspaceMount
+	}
+	cfg.Workspace, cfg.StateRoot, cfg.RunscFlags = in.Workspace, in.StateRoot, in.RunscFlags
+	cfg.Mounts = append(slices.Clone(in.Mounts), cfg.Mounts...)
+	cfg.ExtraMasks = append(cfg.ExtraMasks, in.Masks...)
+	cfg.Files = slices.Clone(in.Files)
+	if err := p.image(&cfg, pol.Sandbox, in.Image); err != nil {
+		return p, err
+	}
+	if err := checkServices(pol.Sandbox, in.Services); err != nil {
+		return p, InputError{err}
+	}
+	if len(in.Services) > 0 {
+		p.Hosts = []gvisor.File{hostsFile(in.Services)}
+		cfg.Files = append(cfg.Files, p.Hosts...)
+	}
+	p.Images = pol.Sandbox.Images
+	p.Job.Sandbox = cfg
+
+	lookup := in.LookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	if p.Job.Egress, err = EgressFromPolicy(pol.Egress, lookup); err != nil {
+		return p, PolicyError{err}
+	}
+	for _, s := range in.Services {
+		p.Job.Egress.LocalNames = append(p.Job.Egress.LocalNames, s.Name)
+	}
+
+	set, err := trust.NewSet(pol.Trust)
+	if err != nil {
+		return p, PolicyError{err}
+	}
+	p.Job.Trust = &Trust{Set: set, Dir: in.TrustDir}
+	switch {
+	case in.CheckoutInJob:
+		p.Job.Trust.Deferred, p.Job.Trust.NoHooks = true, true
+	case pr.Base != "":
+		p.Job.Trust.Base, p.Job.Trust.Head = pr.Base, pr.Head
+		if pr.Head == "" {
+			p.Job.Trust.Head = "HEAD"
+		}
+	}
+
+	if in.PolicyJob != "" {
+		if p.Job.Steps, err = StepsFromPolicy(pol, in.PolicyJob); err != nil {
+			return p, InputError{err}
+		}
+		if p.Job.Name == "" {
+			p.Job.Name = in.PolicyJob
+		}
+	}
+
+	p.Attest.Subjects = pol.Attest.Subjects
+	orgKey := ""
+	if eff.Org != nil {
+		orgKey = eff.Org.Attest.Key
+	}
+	if pol.Attest.Key != "" && pol.Attest.Key != orgKey {
+		p.Notes = append(p.Notes, "ignoring attest.key from the repository policy: the signing key is the organisation's to choose")
+	}
+	if p.Attest.Key == "" {
+		p.Attest.Key = orgKey
+	}
+	return p, nil
+}
+
+// requestedSandbox is the sandbox as airlock run's flags ask for it, when
+// no policy governs the job.
+func requestedSandbox(in Inputs) gvisor.Config {
+	r := in.Requests
+	cfg := gvisor.Config{
+		StateRoot: in.StateRoot, RootFS: r.RootFS, Workspace: in.Workspace, WorkspaceMount: r.WorkspaceMount,
+		ExtraMasks: slices.Clone(in.Masks), Capabilities: r.Capabilities, Limits: r.Limits, RunscFlags: in.RunscFlags,
+		User: r.User, Mounts: slices.Clone(in.Mounts), Files: slices.Clone(in.Files),
+	}
+	if in.WorkspaceMount != "" {
+		cfg.WorkspaceMount = in.WorkspaceMount
+	}
+	return cfg
+}
+
+// tighten applies the user's requests to the policy's sandbox, refusing
+// any that would loosen it.
+func tighten(cfg *gvisor.Config, r Requests) error {
+	if r.Set["rootfs"] && r.RootFS != cfg.RootFS {
+		return inputf("--rootfs: the policy sets the root filesystem (sandbox.rootfs)")
+	}
+	if r.Set["workspace-mount"] && r.WorkspaceMount != cfg.WorkspaceMount {
+		return inputf("--workspace-mount: the policy sets it (sandbox.workspaceMount)")
+	}
+	for _, c := range r.Capabilities {
+		if !slices.Contains(cfg.Capabilities, c) {
+			return inputf("--cap %s: the policy does not grant it (sandbox.capabilities); a flag can only tighten the policy", c)
+		}
+	}
+	if r.Set["cap"] {
+		cfg.Capabilities = r.Capabilities
+	}
+	if r.User != nil {
+		if cfg.User != nil && *cfg.User != *r.User {
+			return inputf("--user: the policy sets the identity (sandbox.user)")
+		}
+		u := *r.User
+		cfg.User = &u
+	}
+	l, err := TightenLimits(cfg.Limits, r.Limits, r.Set)
+	if err != nil {
+		return InputError{err}
+	}
+	cfg.Limits = l
+	return nil
+}
+
+// image runs the job on the root filesystem the organisation maps its
+// image to, with the image's environment under the job's own (as in
+// Docker). Any other image is recorded but not run, since there is no
+// image store: the job gets the policy's root, and a note says so.
+func (p *Plan) image(cfg *gvisor.Config, sb policies.Sandbox, ref string) error {
+	dir, ok := policies.ImageRoot(sb.Images, ref)
+	if !ok {
+		if ref != "" {
+			p.Notes = append(p.Notes, fmt.Sprintf("the job's image %q is not mapped to a root filesystem (sandbox.images): the job runs on sandbox.rootfs (%s)", ref, sb.RootFS))
+		}
+		return nil
+	}
+	img, err := OpenImage(dir)
+	if err != nil {
+		return fmt.Errorf("the job's image %q: %w", ref, err)
+	}
+	cfg.RootFS = img.RootFS
+	p.Job.Env = append(slices.Clone(img.Env), p.Job.Env...)
+	return nil
+}
+
+// maxServices bounds a job's services.
+const maxServices = 8
+
+// serviceName is what a service's name must look like to be a host name.
+// At most 56 characters: "service-" and the name are a container id
+// of at most 64.
+var serviceName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,54}[A-Za-z0-9])?$`)
+
+// checkServices refuses the job's services unless the policy allows them
+// and maps each one's image; the error names every service refused.
+func checkServices(p policies.Sandbox, services []Service) error {
+	if len(services) == 0 {
+		return nil
+	}
+	if len(services) > maxServices {
+		return fmt.Errorf("service containers refused: %d services, at most %d (each has its own writable layer of sandbox.limits.overlay on the runner's disk)", len(services), maxServices)
+	}
+	var bad []string
+	for _, s := range services {
+		switch {
+		case !p.Services:
+			bad = append(bad, fmt.Sprintf("%s (%s): the policy does not allow services (sandbox.services)", s.Name, s.Image))
+		case !serviceName.MatchString(s.Name):
+			bad = append(bad, fmt.Sprintf("%q: not a valid host name for a service (letters, digits and '-', at most 56)", s.Name))
+		default:
+			if _, err := MappedImage(p.Images, s.Image, "service "+s.Name); err != nil {
+				bad = append(bad, err.Error())
+			}
+		}
+	}
+	if len(bad) > 0 {
+		return errors.New("service containers refused: " + strings.Join(bad, "; ") + "; remove them from the job's services: or ask the runner's administrators")
+	}
+	return nil
+}
+
+// hostsFile points the services' names at loopback, for the job and its
+// containers.
+func hostsFile(services []Service) gvisor.File {
+	var b strings.Builder
+	b.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+	for _, s := range services {
+		fmt.Fprintf(&b, "127.0.0.1\t%s\n", s.Name)
+	}
+	return gvisor.File{Path: "/etc/hosts", Data: []byte(b.String())}
+}
+
+// MappedImage opens the image directory the policy maps ref to. what
+// names the image's user in errors ("service redis", "the action").
+func MappedImage(images map[string]string, ref, what string) (Image, error) {
+	dir, ok := policies.ImageRoot(images, ref)
+	if !ok {
+		return Image{}, fmt.Errorf("%s: image %q is not mapped to a local root filesystem by the organisation policy (sandbox.images), and airlock runs no other images (there is no image store in the sandbox)", what, ref)
+	}
+	return OpenImage(dir)
+}

@@ -1,0 +1,31 @@
+package runner
+
+import "github.com/airlock-ci/airlock/gvisor"
+
+// The sandbox's vocabulary as a door needs it, so that a door (cmd/airlock)
+// reaches the sandbox only through this package: the limits and identity a
+// user can ask for, their defaults, and the errors that say why a host
+// cannot run a job.
+type (
+	Limits = gvisor.Limits
+	User   = gvisor.User
+)
+
+// Defaults of a job's sandbox.
+const (
+	DefaultStateRoot      = gvisor.DefaultStateRoot
+	DefaultWorkspaceMount = gvisor.DefaultWorkspaceMount
+)
+
+// DefaultLimits are the sandbox's limits when nothing sets them.
+func DefaultLimits() Limits { return gvisor.DefaultLimits() }
+
+// Errors of a sandbox that could not be created.
+var (
+	ErrNotRoot         = gvisor.ErrNotRoot
+	ErrNoSelfExe       = gvisor.ErrNoSelfExe
+	ErrNoWorkspace     = gvisor.ErrNoWorkspace
+	ErrStartFailure    = gvisor.ErrStartFailure
+	ErrHostUnsupported = gvisor.ErrHostUnsupported
+	ErrInvalidConfig   = gvisor.ErrInvalidConfig
+)
