@@ -33,7 +33,7 @@ bench:
 	go test -run XXX -bench BulkTransfer -benchtime 3x ./runner/egress/gateway/
 	go test -run XXX -bench Answers -benchtime 20x ./runner/egress/dns/
 	go test -run XXX -bench SignVerify -benchtime 10x ./attest/
-	go test -run XXX -bench HookStep -benchtime 20x ./cmd/airlock/
+	go test -run XXX -bench HookStep -benchtime 20x ./runner/hook/
 
 clean:
 	rm -rf bin

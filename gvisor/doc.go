@@ -28,4 +28,8 @@
 // runsc is reached by executing our own binary (/proc/self/exe by default)
 // with a runsc argv[0]; see Dispatch, which every binary that embeds this
 // package must call first thing in main (tests: in TestMain).
+//
+// Layer: a leaf (see internal/layers). It knows sandboxes, never jobs,
+// policies or pull requests: it imports only gvisor/monitor and internal
+// packages, never runner, policies or attest.
 package gvisor

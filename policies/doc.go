@@ -10,4 +10,8 @@
 // misspelt field is an error rather than a silently ignored one. Policy
 // text is untrusted input too (a pull request can propose one): files are
 // size-capped, imports are refused, and evaluation has a deadline.
+//
+// Layer: a leaf (see internal/layers). It knows policies and events, never
+// sandboxes or jobs: it imports only internal packages (git plumbing),
+// never runner, gvisor or attest.
 package policies

@@ -1,8 +1,19 @@
-// Package runner runs one CI job end to end: it loads the job's steps,
-// creates the job's gVisor sandbox, executes the steps in order with their
-// output streamed and capped, records what ran, destroys the sandbox on
-// every path and tidies the workspace it leaves behind.
+// Package runner runs one CI job end to end. NewPlan turns what a door
+// knows (the effective policy, the pull request, the door's own inputs)
+// into a Job and its AttestConfig; a Session (Open, Step, Close) creates
+// the job's gVisor sandbox with its egress gateway and trust snapshot,
+// executes steps with their output streamed and capped, and on Close
+// destroys the sandbox, diffs the trust-sensitive files, tidies the
+// workspace and returns the Result; WriteAttestation signs what the
+// Result says (Predicate).
 //
-// The same Run serves `airlock run`, the composite action and the runner
-// hook: they differ only in how they fill in a Job.
+// The same plan and session serve every door: `airlock run` and the
+// composite action (cmd/airlock, which calls Run), and the runner hook
+// (runner/hook, which spreads a Session over the runner's calls). They
+// differ only in the Inputs they give NewPlan.
+//
+// Layer: above the leaves (gvisor, policies, attest) and the job's parts
+// (runner/egress, runner/trust, runner/workspace), below the doors. It
+// must not import runner/hook, runner/github or cmd; sandbox types reach
+// the doors through it (sandbox.go).
 package runner

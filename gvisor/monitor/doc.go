@@ -14,4 +14,7 @@
 // Nothing a packet contains can make the receiver panic, block the sandbox
 // (the sentry drops events rather than wait for us) or grow memory without
 // bound.
+//
+// Layer: imports nothing of airlock's; only gvisor uses it directly, the
+// rest reads its records through gvisor and runner.
 package monitor

@@ -3,6 +3,8 @@
 // config may run: hooks and fsmonitor are switched off, system and global
 // config ignored, and callers use only plumbing commands that apply no
 // filters, textconv or external diff drivers.
+//
+// Layer: the bottom (see internal/layers); imports nothing of airlock's.
 package gitexec
 
 import (

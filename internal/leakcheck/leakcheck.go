@@ -1,6 +1,8 @@
 // Package leakcheck finds what tests that start sandboxes left behind on
 // the host: processes, mounts, cgroups and job directories. Test binaries
 // end TestMain with Run, which fails them when anything is left.
+//
+// Layer: the bottom, for tests only; imports nothing of airlock's.
 package leakcheck
 
 import (

@@ -2,6 +2,8 @@
 // terminal: no control character (a newline would start a line the runner
 // reads as a workflow command, an escape would rewrite the terminal) and
 // no bidirectional override (it would reorder what a reviewer reads).
+//
+// Layer: the bottom (see internal/layers); imports nothing of airlock's.
 package textsafe
 
 import "strings"

@@ -10,6 +10,10 @@
 // Nothing here outlives the job: the namespaces exist only through file
 // descriptors (the sandbox's and ours), the listeners live in the gateway
 // namespace, and Close ends every connection.
+//
+// Layer: it puts netns, dns, gateway and rules together and reads the
+// sandbox's connect events (gvisor, gvisor/monitor); it must not import
+// runner, policies (rules compiled the policy) or trust.
 package egress
 
 import (

@@ -6,6 +6,9 @@
 // The API is never on a job's critical path: every call has a deadline,
 // retries are bounded, and errors are returned for the caller to report,
 // not to fail the job with. Tokens never reach a log or an error.
+//
+// Layer: imports nothing of airlock's: it speaks GitHub's shapes (TreeFile,
+// Report), and its callers (runner/hook) convert them.
 package github
 
 import (

@@ -1,12 +1,3 @@
-// Package hook speaks the GitHub Actions runner's container-hook
-// protocol (see ../shared/runner-hooks in the design notes): the runner
-// starts one process per call with a JSON document on standard input.
-// Since a sandbox, its gateway and its records must outlive each call,
-// prepare_job starts a job daemon (one per job, detached from the hook
-// process) that owns them; later calls talk to it over a Unix socket in
-// the job's directory, and cleanup_job tells it to finish. This package
-// has the protocol types, the container-to-host path mapping and the
-// daemon's wire protocol; cmd/airlock wires them to the runner package.
 package hook
 
 import (

@@ -10,6 +10,9 @@
 // malformed messages get FORMERR, several questions get FORMERR, anything
 // but A (and AAAA, answered empty: the sandbox has no IPv6) for an allowed
 // name is refused, and the record of queries is bounded.
+//
+// Layer: it records into the rules.Log its caller gives it and imports
+// rules only; it never dials anything and knows no namespace.
 package dns
 
 import (

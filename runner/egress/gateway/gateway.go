@@ -15,6 +15,10 @@
 // raw connections are reset at once; refused HTTP requests get a 403 that
 // names the rule and the policy line that would allow them. Every attempt
 // becomes a rules.Decision.
+//
+// Layer: it decides with rules and records into a rules.Log; it must not
+// import the DNS server, the namespaces (its listeners are opened by the
+// caller) or anything above runner/egress.
 package gateway
 
 import (

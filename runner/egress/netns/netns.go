@@ -9,6 +9,8 @@
 // an open file descriptor (ours, or the sandbox's after it joined), so a
 // crash or SIGKILL of airlock cannot leak one, and the veth pair vanishes
 // with its namespaces.
+//
+// Layer: imports nothing of airlock's; it knows namespaces, not policies.
 package netns
 
 import (

@@ -6,6 +6,12 @@
 // range). Every refusal names the rule at work and the policy line that
 // would allow the attempt, so an agent reading a log can fix its policy
 // request instead of retrying blindly.
+//
+// It also owns the record of decisions (Decision, and Log, the one bounded
+// log the DNS server, the gateway and the proxy record into).
+//
+// Layer: imports policies only; the deciding servers (dns, gateway) import
+// it, never the other way.
 package rules
 
 import (
