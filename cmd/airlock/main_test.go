@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"os"
@@ -13,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/leakcheck"
+	"github.com/airlock-ci/airlock/internal/testhost"
 )
 
 // cliEnv makes the test binary behave as the airlock binary, so tests can
@@ -32,25 +31,8 @@ func TestMain(m *testing.M) {
 // cliStateBase holds the state directories of these tests' jobs.
 const cliStateBase = "/run/airlock-test-cli"
 
-func workspace(t testing.TB) string {
-	t.Helper()
-	ws := t.TempDir()
-	if err := os.Chown(ws, 1000, 1000); err != nil {
-		t.Fatal(err)
-	}
-	return ws
-}
-
-func stateDir(t testing.TB) string {
-	t.Helper()
-	d := filepath.Join(cliStateBase, filepath.Base(t.TempDir()))
-	t.Cleanup(func() {
-		// Whatever a failed test left running is cleaned like after a crash.
-		gvisor.Reap(context.Background(), d)
-		os.RemoveAll(d)
-	})
-	return d
-}
+func workspace(t testing.TB) string { return testhost.Workspace(t) }
+func stateDir(t testing.TB) string  { return testhost.StateDir(t, cliStateBase) }
 
 func TestExitCodes(t *testing.T) {
 	if os.Geteuid() != 0 {

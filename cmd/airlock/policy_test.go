@@ -4,15 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/airlock-ci/airlock/internal/testhost"
 )
 
 func TestPolicyCommands(t *testing.T) {
-	repo, git := newRepo(t)
+	repo, git := testhost.NewRepo(t)
 	write := func(text string) {
 		os.MkdirAll(filepath.Join(repo, ".github"), 0o755)
 		os.WriteFile(filepath.Join(repo, ".github", "airlock.cue"), []byte(text), 0o644)
@@ -85,7 +86,7 @@ func TestRunWithPolicy(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	repo, git := newRepo(t)
+	repo, git := testhost.NewRepo(t)
 	os.MkdirAll(filepath.Join(repo, ".github"), 0o755)
 	os.WriteFile(filepath.Join(repo, ".github", "airlock.cue"), []byte(`sandbox: limits: pids: 300
 steps: ci: [{name: "hello", run: "echo from-policy; id -u"}]
@@ -151,24 +152,5 @@ steps: ci: [{name: "hello", run: "echo from-policy; id -u"}]
 				t.Errorf("exit %d (want %d), stderr %s", code, tc.code, errb.String())
 			}
 		})
-	}
-}
-
-// newRepo makes an empty directory for a git repository and a function
-// that runs git in it, failing the test on error.
-func newRepo(t testing.TB) (string, func(args ...string) string) {
-	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
-	repo := t.TempDir()
-	return repo, func(args ...string) string {
-		cmd := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v %s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
 	}
 }

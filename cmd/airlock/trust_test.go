@@ -7,12 +7,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock-ci/airlock/internal/testhost"
 )
 
 // airlock trust diff: the authored diff of a real repository, in every
 // output format, with the exit status following the policy's action.
 func TestTrustDiff(t *testing.T) {
-	repo, git := newRepo(t)
+	repo, git := testhost.NewRepo(t)
 	wf := filepath.Join(repo, ".github", "workflows", "ci.yml")
 	os.MkdirAll(filepath.Dir(wf), 0o755)
 	os.WriteFile(wf, []byte("on: [pull_request]\npermissions: {contents: read}\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps:\n      - run: make\n"), 0o644)

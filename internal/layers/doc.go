@@ -5,7 +5,8 @@
 //	6  runner/hook                 the Actions runner's container hook
 //	5  runner                      one job: plan, session, result, attestation
 //	4  runner/egress               a job's egress gateway, put together
-//	3  runner/egress/{dns,gateway} the gateway's deciding servers
+//	3  runner/egress/{dns,gateway} the gateway's deciding servers;
+//	   internal/testhost (tests' helpers: it reaps sandboxes)
 //	2  gvisor, runner/trust, runner/egress/rules
 //	1  gvisor/monitor, policies, attest, runner/github, runner/workspace,
 //	   runner/egress/netns

@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/testhost"
 	"github.com/airlock-ci/airlock/runner"
 )
 
@@ -56,7 +57,7 @@ func newRunnerHost(t testing.TB) *runnerHost {
 	for _, d := range []string{h.repo, h.temp, filepath.Join(h.temp, "_github_home"), filepath.Join(h.temp, "_github_workflow"), filepath.Join(h.root, "externals")} {
 		os.MkdirAll(d, 0o755)
 	}
-	repo, git := newRepo(t)
+	repo, git := testhost.NewRepo(t)
 	os.RemoveAll(h.repo)
 	h.repo = repo
 	os.MkdirAll(filepath.Join(repo, ".github"), 0o755)

@@ -7,14 +7,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/internal/leakcheck"
+	"github.com/airlock-ci/airlock/internal/testhost"
 	"github.com/airlock-ci/airlock/runner"
 )
 
@@ -69,44 +68,8 @@ func hookCommand(t testing.TB) *exec.Cmd {
 // testStateBase holds the state directories of these tests' jobs.
 const testStateBase = "/run/airlock-test-hook"
 
-func workspace(t testing.TB) string {
-	t.Helper()
-	ws := t.TempDir()
-	if err := os.Chown(ws, 1000, 1000); err != nil {
-		t.Fatal(err)
-	}
-	return ws
-}
-
-func stateDir(t testing.TB) string {
-	t.Helper()
-	d := filepath.Join(testStateBase, filepath.Base(t.TempDir()))
-	t.Cleanup(func() {
-		// Whatever a failed test left running is cleaned like after a crash.
-		gvisor.Reap(context.Background(), d)
-		os.RemoveAll(d)
-	})
-	return d
-}
-
-// newRepo makes an empty directory for a git repository and a function
-// that runs git in it, failing the test on error.
-func newRepo(t testing.TB) (string, func(args ...string) string) {
-	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
-	repo := t.TempDir()
-	return repo, func(args ...string) string {
-		cmd := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v %s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
-}
+func workspace(t testing.TB) string { return testhost.Workspace(t) }
+func stateDir(t testing.TB) string  { return testhost.StateDir(t, testStateBase) }
 
 // verified checks a bundle's signature with the public key (and its
 // subject against commit, when given), as `airlock verify` does, and
