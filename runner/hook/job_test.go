@@ -295,14 +295,7 @@ func TestHookJob(t *testing.T) {
 	if !strings.Contains(out, "airlock: attestation ") || code == 0 {
 		t.Fatalf("cleanup of a failed job: exit %d: %s", code, out)
 	}
-	bundles, _ := filepath.Glob(filepath.Join(h.hooksRoot(), "attestations", "*.sigstore.json"))
-	if len(bundles) != 1 {
-		t.Fatalf("bundles: %v", bundles)
-	}
-	v, vj, err := verified(t, h.keyPub, bundles[0], h.head)
-	if err != nil {
-		t.Fatalf("verify: %v", err)
-	}
+	bundle, v, vj := h.finalAttestation(h.head)
 	if !strings.Contains(vj, `"containerImage": "node:20"`) || !strings.Contains(vj, `"final": true`) {
 		t.Errorf("the job image is not recorded: %.400s", vj)
 	}
@@ -320,7 +313,7 @@ func TestHookJob(t *testing.T) {
 	// The bundle is published in the check run, byte for byte.
 	_, published, _ := strings.Cut(checkText, "```json\n")
 	published, _, _ = strings.Cut(published, "\n```")
-	if onDisk, _ := os.ReadFile(bundles[0]); published != string(onDisk) {
+	if onDisk, _ := os.ReadFile(bundle); published != string(onDisk) {
 		t.Errorf("the check run does not carry the bundle: %.300s", checkText)
 	}
 	if conclusion != "failure" || annotations < 2 {
@@ -450,14 +443,7 @@ func TestHookArtifactSubjects(t *testing.T) {
 	if code, out := h.cleanup(state); code != 0 {
 		t.Fatalf("cleanup: exit %d: %s", code, out)
 	}
-	bundles, _ := filepath.Glob(filepath.Join(h.hooksRoot(), "attestations", "*.sigstore.json"))
-	if len(bundles) != 1 {
-		t.Fatalf("bundles: %v", bundles)
-	}
-	v, _, err := verified(t, h.keyPub, bundles[0], h.head)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, v, _ := h.finalAttestation(h.head)
 	sum := sha256.Sum256([]byte("built"))
 	if len(v.Artifacts) != 1 || v.Artifacts[0].Name != "dist/app.txt" || v.Artifacts[0].Digest["sha256"] != hex.EncodeToString(sum[:]) {
 		t.Errorf("artifacts: %+v", v.Artifacts)

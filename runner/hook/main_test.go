@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/airlock-ci/airlock/attest"
@@ -95,4 +96,20 @@ func verified(t testing.TB, pubFile, bundleFile, commit string) (*attest.Verifie
 	}
 	b, _ := json.MarshalIndent(res, "", "  ")
 	return res, string(b), nil
+}
+
+// finalAttestation is the job's one final bundle in the hook's
+// attestation directory, verified (with its subject, when commit is
+// given).
+func (h *runnerHost) finalAttestation(commit string) (string, *attest.Verified, string) {
+	h.t.Helper()
+	bundles, _ := filepath.Glob(filepath.Join(h.hooksRoot(), "attestations", "*.sigstore.json"))
+	if len(bundles) != 1 {
+		h.t.Fatalf("bundles: %v", bundles)
+	}
+	v, vj, err := verified(h.t, h.keyPub, bundles[0], commit)
+	if err != nil {
+		h.t.Fatalf("verify %s: %v", bundles[0], err)
+	}
+	return bundles[0], v, vj
 }
