@@ -41,7 +41,7 @@ func WriteSummary(w io.Writer, res Result) {
 			fmt.Fprintf(w, " (%d more not recorded: the record was full)", e.Dropped)
 		}
 		fmt.Fprintln(w)
-		refused := egress.Refusals(e.Decisions, time.Time{})
+		refused := egress.Refusals(e.Decisions)
 		for i, d := range refused {
 			if i == 10 {
 				fmt.Fprintf(w, "  ... and %d more (airlock run --json)\n", len(refused)-i)

@@ -66,7 +66,7 @@ func (e *Egress) Mark() Mark { return Mark{gateway: e.log.Len(), dns: e.dns.Log(
 // connects (the sandbox's connect events since the same moment).
 func (e *Egress) RefusalsSince(m Mark, connects []monitor.Connect) []rules.Decision {
 	ds := append(e.dns.Log().Since(m.dns), e.log.Since(m.gateway)...)
-	return Refusals(e.merge(ds, connects), time.Time{})
+	return Refusals(e.merge(ds, connects))
 }
 
 // merge puts decisions in time order, gives each the pid of the connect
@@ -221,13 +221,12 @@ func binaryOf(execs []monitor.Exec, t time.Time) string {
 	return bin
 }
 
-// Refusals returns the denied decisions at or after since, one per
-// destination and reason.
-func Refusals(ds []rules.Decision, since time.Time) []rules.Decision {
+// Refusals returns the denied decisions, one per destination and reason.
+func Refusals(ds []rules.Decision) []rules.Decision {
 	seen := map[string]bool{}
 	var out []rules.Decision
 	for _, d := range ds {
-		if d.Decision != rules.Denied || d.Time.Before(since) {
+		if d.Decision != rules.Denied {
 			continue
 		}
 		k := fmt.Sprintf("%s|%s|%d|%s", d.Name, d.Address, d.Port, d.Reason)
