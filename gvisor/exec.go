@@ -123,7 +123,7 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 	}
 	proc := specs.Process{
 		Args:            st.Args,
-		Env:             mergeEnv(baseEnv(defaultPath), st.Env),
+		Env:             mergeEnv(baseEnv(DefaultPath), st.Env),
 		Cwd:             dir,
 		User:            specs.User{UID: s.cfg.User.UID, GID: s.cfg.User.GID},
 		Capabilities:    capabilities(s.cfg.Capabilities),
@@ -334,7 +334,7 @@ func (s *Sandbox) diskFull(ctx context.Context) bool {
 	}
 	defer r.Close()
 	proc := specs.Process{
-		Args: []string{initPath, "statfs", "/", "/tmp"}, Env: baseEnv(defaultPath), Cwd: "/",
+		Args: []string{initPath, "statfs", "/", "/tmp"}, Env: baseEnv(DefaultPath), Cwd: "/",
 		User: specs.User{UID: s.cfg.User.UID, GID: s.cfg.User.GID}, Capabilities: capabilities(nil), NoNewPrivileges: true,
 	}
 	pid, err := s.ctl.start(proc, w, w)

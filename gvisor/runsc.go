@@ -51,7 +51,7 @@ func newRunsc(c Config, dir string) runsc {
 func (r runsc) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, r.exe, append(append([]string{}, r.global...), args...)...)
 	cmd.Args[0] = "runsc"
-	cmd.Env = []string{"PATH=" + defaultPath}
+	cmd.Env = []string{"PATH=" + DefaultPath}
 	return cmd
 }
 

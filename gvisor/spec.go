@@ -20,8 +20,8 @@ import (
 // serve as the container's init (see Dispatch).
 const initPath = "/.airlock/init"
 
-// defaultPath is PATH inside the sandbox when the caller does not set one.
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+// DefaultPath is PATH inside the sandbox when the caller does not set one.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // writableOpts are the options of every writable mount: no set-id
 // execution and no device nodes, whatever the workload writes there.
@@ -51,7 +51,7 @@ func buildSpec(c Config, skeleton, exe, emptyFile string) (*specs.Spec, error) {
 		Hostname: "airlock",
 		Process: &specs.Process{
 			Args:            []string{initPath},
-			Env:             []string{"PATH=" + defaultPath},
+			Env:             []string{"PATH=" + DefaultPath},
 			Cwd:             "/",
 			User:            specs.User{UID: c.User.UID, GID: c.User.GID},
 			Capabilities:    capabilities(c.Capabilities),
@@ -121,7 +121,7 @@ func containerSpec(job Config, c ContainerConfig, skeleton string) *specs.Spec {
 		},
 		Process: &specs.Process{
 			Args:            c.Args,
-			Env:             mergeEnv(baseEnv(defaultPath), c.Env),
+			Env:             mergeEnv(baseEnv(DefaultPath), c.Env),
 			Cwd:             c.Dir,
 			User:            specs.User{UID: c.User.UID, GID: c.User.GID},
 			Capabilities:    capabilities(c.Capabilities),

@@ -1,5 +1,10 @@
 package policies
 
+import (
+	"encoding/json"
+	"fmt"
+)
+
 // Policy is the effective policy, decoded from CUE. Field meanings are
 // documented in schema.cue and README.md.
 type Policy struct {
@@ -43,10 +48,45 @@ type Mount struct {
 	ReadOnly    bool   `json:"readOnly"`
 }
 
-// User is a numeric identity.
+// User is the job's identity: a numeric one, or (Image) the image's own
+// user, written "image" in the policy.
 type User struct {
 	UID uint32 `json:"uid"`
 	GID uint32 `json:"gid"`
+	// Image runs the job as its image's user (root unless the image or
+	// the workflow's options: --user says otherwise), inside gVisor.
+	Image bool `json:"-"`
+}
+
+// UserImage is the policy's word for the image's own user.
+const UserImage = "image"
+
+// UnmarshalJSON reads {uid, gid} or "image".
+func (u *User) UnmarshalJSON(b []byte) error {
+	var word string
+	if err := json.Unmarshal(b, &word); err == nil {
+		if word != UserImage {
+			return fmt.Errorf("sandbox.user: %q is neither {uid, gid} nor %q", word, UserImage)
+		}
+		*u = User{Image: true}
+		return nil
+	}
+	type numeric User
+	var n numeric
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("sandbox.user: %w", err)
+	}
+	*u = User(n)
+	return nil
+}
+
+// MarshalJSON writes the user as the policy does.
+func (u User) MarshalJSON() ([]byte, error) {
+	if u.Image {
+		return json.Marshal(UserImage)
+	}
+	type numeric User
+	return json.Marshal(numeric(u))
 }
 
 // Limits as written in the policy: durations like "30m", sizes like "4G".

@@ -11,6 +11,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/files"
 )
 
@@ -25,6 +26,8 @@ type Image struct {
 	Args []string
 	Env  []string
 	Dir  string
+	// User is the bundle's process user; nil for a plain directory.
+	User *gvisor.User
 }
 
 // maxBundleConfig bounds a bundle's config.json.
@@ -54,6 +57,7 @@ func OpenImage(dir string) (Image, error) {
 	img := Image{RootFS: filepath.Join(dir, root)}
 	if spec.Process != nil {
 		img.Args, img.Dir = spec.Process.Args, spec.Process.Cwd
+		img.User = &gvisor.User{UID: spec.Process.User.UID, GID: spec.Process.User.GID}
 		for _, e := range spec.Process.Env {
 			if k, _, ok := strings.Cut(e, "="); ok && k != "" {
 				img.Env = append(img.Env, e)

@@ -70,6 +70,10 @@ type Inputs struct {
 	// on the root filesystem the organisation maps it to (sandbox.images)
 	// with the image's environment, and it is recorded in the attestation.
 	Image string
+	// ContainerUser is the user the workflow asks the job container to
+	// run as (options: --user), honoured only where the policy lets the
+	// image choose (sandbox.user: "image").
+	ContainerUser *gvisor.User
 	// Env, Mounts, Masks and Files are the door's, added to the policy's:
 	// env after the image's, mounts before the policy's, masks after.
 	Env    []string
@@ -165,7 +169,20 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	if err != nil {
 		return p, PolicyError{err}
 	}
-	if err := tighten(&cfg, in.Requests); err != nil {
+	// The image first: under sandbox.user "image" it chooses the user
+	// (and the capabilities), which a user's flags may then narrow.
+	imageMode := pol.Sandbox.User != nil && pol.Sandbox.User.Image
+	img, err := p.image(&cfg, pol.Sandbox, in.Image)
+	if err != nil {
+		return p, err
+	}
+	switch {
+	case imageMode:
+		imageUser(&cfg, img, in.ContainerUser)
+	case in.ContainerUser != nil:
+		p.Notes = append(p.Notes, "the container's options: --user is not honoured: the policy sets who the job runs as (sandbox.user; \"image\" lets the image and the workflow choose)")
+	}
+	if err := tighten(&cfg, in.Requests, imageMode); err != nil {
 		return p, err
 	}
 	if in.WorkspaceMount != "" {
@@ -175,9 +192,6 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	cfg.Mounts = append(slices.Clone(in.Mounts), cfg.Mounts...)
 	cfg.ExtraMasks = append(cfg.ExtraMasks, in.Masks...)
 	cfg.Files = slices.Clone(in.Files)
-	if err := p.image(&cfg, pol.Sandbox, in.Image); err != nil {
-		return p, err
-	}
 	if err := checkServices(pol.Sandbox, in.Services); err != nil {
 		return p, InputError{err}
 	}
@@ -253,8 +267,9 @@ func requestedSandbox(in Inputs) gvisor.Config {
 }
 
 // tighten applies the user's requests to the policy's sandbox, refusing
-// any that would loosen it.
-func tighten(cfg *gvisor.Config, r Requests) error {
+// any that would loosen it. Where the image chooses the user
+// (imageMode), so may the user.
+func tighten(cfg *gvisor.Config, r Requests, imageMode bool) error {
 	if r.Set["rootfs"] && r.RootFS != cfg.RootFS {
 		return inputf("--rootfs: the policy sets the root filesystem (sandbox.rootfs)")
 	}
@@ -270,7 +285,7 @@ func tighten(cfg *gvisor.Config, r Requests) error {
 		cfg.Capabilities = r.Capabilities
 	}
 	if r.User != nil {
-		if cfg.User != nil && *cfg.User != *r.User {
+		if cfg.User != nil && *cfg.User != *r.User && !imageMode {
 			return inputf("--user: the policy sets the identity (sandbox.user)")
 		}
 		u := *r.User
@@ -286,23 +301,52 @@ func tighten(cfg *gvisor.Config, r Requests) error {
 
 // image runs the job on the root filesystem the organisation maps its
 // image to, with the image's environment under the job's own (as in
-// Docker). Any other image is recorded but not run, since there is no
-// image store: the job gets the policy's root, and a note says so.
-func (p *Plan) image(cfg *gvisor.Config, sb policies.Sandbox, ref string) error {
+// Docker), and returns the image. Any other image is recorded but not
+// run, since there is no image store: the job gets the policy's root, and
+// a note says so.
+func (p *Plan) image(cfg *gvisor.Config, sb policies.Sandbox, ref string) (*Image, error) {
 	dir, ok := policies.ImageRoot(sb.Images, ref)
 	if !ok {
 		if ref != "" {
 			p.Notes = append(p.Notes, fmt.Sprintf("the job's image %q is not mapped to a root filesystem (sandbox.images): the job runs on sandbox.rootfs (%s)", ref, sb.RootFS))
 		}
-		return nil
+		return nil, nil
 	}
 	img, err := OpenImage(dir)
 	if err != nil {
-		return fmt.Errorf("the job's image %q: %w", ref, err)
+		return nil, fmt.Errorf("the job's image %q: %w", ref, err)
 	}
 	cfg.RootFS = img.RootFS
 	p.Job.Env = append(slices.Clone(img.Env), p.Job.Env...)
-	return nil
+	return &img, nil
+}
+
+// DockerCapabilities are the capabilities Docker leaves a container by
+// default, but NET_RAW (gVisor gives the sandbox no raw sockets). A job
+// that runs as its image's user gets them, as in Docker: they are the
+// sandbox's own and reach nothing of the host.
+var DockerCapabilities = []string{
+	"CAP_AUDIT_WRITE", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_MKNOD",
+	"CAP_NET_BIND_SERVICE", "CAP_SETFCAP", "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID", "CAP_SYS_CHROOT",
+}
+
+// imageUser runs the job as its image's user (sandbox.user: "image"): the
+// one the workflow asks for, else the image bundle's, else root, with
+// Docker's default capabilities.
+func imageUser(cfg *gvisor.Config, img *Image, workflow *gvisor.User) {
+	u := &gvisor.User{}
+	switch {
+	case workflow != nil:
+		u = workflow
+	case img != nil && img.User != nil:
+		u = img.User
+	}
+	cfg.User = &gvisor.User{UID: u.UID, GID: u.GID}
+	for _, c := range DockerCapabilities {
+		if !slices.Contains(cfg.Capabilities, c) {
+			cfg.Capabilities = append(cfg.Capabilities, c)
+		}
+	}
 }
 
 // maxServices bounds a job's services.

@@ -38,7 +38,7 @@ func SandboxFromPolicy(p policies.Sandbox) (gvisor.Config, error) {
 	for _, m := range p.Mounts {
 		c.Mounts = append(c.Mounts, gvisor.Mount{Source: m.Source, Destination: m.Destination, ReadOnly: m.ReadOnly})
 	}
-	if p.User != nil {
+	if p.User != nil && !p.User.Image {
 		c.User = &gvisor.User{UID: p.User.UID, GID: p.User.GID}
 	}
 	l, err := LimitsFromPolicy(p.Limits)

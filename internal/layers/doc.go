@@ -10,7 +10,7 @@
 //	2  gvisor, runner/trust, runner/egress/rules
 //	1  gvisor/monitor, policies, attest, runner/github, runner/workspace,
 //	   runner/egress/netns
-//	0  internal/{files,gitexec,paths,textsafe,leakcheck}
+//	0  internal/{files,gitexec,paths,shlex,textsafe,leakcheck}
 //
 // A package imports only packages of a lower layer, so nothing below
 // runner knows of jobs, and the three leaves the design names (gvisor,

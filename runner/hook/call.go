@@ -32,13 +32,19 @@ const (
 	cleanupTimeout   = 5 * time.Minute
 	daemonSocket     = "daemon.sock"
 	daemonReady      = "ready"
-	servicesFile     = "services.json"
 	daemonFailed     = "failed"
 	prepareInputFile = "prepare.json"
 	daemonLogFile    = "daemon.log"
 	daemonPIDFile    = "daemon.pid"
 	daemonArg0       = "airlock-hook-daemon"
 )
+
+// ready is what the daemon tells prepare_job once the job runs (the
+// daemonReady file, written whole): what the runner's response needs.
+type ready struct {
+	Services []ResponseContainer `json:"services"`
+	IsAlpine bool                `json:"isAlpine"`
+}
 
 // Handle is one hook process's whole life: it reads the runner's call
 // from stdin and carries it out. It returns the exit code of a step (0
@@ -70,7 +76,6 @@ func Handle(ctx context.Context, cfg Config, stdin io.Reader, stdout, stderr io.
 		if err := json.Unmarshal(in.Args, &args); err != nil {
 			return 0, runner.InputError{Err: fmt.Errorf("run_container_step: %v", err)}
 		}
-		args.Registry = nil // never passed on
 		return Call(ctx, socketOf(cfg, in.State), Request{Op: "container-step", Container: &args}, stdout, stderr)
 	default:
 		return 0, cleanup(ctx, cfg, in, stdout, stderr)
@@ -96,10 +101,8 @@ func prepare(ctx context.Context, cfg Config, in Input, stdout io.Writer) error 
 	if err := json.Unmarshal(in.Args, &args); err != nil || args.Container == nil {
 		return runner.InputError{Err: errors.New("prepare_job: the job has no container: airlock needs container: in every job (ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER=true)")}
 	}
-	args.Container.Registry = nil // never stored, never passed on
-	for i := range args.Services {
-		args.Services[i].Registry = nil
-	}
+	// Registry credentials were dropped unread (see dropped): what is
+	// stored below has none.
 	b := make([]byte, 8)
 	rand.Read(b)
 	id := "hook-" + hex.EncodeToString(b)
@@ -155,13 +158,29 @@ func prepare(ctx context.Context, cfg Config, in Input, stdout io.Writer) error 
 			return ctx.Err()
 		}
 	}
+	var prepared ready
+	b, err = os.ReadFile(filepath.Join(dir, daemonReady))
+	if err == nil {
+		err = json.Unmarshal(b, &prepared)
+	}
+	if err != nil || prepared.Services == nil {
+		// Never seen: the daemon writes the file whole. The runner gets no
+		// state to clean up with, so the job ends here.
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(cleanupTimeout):
+			cmd.Process.Kill()
+			<-exited
+		}
+		removeJob(cfg, dir)
+		return fmt.Errorf("prepare_job: the job daemon's account of the job is unreadable (%v)", err)
+	}
 	cmd.Process.Release()
 	resp := Response{
-		State:   State{Container: id, JobDir: dir},
-		Context: ResponseContext{Container: ResponseContainer{ID: id, Network: "airlock", Ports: map[string]string{}}, Services: []ResponseContainer{}},
-	}
-	if b, err := os.ReadFile(filepath.Join(dir, servicesFile)); err == nil {
-		json.Unmarshal(b, &resp.Context.Services)
+		State:    State{Container: id, JobDir: dir},
+		Context:  ResponseContext{Container: ResponseContainer{ID: id, Network: "airlock", Ports: map[string]string{}}, Services: prepared.Services},
+		IsAlpine: prepared.IsAlpine,
 	}
 	line, _ := json.Marshal(resp)
 	f, err := os.OpenFile(*in.ResponseFile, os.O_WRONLY|os.O_APPEND, 0)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/github"
 )
@@ -17,13 +18,21 @@ import (
 // (whose text holds 65,535 characters).
 const maxCheckBundle = 48 << 10
 
-// checkReport turns a job's result into its check run.
-func checkReport(res runner.Result, att *runner.Attestation) github.Report {
+// checkReport turns a job's result into its check run. Its conclusion is
+// airlock's verdict (fails: airlockFails): a failure only when airlock
+// fails the job; a job whose steps failed without that is neutral (the
+// workflow may have let them fail).
+func checkReport(res runner.Result, att *runner.Attestation, fails []string) github.Report {
 	r := github.Report{Conclusion: "success", Title: "airlock: passed"}
-	if !res.Passed {
-		r.Conclusion, r.Title = "failure", "airlock: failed"
-	}
 	var sum strings.Builder
+	switch {
+	case len(fails) > 0:
+		r.Conclusion, r.Title = "failure", "airlock: failed"
+		fmt.Fprintf(&sum, "airlock fails the job: %s\n\n", textsafe.Line(strings.Join(fails, "; ")))
+	case !res.Passed:
+		r.Conclusion, r.Title = "neutral", "airlock: steps failed, nothing for airlock to fail"
+		fmt.Fprintf(&sum, "Steps failed (%s); the runner reports them, and airlock found nothing of its own to fail the job for.\n\n", textsafe.Line(strings.Join(res.Reasons(), "; ")))
+	}
 	for _, s := range res.Steps {
 		fmt.Fprintf(&sum, "- step `%s`: %s (exit %d)\n", strings.ReplaceAll(s.Name, "`", "'"), s.Status, s.ExitCode)
 	}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,10 +29,15 @@ import (
 // there is no image store and no image builder in a sandbox.
 
 // command is what a container runs: the workflow's entry point and
-// arguments; without an entry point, the image's command (an OCI bundle
-// records it), whose first word stands for the image's entry point when
-// the workflow gives arguments.
-func command(entry string, args []string, img runner.Image, what string) ([]string, error) {
+// arguments (the runner's pieces, split as the reference hooks split
+// them, see Args); without an entry point, the image's command (an OCI
+// bundle records it), whose first word stands for the image's entry
+// point when the workflow gives arguments.
+func command(entry string, pieces []string, img runner.Image, what string) ([]string, error) {
+	args, err := Args(pieces)
+	if err != nil {
+		return nil, fmt.Errorf("%s: the arguments %q do not parse: %w", what, strings.Join(pieces, " "), err)
+	}
 	switch {
 	case entry != "":
 		return append([]string{entry}, args...), nil
@@ -41,51 +49,94 @@ func command(entry string, args []string, img runner.Image, what string) ([]stri
 	return img.Args, nil
 }
 
-// startServices starts the job's services in its sandbox; their output,
-// prefixed with their names, is kept (its end) for cleanup_job to print.
-func (d *job) startServices(ctx context.Context, services []Service) ([]ResponseContainer, error) {
-	var out []ResponseContainer
+// The runner sets these in every container it starts (actions/runner
+// DockerCommandManager.cs: "Watermark for GitHub Action environment"):
+// GITHUB_ACTIONS always, CI unless the workflow sets it.
+func runnerWatermark(env map[string]string) map[string]string {
+	out := maps.Clone(env)
+	if out == nil {
+		out = map[string]string{}
+	}
+	out["GITHUB_ACTIONS"] = "true"
+	if _, ok := env["CI"]; !ok {
+		out["CI"] = "true"
+	}
+	return out
+}
+
+// serviceNames names the job's services, which the runner sends without
+// the workflow's names for them (actions/runner#2783): each after its
+// image's last path component (redis:7 and docker.io/library/redis are
+// "redis", ghcr.io/acme/db:1 is "db"), made a host name, "-2", "-3"... on
+// a clash, in the order given.
+func serviceNames(services []Container) []string {
+	var out []string
+	seen := map[string]bool{}
 	for _, s := range services {
-		if len(s.UserMountVolumes) > 0 {
-			fmt.Fprintf(os.Stderr, "airlock: service %s: its own volumes are not mounted (%d): a workflow may not mount host paths into the sandbox\n", s.ContextName, len(s.UserMountVolumes))
+		ref, _, _ := strings.Cut(s.Image, "@")
+		ref = ref[strings.LastIndex(ref, "/")+1:]
+		ref, _, _ = strings.Cut(ref, ":")
+		base := strings.Trim(hostChars.ReplaceAllString(strings.ToLower(ref), "-"), "-")
+		if len(base) > 48 {
+			base = strings.Trim(base[:48], "-")
 		}
-		what := "service " + s.ContextName
+		if base == "" {
+			base = "service"
+		}
+		name := base
+		for n := 2; seen[name]; n++ {
+			name = fmt.Sprintf("%s-%d", base, n)
+		}
+		seen[name] = true
+		out = append(out, name)
+	}
+	return out
+}
+
+var hostChars = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// startServices starts the job's services in its sandbox, named by
+// serviceNames; their output, prefixed with their names, is kept (its
+// end) for cleanup_job to print. The runner matches its answer to the
+// services by index: one entry each, in order, with ports never null.
+func (d *job) startServices(ctx context.Context, services []Container, names []string) ([]ResponseContainer, error) {
+	out := []ResponseContainer{}
+	for i, s := range services {
+		what := "service " + names[i]
+		if len(s.UserMountVolumes) > 0 {
+			fmt.Fprintf(os.Stderr, "airlock: %s: its own volumes are not mounted (%d): a workflow may not mount host paths into the sandbox\n", what, len(s.UserMountVolumes))
+		}
 		img, err := runner.MappedImage(d.images, s.Image, what)
 		if err != nil {
 			return nil, err
 		}
-		entry := ""
-		if s.EntryPoint != nil {
-			entry = *s.EntryPoint
-		}
-		argv, err := command(entry, s.EntryPointArgs, img, what)
+		argv, err := command(s.EntryPoint, s.EntryPointArgs, img, what)
 		if err != nil {
 			return nil, err
 		}
-		env := append([]string{}, img.Env...)
-		for k, v := range s.Env {
-			env = append(env, k+"="+v)
-		}
+		env := append(slices.Clone(img.Env), envList(runnerWatermark(s.Env))...)
 		if err := d.session.StartService(ctx, gvisor.ContainerConfig{
-			Name: "service-" + s.ContextName, RootFS: img.RootFS, Args: argv, Env: env, Dir: img.Dir, Files: d.hosts,
+			Name: "service-" + names[i], RootFS: img.RootFS, Args: argv, Env: env, Dir: img.Dir, Files: d.hosts,
 		}, &d.serviceLog); err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		// Inside the sandbox a service's ports are its own: the job
-		// reaches them at the service's name.
+		// reaches them at the service's name and on localhost, at the
+		// port the service listens on.
 		ports := map[string]string{}
 		for _, m := range s.PortMappings {
 			p := m[strings.LastIndex(m, ":")+1:]
 			p, _, _ = strings.Cut(p, "/")
 			ports[p] = p
 		}
-		out = append(out, ResponseContainer{ID: "service-" + s.ContextName, Network: "airlock", Ports: ports})
+		out = append(out, ResponseContainer{ID: "service-" + names[i], Network: "airlock", Ports: ports})
 	}
 	return out, nil
 }
 
 // ContainerStep runs a Docker action in a container of its own on the
-// image directory the policy maps its image to.
+// image directory the policy maps its image to, with the image's PATH
+// (the runner sends no prependPath for it).
 func (d *job) ContainerStep(ctx context.Context, a ContainerStepArgs, stdout, stderr io.Writer) (int, error) {
 	d.takeBaseline(stderr)
 	if a.Dockerfile != nil && *a.Dockerfile != "" {
@@ -106,28 +157,10 @@ func (d *job) ContainerStep(ctx context.Context, a ContainerStepArgs, stdout, st
 	if len(a.UserMountVolumes) > 0 {
 		fmt.Fprintf(stderr, "airlock: the action's own volumes are not mounted (%d): a workflow may not mount host paths into the sandbox\n", len(a.UserMountVolumes))
 	}
-	env := map[string]string{}
-	for k, v := range a.Env {
-		env[k] = v
-	}
-	if len(a.PrependPath) > 0 {
-		env["PATH"] = strings.Join(a.PrependPath, ":") + ":" + imagePath(img)
-	}
 	return d.runStep(ctx, runner.StepSpec{
-		Name: "docker://" + a.Image, Command: argv, Env: env, WorkingDirectory: a.WorkingDirectory,
+		Name: "docker://" + a.Image, Command: argv, Env: runnerWatermark(a.Env), WorkingDirectory: a.WorkingDirectory,
 		Image: &img, Mounts: mounts, Files: d.hosts,
 	}, stdout, stderr)
-}
-
-// imagePath is the PATH an image sets (its bundle's), or the usual one.
-func imagePath(img runner.Image) string {
-	p := safePath
-	for _, e := range img.Env {
-		if v, ok := strings.CutPrefix(e, "PATH="); ok {
-			p = v
-		}
-	}
-	return p
 }
 
 // stepMounts maps a Docker action's volumes: only the runner's own

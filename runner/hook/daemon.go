@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"syscall"
 	"time"
 
@@ -66,13 +69,10 @@ func daemon(cfg Config, dir string) int {
 		return fail(err)
 	}
 	d.session = s
-	svcs, err := d.startServices(context.Background(), args.Services)
+	svcs, err := d.startServices(context.Background(), args.Services, d.serviceNames)
 	if err != nil {
 		s.Close()
 		return fail(err)
-	}
-	if b, _ := json.Marshal(svcs); len(svcs) > 0 {
-		os.WriteFile(filepath.Join(dir, servicesFile), b, 0o600)
 	}
 	sock := filepath.Join(dir, daemonSocket)
 	ln, err := net.Listen("unix", sock)
@@ -94,7 +94,7 @@ func daemon(cfg Config, dir string) int {
 	if d.jobTimeout > 0 {
 		time.AfterFunc(d.jobTimeout+watchdogSlack, func() { srv.Shutdown(os.Stderr, os.Stderr) })
 	}
-	if err := os.WriteFile(filepath.Join(dir, daemonReady), []byte(s.ID()), 0o600); err != nil {
+	if err := writeWhole(filepath.Join(dir, daemonReady), ready{Services: svcs, IsAlpine: isAlpine(j.Sandbox.RootFS)}); err != nil {
 		s.Abandon()
 		return fail(err)
 	}
@@ -104,4 +104,54 @@ func daemon(cfg Config, dir string) int {
 	// it stays on the host but its attestation.
 	os.RemoveAll(dir)
 	return 0
+}
+
+// writeWhole writes v as JSON to path so that a reader sees all of it or
+// nothing (a temporary file renamed into place).
+func writeWhole(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// maxRelease bounds an os-release file read.
+const maxRelease = 64 << 10
+
+// alpineID is the reference hook's test for Alpine
+// (packages/docker/src/dockerCommands/container.ts isContainerAlpine:
+// grep -i -e "^ID=*alpine*" over /etc/*release*).
+var alpineID = regexp.MustCompile(`(?im)^ID=*alpine*`)
+
+// isAlpine reports whether the job's root filesystem (empty: the host's)
+// is Alpine's, which makes the runner pick its musl build of node for
+// JavaScript actions. Its /etc/*release* files are read inside the root:
+// a symlink in an image never leads to the host's files.
+func isAlpine(rootfs string) bool {
+	if rootfs == "" {
+		rootfs = "/"
+	}
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return false
+	}
+	defer root.Close()
+	names, _ := fs.Glob(root.FS(), "etc/*release*")
+	for _, n := range names {
+		f, err := root.Open(n)
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(io.LimitReader(f, maxRelease))
+		f.Close()
+		if alpineID.Match(b) {
+			return true
+		}
+	}
+	return false
 }

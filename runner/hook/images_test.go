@@ -2,7 +2,6 @@ package hook
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -92,7 +91,7 @@ func TestHookJobImage(t *testing.T) {
 				root = writeBundle(t, root, []string{"node"}, []string{"NODE_VERSION=20.1"})
 			}
 			os.WriteFile(filepath.Join(h.org, "images.cue"), []byte(fmt.Sprintf("package airlock\nsandbox: images: %q: %q\n", "node:20", root)), 0o644)
-			h.prepareJSON = bytes.Replace(h.prepareJSON, []byte(`"image":"node:20"`), []byte(fmt.Sprintf(`"image":%q`, tc.image)), 1)
+			h.job.Image = tc.image
 			state := h.prepare()
 			code, out := h.step(state, `cat /etc/image-release 2>/dev/null || echo host-root; ls /__w/app/app; test -e /__e && echo externals-mounted; id -u; echo "NODE_VERSION=$NODE_VERSION"`)
 			if code != 0 || !strings.Contains(out, tc.want) || !strings.Contains(out, "main.go") || !strings.Contains(out, "externals-mounted") {
@@ -165,31 +164,22 @@ func TestHookServicesAndDockerActions(t *testing.T) {
 	svcRoot := imageRootFS(t, "image-db")
 	copyFile(t, self, filepath.Join(svcRoot, "usr/bin/db-server"))
 	svc := writeBundle(t, svcRoot, []string{"/usr/bin/db-server"}, []string{testServiceEnv + "=127.0.0.1:6379"})
-	action := writeBundle(t, imageRootFS(t, "image-action"), []string{"/usr/bin/bash", "-c", `echo "action $INPUT_WHO on $(cat /etc/image-release)"; echo from-action > /github/workspace/action-out; exec 3<>/dev/tcp/db/6379 && echo hi >&3 && read -r l <&3 && echo "action got: $l"; (echo '{}' > /__w/_temp/_runner_hook_responses/r.json) 2>/dev/null && echo responses-WRITTEN || echo responses-refused; ls /var/run/docker.sock 2>&1; exit 4`}, nil)
+	action := writeBundle(t, imageRootFS(t, "image-action"), []string{"/usr/bin/bash", "-c", `echo "action $INPUT_WHO on $(cat /etc/image-release)"; echo from-action > /github/workspace/action-out; exec 3<>/dev/tcp/db/6379 && echo hi >&3 && read -r l <&3 && echo "action got: $l"; (echo '{}' > /github/runner_temp/_runner_hook_responses/r.json) 2>/dev/null && echo responses-WRITTEN || echo responses-refused; ls /var/run/docker.sock 2>&1; exit 4`}, nil)
 	org := fmt.Sprintf("package airlock\nsandbox: images: {%q: %q, %q: %q}\n", "acme/db:1", svc, "ghcr.io/acme/action:2", action)
 	os.WriteFile(filepath.Join(h.org, "images.cue"), []byte(org+"sandbox: services: true\n"), 0o644)
 
-	services := `"services":[{"contextName":"db","image":"acme/db:1","entrypoint":null,"entryPointArgs":[],"environmentVariables":{},"userMountVolumes":[],"portMappings":["6379:6379"]}]`
-	h.prepareJSON = bytes.Replace(h.prepareJSON, []byte(`"services":[]`), []byte(services), 1)
+	// A service, as the runner sends it: no name (airlock names it
+	// after its image: "db").
+	h.job.Services = []servicePayload{{Image: "acme/db:1", Args: []string{}, Env: map[string]string{}, Ports: []string{"6379:6379"}}}
 	state := h.prepare()
 	code, out := h.step(state, `exec 3<>/dev/tcp/db/6379; echo ping >&3; read -r line <&3; echo "got: $line"; echo "no_proxy=$no_proxy"`)
 	if code != 0 || !strings.Contains(out, "got: pong ping") || !strings.Contains(out, "no_proxy=localhost,127.0.0.1,db") {
 		t.Fatalf("the job did not reach its service: exit %d: %s", code, out)
 	}
-	containerStep := func(image string, dockerfile any) (int, string) {
-		b, _ := json.Marshal(map[string]any{"command": "run_container_step", "state": state, "args": map[string]any{
-			"image": image, "dockerfile": dockerfile, "entryPoint": "", "entryPointArgs": []string{},
-			"workingDirectory": "/github/workspace", "environmentVariables": map[string]string{"INPUT_WHO": "ci"},
-			"prependPath": []string{}, "userMountVolumes": []any{},
-			"systemMountVolumes": []map[string]any{
-				{"sourceVolumePath": "/var/run/docker.sock", "targetVolumePath": "/var/run/docker.sock", "readOnly": false},
-				{"sourceVolumePath": h.repo, "targetVolumePath": "/github/workspace", "readOnly": false},
-				{"sourceVolumePath": h.work, "targetVolumePath": "/__w", "readOnly": false},
-				{"sourceVolumePath": filepath.Join(h.temp, "_github_home"), "targetVolumePath": "/github/home", "readOnly": false},
-			},
-			"registry": map[string]string{"username": "u", "password": "registry-secret-bar"},
-		}})
-		return h.call(b)
+	stateJSON, _ := json.Marshal(state)
+	containerStep := func(image string, dockerfile *string) (int, string) {
+		code, out, _ := h.send(RunContainerStep, payload{Image: image, Dockerfile: dockerfile, Args: []string{}, Env: map[string]string{"INPUT_WHO": "ci"}, State: stateJSON})
+		return code, out
 	}
 	code, out = containerStep("ghcr.io/acme/action:2", nil)
 	if code != 4 || !strings.Contains(out, "action ci on image-action") || !strings.Contains(out, "action got: pong hi") || !strings.Contains(out, "responses-refused") || !strings.Contains(out, "No such file") {
@@ -198,13 +188,14 @@ func TestHookServicesAndDockerActions(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(h.repo, "action-out")); string(b) != "from-action\n" {
 		t.Errorf("the action's write to the workspace: %q", b)
 	}
+	dockerfile := "Dockerfile"
 	for _, tc := range []struct {
 		image      string
-		dockerfile any
+		dockerfile *string
 		want       string
 	}{
 		{"alpine:3", nil, `image "alpine:3" is not mapped`},
-		{"", "Dockerfile", "no image builder"},
+		{"", &dockerfile, "no image builder"},
 	} {
 		if code, out := containerStep(tc.image, tc.dockerfile); code == 0 || !strings.Contains(out, tc.want) {
 			t.Errorf("run_container_step %q: exit %d: %s", tc.image, code, out)
@@ -236,13 +227,7 @@ func TestHookServicesAndDockerActions(t *testing.T) {
 
 	// Services the policy does not allow: prepare_job names them.
 	os.WriteFile(filepath.Join(h.org, "images.cue"), []byte(org), 0o644)
-	resp := filepath.Join(h.temp, "response-refused.json")
-	os.WriteFile(resp, nil, 0o644)
-	var in map[string]any
-	json.Unmarshal(h.prepareJSON, &in)
-	in["responseFile"] = resp
-	b, _ := json.Marshal(in)
-	if code, out := h.call(b); code == 0 || !strings.Contains(out, "db (acme/db:1): the policy does not allow services") {
+	if code, out, _ := h.send(PrepareJob, h.job); code == 0 || !strings.Contains(out, "db (acme/db:1): the policy does not allow services") {
 		t.Errorf("refused services: exit %d: %s", code, out)
 	}
 }

@@ -14,6 +14,16 @@ if (!path.isAbsolute(bin)) {
   console.error(`airlock hook: AIRLOCK_BIN must be an absolute path, not ${bin}`);
   process.exit(1);
 }
+// gVisor's runsc needs root, and airlock does not take it through sudo:
+// `sudo airlock hook` would let the runner's user mount any host path into
+// a sandbox through a payload of its own. The runner runs as root.
+if (typeof process.getuid === "function" && process.getuid() !== 0) {
+  console.error(
+    `airlock hook: the runner runs as uid ${process.getuid()}, and airlock needs root (gVisor's runsc creates the job's sandbox): ` +
+      "run the runner service as root (sudo ./svc.sh install root), see airlock's docs/runner.md"
+  );
+  process.exit(1);
+}
 const child = spawn(bin, ["hook"], { stdio: "inherit" });
 // The runner signals this process when it cancels a step: pass it on.
 for (const sig of ["SIGINT", "SIGTERM"]) {

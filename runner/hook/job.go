@@ -11,12 +11,14 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/internal/paths"
+	"github.com/airlock-ci/airlock/internal/shlex"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/github"
@@ -47,9 +49,14 @@ type job struct {
 	checkID     int64
 	jobTimeout  time.Duration
 	// images are the policy's image directories, for Docker actions;
-	// hosts is the job's /etc/hosts when it has services (their names).
-	images map[string]string
-	hosts  []gvisor.File
+	// hosts is the job's /etc/hosts when it has services (their names,
+	// serviceNames, in the runner's order).
+	images       map[string]string
+	hosts        []gvisor.File
+	serviceNames []string
+	// containerPath is the job container's PATH (its image's, or the
+	// workflow's container env), which a step's prependPath goes before.
+	containerPath string
 	// serviceLog keeps the end of the services' output for cleanup_job.
 	serviceLog tailBuffer
 	// hostMasks are the host paths the job's sandbox hides (the runner's
@@ -133,13 +140,18 @@ func (d *job) build(ctx context.Context, args PrepareArgs) (runner.Job, error) {
 			masks = append(masks, path.Join(containerTemp, responsesDir))
 		}
 	}
+	d.serviceNames = serviceNames(args.Services)
 	var services []runner.Service
-	for _, s := range args.Services {
-		services = append(services, runner.Service{Name: s.ContextName, Image: s.Image})
+	for i, s := range args.Services {
+		services = append(services, runner.Service{Name: d.serviceNames[i], Image: s.Image})
+	}
+	user, err := optionsUser(c.CreateOptions)
+	if err != nil {
+		return runner.Job{}, err
 	}
 	plan, err := runner.NewPlan(eff, pr, runner.Inputs{
 		Name: "job", Workspace: work, WorkspaceMount: containerWork, StateRoot: filepath.Join(d.dir, "state"),
-		Image: c.Image, Env: envList(c.Env), Mounts: mounts, Masks: masks, Services: services,
+		Image: c.Image, ContainerUser: user, Env: envList(runnerWatermark(c.Env)), Mounts: mounts, Masks: masks, Services: services,
 		TrustDir: repoDir, CheckoutInJob: true, AttestKey: d.cfg.AttestKey,
 	})
 	if err != nil {
@@ -155,6 +167,13 @@ func (d *job) build(ctx context.Context, args PrepareArgs) (runner.Job, error) {
 	}
 	j := plan.Job
 	d.images, d.hosts = plan.Images, plan.Hosts
+	// A step's PATH is its prependPath before the container's own.
+	d.containerPath = gvisor.DefaultPath
+	for _, kv := range j.Env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			d.containerPath = v
+		}
+	}
 	d.jobTimeout = j.Sandbox.Limits.JobTimeout
 	// Masks name paths as the job sees them (below /__w: the workspace's);
 	// Docker actions' volumes are host directories.
@@ -273,17 +292,22 @@ func (d *job) Step(ctx context.Context, a ScriptArgs, stdout, stderr io.Writer) 
 	if a.EntryPoint == "" {
 		return 1, errors.New("run_script_step: no entryPoint")
 	}
-	env := map[string]string{}
-	for k, v := range a.Env {
-		env[k] = v
+	args, err := Args(a.EntryPointArgs)
+	if err != nil {
+		return 1, fmt.Errorf("run_script_step: the arguments %q do not parse: %w", strings.Join(a.EntryPointArgs, " "), err)
 	}
-	p := safePath
+	env := maps.Clone(a.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	// As the runner's docker exec does: the prepended directories
+	// (newest first, as sent) before the container's PATH, which is left
+	// alone when there are none.
 	if len(a.PrependPath) > 0 {
-		p = strings.Join(a.PrependPath, ":") + ":" + p
+		env["PATH"] = strings.Join(a.PrependPath, ":") + ":" + d.containerPath
 	}
-	env["PATH"] = p
 	return d.runStep(ctx, runner.StepSpec{
-		Name: path.Base(a.EntryPoint), Command: append([]string{a.EntryPoint}, a.EntryPointArgs...),
+		Name: path.Base(a.EntryPoint), Command: append([]string{a.EntryPoint}, args...),
 		Env: env, WorkingDirectory: a.WorkingDirectory,
 	}, stdout, stderr)
 }
@@ -341,14 +365,76 @@ func (d *job) Cleanup(ctx context.Context, stdout, stderr io.Writer) error {
 	if att.Bundle != "" {
 		fmt.Fprintf(stdout, "airlock: attestation %s\n", att.Bundle)
 	}
+	fails := airlockFails(res, att, d.attest.Key != "")
 	if d.checkID != 0 {
-		if err := d.gh.CompleteCheck(ctx, d.owner, d.repo, d.checkID, checkReport(res, att)); err != nil {
+		if err := d.gh.CompleteCheck(ctx, d.owner, d.repo, d.checkID, checkReport(res, att, fails)); err != nil {
 			// Reported, never failing the job.
 			fmt.Fprintf(stderr, "airlock: check run not completed: %v\n", err)
 		}
 	}
-	if !res.Passed {
-		return fmt.Errorf("the job failed: %s", strings.Join(res.Reasons(), "; "))
+	switch {
+	case len(fails) > 0:
+		return fmt.Errorf("airlock fails the job: %s", strings.Join(fails, "; "))
+	case !res.Passed:
+		fmt.Fprintf(stderr, "airlock: %s; the runner reports the steps, and airlock found nothing of its own to fail the job for\n", strings.Join(res.Reasons(), "; "))
 	}
 	return nil
+}
+
+// airlockFails are the reasons airlock itself fails the job, which only
+// cleanup_job's exit status can say: a trust finding whose action is
+// fail, and an attestation that a configured key could not sign. A step
+// that failed is not one: the runner already failed it, or let it fail
+// (continue-on-error: true), and a failing cleanup_job would fail the
+// job's post step, and so the job, whatever the workflow said.
+func airlockFails(res runner.Result, att *runner.Attestation, keyConfigured bool) []string {
+	var out []string
+	if res.Trust != nil && res.Trust.Failed {
+		out = append(out, res.Trust.Reason)
+	}
+	if keyConfigured && (att == nil || att.Bundle == "") {
+		why := "unknown"
+		if att != nil && att.Error != "" {
+			why = att.Error
+		}
+		out = append(out, "the attestation could not be signed: "+why)
+	}
+	return out
+}
+
+// optionsUser is the user the workflow's container options ask for
+// (options: --user UID[:GID], -u), or nil. Only numbers and root: the
+// names of an image's /etc/passwd are not looked up.
+func optionsUser(createOptions string) (*gvisor.User, error) {
+	opts, err := shlex.Split(createOptions)
+	if err != nil {
+		return nil, fmt.Errorf("the container's options %q do not parse: %w", createOptions, err)
+	}
+	var user *gvisor.User
+	for i, o := range opts {
+		v, ok := "", false
+		switch {
+		case (o == "--user" || o == "-u") && i+1 < len(opts):
+			v, ok = opts[i+1], true
+		case strings.HasPrefix(o, "--user="):
+			v, ok = strings.TrimPrefix(o, "--user="), true
+		}
+		if !ok {
+			continue
+		}
+		u, g, hasGroup := strings.Cut(v, ":")
+		if u == "root" {
+			u = "0"
+		}
+		uid, err := strconv.ParseUint(u, 10, 32)
+		gid := uid
+		if err == nil && hasGroup {
+			gid, err = strconv.ParseUint(g, 10, 32)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("the container's options: --user %q: airlock takes a numeric UID[:GID] (or root)", v)
+		}
+		user = &gvisor.User{UID: uint32(uid), GID: uint32(gid)}
+	}
+	return user, nil
 }

@@ -19,15 +19,23 @@ const (
 	CleanupJob       = "cleanup_job"
 )
 
-// maxInput bounds the JSON document read from standard input.
-const maxInput = 1 << 20
+// maxInput bounds the JSON document read from standard input. The
+// runner puts a step's whole environment in it.
+const maxInput = 4 << 20
 
-// Input is one hook call.
+// The types below are the runner's own, as it serialises them
+// (actions/runner src/Runner.Worker/Container/ContainerHooks/HookInput.cs
+// and ContainerInfo.cs's MountVolume): camelCase properties, dictionary
+// keys verbatim, and nulls written out (the whole state of prepare_job,
+// a container's dockerfile, entryPoint, workingDirectory, createOptions
+// and registry). A null reads as the zero value.
+
+// Input is one hook call (HookInput).
 type Input struct {
 	Command      string          `json:"command"`
 	ResponseFile *string         `json:"responseFile"`
-	State        State           `json:"state"`
 	Args         json.RawMessage `json:"args"`
+	State        State           `json:"state"`
 }
 
 // State is what prepare_job returns and the runner hands back: the job
@@ -37,65 +45,92 @@ type State struct {
 	JobDir    string `json:"jobDir,omitempty"`
 }
 
-// Mount is a volume of the job container.
+// Mount is a volume (MountVolume). UserProvidedValue is set for the
+// workflow's own volumes (container: volumes:), which the runner also
+// lists apart as userMountVolumes.
 type Mount struct {
-	Source   string `json:"sourceVolumePath"`
-	Target   string `json:"targetVolumePath"`
-	ReadOnly bool   `json:"readOnly"`
+	UserProvidedValue *string `json:"userProvidedValue"`
+	Source            string  `json:"sourceVolumePath"`
+	Target            string  `json:"targetVolumePath"`
+	ReadOnly          bool    `json:"readOnly"`
 }
 
-// Container is the job container of prepare_job.
+// Container is a container (HookContainer): the job container and each
+// service of prepare_job, and a Docker action's container in
+// run_container_step. The runner sends no name for a service: the
+// workflow's key for it (services: redis:) is not in the payload
+// (actions/runner#2783).
 type Container struct {
-	Image              string            `json:"image"`
-	WorkingDirectory   string            `json:"workingDirectory"`
-	Env                map[string]string `json:"environmentVariables"`
-	UserMountVolumes   []Mount           `json:"userMountVolumes"`
-	SystemMountVolumes []Mount           `json:"systemMountVolumes"`
-	PortMappings       []string          `json:"portMappings"`
-	// Registry credentials are read only to be dropped: they never
-	// enter a sandbox or a log.
-	Registry json.RawMessage `json:"registry"`
-}
-
-// PrepareArgs are prepare_job's arguments.
-type PrepareArgs struct {
-	Container *Container `json:"container"`
-	Services  []Service  `json:"services"`
-}
-
-// ScriptArgs are run_script_step's arguments.
-type ScriptArgs struct {
-	EntryPoint       string            `json:"entryPoint"`
+	Image string `json:"image"`
+	// Dockerfile is set (and Image null) when an action builds its image.
+	Dockerfile *string `json:"dockerfile"`
+	// EntryPointArgs are the container's command (a service's, an
+	// action's args:) cut at single spaces, empty pieces dropped, quotes
+	// left inside the pieces; see Args.
 	EntryPointArgs   []string          `json:"entryPointArgs"`
+	EntryPoint       string            `json:"entryPoint"`
+	WorkingDirectory string            `json:"workingDirectory"`
+	CreateOptions    string            `json:"createOptions"`
+	Registry         dropped           `json:"registry"`
 	Env              map[string]string `json:"environmentVariables"`
-	PrependPath      []string          `json:"prependPath"`
+	// PortMappings are the workflow's ports: entries as written
+	// ("8080:80", "6379", "127.0.0.1:8080:80/tcp").
+	PortMappings       []string `json:"portMappings"`
+	SystemMountVolumes []Mount  `json:"systemMountVolumes"`
+	UserMountVolumes   []Mount  `json:"userMountVolumes"`
+}
+
+// PrepareArgs are prepare_job's arguments (PrepareJobArgs).
+type PrepareArgs struct {
+	Container *Container  `json:"container"`
+	Services  []Container `json:"services"`
+}
+
+// ScriptArgs are run_script_step's arguments (ScriptStepArgs). The
+// runner cuts the step's command line at single spaces
+// (arguments.Split(' ')), keeping empty pieces and the quotes inside
+// them: `shell: pwsh` arrives as -command, ". and '/__w/_temp/x.ps1'".
+type ScriptArgs struct {
+	EntryPointArgs   []string          `json:"entryPointArgs"`
+	EntryPoint       string            `json:"entryPoint"`
+	Env              map[string]string `json:"environmentVariables"`
+	PrependPath      PathList          `json:"prependPath"`
 	WorkingDirectory string            `json:"workingDirectory"`
 }
 
-// ContainerStepArgs are run_container_step's arguments (a Docker action):
-// a script step's, and the image with its volumes.
-type ContainerStepArgs struct {
-	ScriptArgs
-	Image string `json:"image"`
-	// Dockerfile is set when the action builds its image.
-	Dockerfile         *string `json:"dockerfile"`
-	UserMountVolumes   []Mount `json:"userMountVolumes"`
-	SystemMountVolumes []Mount `json:"systemMountVolumes"`
-	// Registry credentials: dropped, as for the job container.
-	Registry json.RawMessage `json:"registry"`
+// ContainerStepArgs are run_container_step's arguments: the Docker
+// action's container (ContainerStepArgs is a HookContainer). The runner
+// sends no prependPath for it: the action runs with its image's PATH.
+type ContainerStepArgs = Container
+
+// PathList is prependPath, newest entry first: a list, or one string
+// from runners up to 2.293.
+type PathList []string
+
+// UnmarshalJSON reads a list, a string or null.
+func (p *PathList) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*p = nil
+		if s != "" {
+			*p = PathList{s}
+		}
+		return nil
+	}
+	var l []string
+	if err := json.Unmarshal(b, &l); err != nil {
+		return fmt.Errorf("prependPath: want a list of directories or one string: %w", err)
+	}
+	*p = l
+	return nil
 }
 
-// Service is one service container of prepare_job.
-type Service struct {
-	ContextName      string            `json:"contextName"`
-	Image            string            `json:"image"`
-	EntryPoint       *string           `json:"entrypoint"`
-	EntryPointArgs   []string          `json:"entryPointArgs"`
-	Env              map[string]string `json:"environmentVariables"`
-	UserMountVolumes []Mount           `json:"userMountVolumes"`
-	PortMappings     []string          `json:"portMappings"`
-	Registry         json.RawMessage   `json:"registry"`
-}
+// dropped reads registry credentials only to drop them: they are never
+// stored, passed on or logged (airlock pulls no image).
+type dropped struct{}
+
+func (*dropped) UnmarshalJSON([]byte) error  { return nil }
+func (dropped) MarshalJSON() ([]byte, error) { return []byte("null"), nil }
 
 // Response is prepare_job's answer, one JSON line in the response file.
 type Response struct {
