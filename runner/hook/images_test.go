@@ -32,14 +32,7 @@ func imageRootFS(t testing.TB, marker string) string {
 			t.Skipf("needs %s", bin)
 		}
 		copyIntoRoot(t, root, p)
-		out, _ := exec.Command("ldd", p).Output()
-		for _, line := range strings.Split(string(out), "\n") {
-			for _, f := range strings.Fields(line) {
-				if strings.HasPrefix(f, "/") {
-					copyIntoRoot(t, root, f)
-				}
-			}
-		}
+		copyLibsInto(t, root, p)
 	}
 	os.WriteFile(filepath.Join(root, "etc", "image-release"), []byte(marker+"\n"), 0o644)
 	// As `docker export` leaves them: empty files the runtime fills.
@@ -48,6 +41,20 @@ func imageRootFS(t testing.TB, marker string) string {
 	}
 	os.WriteFile(filepath.Join(root, "etc", "passwd"), []byte("root:x:0:0::/root:/bin/bash\n"), 0o644)
 	return root
+}
+
+// copyLibsInto copies the shared libraries a host binary loads to their
+// paths under root.
+func copyLibsInto(t testing.TB, root, bin string) {
+	t.Helper()
+	out, _ := exec.Command("ldd", bin).Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		for _, f := range strings.Fields(line) {
+			if strings.HasPrefix(f, "/") {
+				copyIntoRoot(t, root, f)
+			}
+		}
+	}
 }
 
 // copyIntoRoot copies a host file to the same path under root, following

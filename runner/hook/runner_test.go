@@ -282,7 +282,7 @@ func (h *runnerHost) script(state map[string]any, shell, format, script string, 
 	rand.Read(b)
 	name := hex.EncodeToString(b) + ".sh"
 	os.WriteFile(filepath.Join(h.temp, name), []byte(script), 0o644)
-	stepEnv := map[string]string{"GITHUB_WORKSPACE": "/__w/app/app", "STEP_VAR": "x", "GITHUB_ACTIONS": "true", "CI": "true"}
+	stepEnv := map[string]string{"GITHUB_WORKSPACE": "/__w/app/app", "STEP_VAR": "x"}
 	for k, v := range env {
 		stepEnv[k] = v
 	}
