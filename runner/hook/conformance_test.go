@@ -274,7 +274,6 @@ console.log("::notice::greeted " + who + " with node " + process.version + " in 
 	for _, f := range []string{"set_output_js", "step_summary_js", "set_env_js", "add_path_js"} {
 		os.WriteFile(filepath.Join(commands, f), nil, 0o666)
 	}
-	exec.Command("chown", "-R", "1000:1000", commands, filepath.Join(h.work, "_actions")).Run()
 	stateJSON, _ := json.Marshal(state)
 	code, out, _ := h.send(RunScriptStep, payload{EntryPoint: "/__e/node20/bin/node", Args: []string{"/__w/_actions/acme/greet/v1/index.js"},
 		Env: env, PrependPath: []string{}, State: stateJSON})
@@ -313,7 +312,7 @@ func TestConformanceCleanupVerdict(t *testing.T) {
 // sandbox.user "image": the job runs as its image's user (root here, the
 // image records no other), with Docker's capabilities, as container jobs
 // that install packages expect; or as the workflow's options: --user.
-// What root leaves in the workspace is the runner's user's afterwards.
+// What the job leaves in the workspace is the runner's afterwards.
 func TestConformanceImageUser(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -339,8 +338,8 @@ func TestConformanceImageUser(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if st := fi.Sys().(*syscall.Stat_t); tc.options == nil && (st.Uid != 1000 || st.Gid != 1000) {
-				t.Errorf("the job's file is owned by %d:%d on the host, want the workspace owner's 1000:1000", st.Uid, st.Gid)
+			if st := fi.Sys().(*syscall.Stat_t); st.Uid != 0 || st.Gid != 0 {
+				t.Errorf("the job's file is owned by %d:%d on the host, want the workspace owner's (the runner's, root)", st.Uid, st.Gid)
 			}
 		})
 	}
@@ -367,5 +366,41 @@ func TestConformanceNotRoot(t *testing.T) {
 	out, _ := cmd.CombinedOutput()
 	if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() == 0 || !strings.Contains(string(out), "airlock needs root") {
 		t.Errorf("index.js as uid 1000: %v %s", cmd.ProcessState, out)
+	}
+}
+
+// What the runner (root) made for the job is handed to the job's user,
+// without following what an earlier job on a persistent runner left: a
+// symlink to a host directory, a hard link to a host file, the tool
+// cache swapped for a symlink. cleanup_job hands it all back.
+func TestHookHandOver(t *testing.T) {
+	h := newRunnerHost(t)
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "secret"), []byte("host"), 0o600)
+	os.Symlink(outside, filepath.Join(h.temp, "link-out"))
+	if err := os.Link(filepath.Join(outside, "secret"), filepath.Join(h.temp, "hardlink")); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(filepath.Join(h.work, "_tool"))
+	os.Symlink(outside, filepath.Join(h.work, "_tool"))
+	state := h.prepare()
+	if code, out := h.step(state, `echo made > /__w/_temp/mine && touch /__w/app/app/new && echo wrote`); code != 0 || !strings.Contains(out, "wrote") {
+		t.Fatalf("the job cannot write its directories: exit %d: %s", code, out)
+	}
+	for _, p := range []string{outside, filepath.Join(outside, "secret"), filepath.Join(h.temp, "hardlink")} {
+		if fi, err := os.Lstat(p); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+			t.Errorf("%s was handed to the job's user", p)
+		}
+	}
+	if fi, _ := os.Lstat(h.temp); fi.Sys().(*syscall.Stat_t).Uid != 1000 {
+		t.Errorf("the runner's temp directory is not the job's")
+	}
+	if code, out := h.cleanup(state); code != 0 {
+		t.Fatalf("cleanup: exit %d: %s", code, out)
+	}
+	for _, p := range []string{h.temp, filepath.Join(h.temp, "mine"), filepath.Join(h.repo, "new")} {
+		if fi, err := os.Lstat(p); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+			t.Errorf("%s is not handed back to the runner", p)
+		}
 	}
 }

@@ -154,6 +154,8 @@ func (d *job) ContainerStep(ctx context.Context, a ContainerStepArgs, stdout, st
 	if err != nil {
 		return 1, fmt.Errorf("run_container_step: %w", err)
 	}
+	work, _ := d.mounts.Host(containerWork)
+	handOverFileCommands(work, d.user, a.Env, Mounts(a.SystemMountVolumes).Host)
 	if len(a.UserMountVolumes) > 0 {
 		fmt.Fprintf(stderr, "airlock: the action's own volumes are not mounted (%d): a workflow may not mount host paths into the sandbox\n", len(a.UserMountVolumes))
 	}

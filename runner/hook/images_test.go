@@ -173,7 +173,9 @@ func TestHookServicesAndDockerActions(t *testing.T) {
 	svc := writeBundle(t, svcRoot, []string{"/usr/bin/db-server"}, []string{testServiceEnv + "=127.0.0.1:6379"})
 	action := writeBundle(t, imageRootFS(t, "image-action"), []string{"/usr/bin/bash", "-c", `echo "action $INPUT_WHO on $(cat /etc/image-release)"; echo from-action > /github/workspace/action-out; exec 3<>/dev/tcp/db/6379 && echo hi >&3 && read -r l <&3 && echo "action got: $l"; (echo '{}' > /github/runner_temp/_runner_hook_responses/r.json) 2>/dev/null && echo responses-WRITTEN || echo responses-refused; ls /var/run/docker.sock 2>&1; exit 4`}, nil)
 	org := fmt.Sprintf("package airlock\nsandbox: images: {%q: %q, %q: %q}\n", "acme/db:1", svc, "ghcr.io/acme/action:2", action)
-	os.WriteFile(filepath.Join(h.org, "images.cue"), []byte(org+"sandbox: services: true\n"), 0o644)
+	// Root in the sandbox (the image's user), as Docker runs a container
+	// job: what a job can do to the runner's directories then.
+	os.WriteFile(filepath.Join(h.org, "images.cue"), []byte(org+"sandbox: services: true\nsandbox: user: \"image\"\n"), 0o644)
 
 	// A service, as the runner sends it: no name (airlock names it
 	// after its image: "db").

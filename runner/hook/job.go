@@ -54,6 +54,8 @@ type job struct {
 	images       map[string]string
 	hosts        []gvisor.File
 	serviceNames []string
+	// user is who the job runs as.
+	user gvisor.User
 	// containerPath is the job container's PATH (its image's, or the
 	// workflow's container env), which a step's prependPath goes before.
 	containerPath string
@@ -184,6 +186,28 @@ func (d *job) build(ctx context.Context, args PrepareArgs) (runner.Job, error) {
 		d.hostMasks = append(d.hostMasks, m)
 	}
 	d.pinMasks(work)
+	// The job's user (the sandbox would pick the same) gets what the
+	// runner made for the job: see handover.go.
+	if j.Sandbox.User == nil {
+		u, err := gvisor.DefaultUser(work)
+		if err != nil {
+			return runner.Job{}, err
+		}
+		j.Sandbox.User = &u
+	}
+	d.user = *j.Sandbox.User
+	handOver := []string{}
+	if top, _, _ := strings.Cut(repoDir, "/"); top != "" {
+		handOver = append(handOver, filepath.Join(work, top))
+	}
+	for _, p := range []string{containerTemp, "/__w/_tool", "/github/home"} {
+		if h, ok := d.mounts.Host(p); ok {
+			handOver = append(handOver, h)
+		}
+	}
+	if err := handOverDirs(work, d.user, handOver); err != nil {
+		return runner.Job{}, err
+	}
 	set := j.Trust.Set
 	if d.gh != nil && d.owner != "" && len(d.commits) > 0 {
 		j.Trust.FromCommit = func(root string, first, after *trust.Snapshot) (*trust.Snapshot, string) {
@@ -300,6 +324,8 @@ func (d *job) Step(ctx context.Context, a ScriptArgs, stdout, stderr io.Writer) 
 	if env == nil {
 		env = map[string]string{}
 	}
+	work, _ := d.mounts.Host(containerWork)
+	handOverFileCommands(work, d.user, env, d.mounts.Host)
 	// As the runner's docker exec does: the prepended directories
 	// (newest first, as sent) before the container's PATH, which is left
 	// alone when there are none.

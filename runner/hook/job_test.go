@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -77,6 +78,8 @@ func TestHookJob(t *testing.T) {
 	os.Rename(filepath.Join(h.repo, ".git"), filepath.Join(h.root, "git-later"))
 	state := h.prepare()
 	os.Rename(filepath.Join(h.root, "git-later"), filepath.Join(h.repo, ".git"))
+	// As actions/checkout leaves it, run by the job's user.
+	exec.Command("chown", "-R", "1000:1000", filepath.Join(h.repo, ".git")).Run()
 	steps := []struct {
 		script string
 		code   int

@@ -113,8 +113,8 @@ func newRunnerHost(t testing.TB) *runnerHost {
 	if out, err := exec.Command("cp", "-a", repo, h.repo).CombinedOutput(); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
+	// The runner runs as root: all of this is root's.
 	h.origin = repo
-	exec.Command("chown", "-R", "1000:1000", h.work).Run()
 	event := map[string]any{"action": "opened", "number": 7, "pull_request": map[string]any{
 		"number": 7, "user": map[string]any{"login": "Copilot", "type": "Bot"},
 		"head": map[string]any{"ref": "copilot/x", "sha": h.head, "repo": map[string]any{"full_name": "acme/app"}},
