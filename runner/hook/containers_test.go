@@ -81,3 +81,84 @@ func TestStepMounts(t *testing.T) {
 		t.Errorf("a host path: %v", err)
 	}
 }
+
+// The runner sends services without names: each is named after its
+// image, as a host name, in order, and never twice.
+func TestServiceNames(t *testing.T) {
+	images := []string{
+		"redis:7", "docker.io/library/redis:7", "ghcr.io/acme/db:1@sha256:0123", "localhost:5000/my_app:v1",
+		"../../etc", "", strings.Repeat("a", 80) + ":1", "redis", "REDIS",
+	}
+	var services []Container
+	for _, im := range images {
+		services = append(services, Container{Image: im})
+	}
+	want := []string{"redis", "redis-2", "db", "my-app", "etc", "service", strings.Repeat("a", 48), "redis-3", "redis-4"}
+	if got := serviceNames(services); !slices.Equal(got, want) {
+		t.Errorf("serviceNames = %q, want %q", got, want)
+	}
+}
+
+// The workflow's options: --user, as the runner passes createOptions.
+func TestOptionsUser(t *testing.T) {
+	for _, tc := range []struct {
+		options string
+		want    *gvisor.User
+		err     string
+	}{
+		{"", nil, ""},
+		{"--cpus 1 --health-cmd 'redis-cli ping'", nil, ""},
+		{"--user 1001", &gvisor.User{UID: 1001, GID: 1001}, ""},
+		{"--user=1001:1002 --cpus 1", &gvisor.User{UID: 1001, GID: 1002}, ""},
+		{"-u root", &gvisor.User{}, ""},
+		{"--user runner", nil, "numeric UID[:GID]"},
+		{"--user 1:x", nil, "numeric UID[:GID]"},
+		{"--label 'unclosed", nil, "do not parse"},
+	} {
+		got, err := optionsUser(tc.options)
+		switch {
+		case tc.err != "":
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: err = %v, want %q", tc.options, err, tc.err)
+			}
+		case err != nil || (got == nil) != (tc.want == nil) || (got != nil && *got != *tc.want):
+			t.Errorf("%q: %v, %v; want %v", tc.options, got, err, tc.want)
+		}
+	}
+}
+
+// isAlpine reads the job's root's os-release inside the root: a symlink
+// to the host's own is not followed there.
+func TestIsAlpine(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(root string)
+		want  bool
+	}{
+		{"alpine", func(r string) { os.WriteFile(filepath.Join(r, "etc", "os-release"), []byte("ID=alpine\n"), 0o644) }, true},
+		{"alpine-release only", func(r string) { os.WriteFile(filepath.Join(r, "etc", "alpine-release"), []byte("3.20.0\n"), 0o644) }, false},
+		{"debian", func(r string) {
+			os.WriteFile(filepath.Join(r, "etc", "os-release"), []byte("ID=debian\nID_LIKE=alpine\n"), 0o644)
+		}, false},
+		{"relative symlink inside the root", func(r string) {
+			os.MkdirAll(filepath.Join(r, "usr", "lib"), 0o755)
+			os.WriteFile(filepath.Join(r, "usr", "lib", "os-release"), []byte("ID=alpine\n"), 0o644)
+			os.Symlink("../usr/lib/os-release", filepath.Join(r, "etc", "os-release"))
+		}, true},
+		{"absolute symlink out of the root", func(r string) {
+			host := filepath.Join(t.TempDir(), "os-release")
+			os.WriteFile(host, []byte("ID=alpine\n"), 0o644)
+			os.Symlink(host, filepath.Join(r, "etc", "os-release"))
+		}, false},
+		{"nothing", func(string) {}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			os.MkdirAll(filepath.Join(root, "etc"), 0o755)
+			tc.setup(root)
+			if got := isAlpine(root); got != tc.want {
+				t.Errorf("isAlpine = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
