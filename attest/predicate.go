@@ -26,16 +26,19 @@ const PredicateType = "https://github.com/airlock-ci/airlock/attest/run/v1"
 // missing value for one it demands. A verifier decodes it strictly:
 // unknown fields are an error.
 type Predicate struct {
-	Runner    Runner     `json:"runner"`
-	Policy    Policy     `json:"policy"`
-	Job       Job        `json:"job"`
-	Steps     []Step     `json:"steps"`
-	Processes Processes  `json:"processes"`
-	Egress    Egress     `json:"egress"`
-	Trust     Trust      `json:"trust"`
-	Verdict   Verdict    `json:"verdict"`
-	Times     RunTimes   `json:"times"`
-	Sandbox   SandboxRef `json:"sandbox"`
+	Runner    Runner    `json:"runner"`
+	Policy    Policy    `json:"policy"`
+	Job       Job       `json:"job"`
+	Steps     []Step    `json:"steps"`
+	Processes Processes `json:"processes"`
+	Egress    Egress    `json:"egress"`
+	Trust     Trust     `json:"trust"`
+	// Credentials are the job's own credentials the sandbox saw only as
+	// placeholders, and where each went.
+	Credentials Credentials `json:"credentials"`
+	Verdict     Verdict     `json:"verdict"`
+	Times       RunTimes    `json:"times"`
+	Sandbox     SandboxRef  `json:"sandbox"`
 }
 
 // Runner identifies the software and host that ran the job.
@@ -256,6 +259,38 @@ type TrustFinding struct {
 	DiffSHA256 string `json:"diffSha256"`
 	// Diff is the start of the diff (MaxDiffBytes), for reviewers.
 	Diff string `json:"diff"`
+}
+
+// Credentials say which of the job's credentials were withheld from its
+// sandbox and how each was used: names, kinds, variables, hosts and
+// counts, never a value.
+type Credentials struct {
+	Withheld []WithheldCredential `json:"withheld"`
+	Uses     []CredentialUse      `json:"uses"`
+	// Masked counts the values the job masked (::add-mask::); they and
+	// every withheld value are redacted ("***") from argv, paths and
+	// messages before anything is signed.
+	Masked int `json:"masked"`
+}
+
+// WithheldCredential is one credential the sandbox saw as a placeholder.
+type WithheldCredential struct {
+	Name      string   `json:"name"`
+	Kinds     []string `json:"kinds"`
+	Variables []string `json:"variables"`
+}
+
+// CredentialUse counts one credential's requests to one host: put back
+// (injected), refused by the credentials policy (with its rule), or its
+// placeholder sent where it does not belong (elsewhere).
+type CredentialUse struct {
+	Credential string `json:"credential"`
+	Host       string `json:"host"`
+	Route      string `json:"route"`
+	Injected   int    `json:"injected"`
+	Refused    int    `json:"refused"`
+	Elsewhere  int    `json:"elsewhere"`
+	Rule       string `json:"rule"`
 }
 
 // Verdict is the job's outcome.

@@ -8,12 +8,14 @@ import (
 // Policy is the effective policy, decoded from CUE. Field meanings are
 // documented in schema.cue and README.md.
 type Policy struct {
-	Agents  Agents            `json:"agents"`
-	Sandbox Sandbox           `json:"sandbox"`
-	Egress  Egress            `json:"egress"`
-	Trust   Trust             `json:"trust"`
-	Attest  Attest            `json:"attest"`
-	Steps   map[string][]Step `json:"steps"`
+	Agents  Agents  `json:"agents"`
+	Sandbox Sandbox `json:"sandbox"`
+	Egress  Egress  `json:"egress"`
+	Trust   Trust   `json:"trust"`
+	// Credentials governs the job's own credentials (see schema.cue).
+	Credentials Credentials       `json:"credentials"`
+	Attest      Attest            `json:"attest"`
+	Steps       map[string][]Step `json:"steps"`
 }
 
 // Agents decides which pull requests are an agent's.
@@ -144,6 +146,27 @@ type Trust struct {
 	Runtime       map[string]string   `json:"runtime"`
 	Globs         map[string][]string `json:"globs"`
 	GitConfigKeys []string            `json:"gitConfigKeys"`
+}
+
+// Credentials is what requests carrying the job's own credentials may
+// do. Cache and GitPush are unset (empty, nil) where the policy leaves
+// them to the job's default.
+type Credentials struct {
+	Cache     string                      `json:"cache,omitempty"`
+	GitPush   *bool                       `json:"gitPush,omitempty"`
+	Artifacts bool                        `json:"artifacts"`
+	OIDC      OIDC                        `json:"oidc"`
+	Secrets   map[string]CredentialSecret `json:"secrets"`
+}
+
+// OIDC lists the audiences an OIDC token may be requested for.
+type OIDC struct {
+	Audiences []string `json:"audiences"`
+}
+
+// CredentialSecret is a workflow secret the gateway sends to Hosts only.
+type CredentialSecret struct {
+	Hosts []string `json:"hosts"`
 }
 
 // Attest configures signing.

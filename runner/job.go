@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/gvisor/monitor"
 	"github.com/airlock-ci/airlock/internal/files"
+	"github.com/airlock-ci/airlock/runner/credentials"
 	"github.com/airlock-ci/airlock/runner/egress"
 	"github.com/airlock-ci/airlock/runner/trust"
 	"github.com/airlock-ci/airlock/runner/workspace"
@@ -45,6 +46,9 @@ type Job struct {
 	// Trust, when set, diffs the trust-sensitive files: the pull request's
 	// commits, and what the job changes in the workspace.
 	Trust *Trust
+	// Credentials, when set, keeps the job's credentials out of the
+	// sandbox (see credentials.go); the gateway puts them back.
+	Credentials *credentials.Vault
 }
 
 // Trust configures the workspace-trust checks of a job.
@@ -132,6 +136,9 @@ type Result struct {
 	// Trust is what changed in the trust-sensitive files, and what airlock
 	// did about it.
 	Trust *trust.Report `json:"trust,omitempty"`
+	// Credentials are the job's credentials the sandbox saw only as
+	// placeholders, and where each went.
+	Credentials *credentials.Record `json:"credentials,omitempty"`
 }
 
 // Run executes the job. The returned Result is complete on every path that
@@ -219,8 +226,10 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 	if job.Sandbox.Limits.JobTimeout > 0 {
 		s.ctx, s.cancel = context.WithTimeout(ctx, job.Sandbox.Limits.JobTimeout)
 	}
+	s.job.Env = withholdList(job.Credentials, s.job.Env)
 	if job.Egress != nil {
 		ecfg := *job.Egress
+		ecfg.Credentials = job.Credentials
 		if ecfg.CAValidity == 0 && job.Sandbox.Limits.JobTimeout > 0 {
 			ecfg.CAValidity = job.Sandbox.Limits.JobTimeout + 10*time.Minute
 		}
@@ -274,8 +283,12 @@ func (s *Session) Step(ctx context.Context, spec StepSpec, stdout, stderr io.Wri
 	if s.multi {
 		prefix = "[" + spec.Name + "] "
 	}
-	so := newPrefixWriter(&s.outMu, orDiscard(stdout), prefix)
-	se := newPrefixWriter(&s.outMu, orDiscard(stderr), prefix)
+	pso, pse := newPrefixWriter(&s.outMu, orDiscard(stdout), prefix), newPrefixWriter(&s.outMu, orDiscard(stderr), prefix)
+	var so, se io.Writer = pso, pse
+	if v := s.job.Credentials; v != nil {
+		spec.Env = v.Withhold(spec.Env)
+		so, se = &maskWatcher{w: pso, vault: v}, &maskWatcher{w: pse, vault: v}
+	}
 	before := s.sb.ExecCount()
 	var mark egress.Mark
 	connects := s.sb.ConnectCount()
@@ -302,8 +315,8 @@ func (s *Session) Step(ctx context.Context, spec StepSpec, stdout, stderr io.Wri
 		// and how the policy would allow it.
 		egress.WriteRefusals(se, s.gw.RefusalsSince(mark, s.sb.ConnectsFrom(connects)))
 	}
-	so.Flush()
-	se.Flush()
+	pso.Flush()
+	pse.Flush()
 	out.StepResult = sr
 	out.Processes = s.sb.ExecCount() - before
 	switch {
@@ -348,6 +361,7 @@ func (s *Session) containerStep(ctx context.Context, spec StepSpec, stdout, stde
 // variables, the job's limits and record. Sandbox.Destroy ends it at the
 // latest.
 func (s *Session) StartContainer(ctx context.Context, c gvisor.ContainerConfig) (*gvisor.Container, error) {
+	c.Env = withholdList(s.job.Credentials, c.Env)
 	if s.gw != nil {
 		files, err := s.gw.Files(c.RootFS)
 		if err != nil {
@@ -471,6 +485,7 @@ func (s *Session) Close() Result {
 		s.res.Error = joinMsg(s.res.Error, "tidy workspace: "+err.Error())
 	}
 	s.res.Workspace = rep
+	redact(&s.res, s.job.Credentials)
 	s.res.End = time.Now().UTC()
 	s.res.Duration = s.res.End.Sub(s.res.Start)
 	return s.res
@@ -500,6 +515,7 @@ func (s *Session) Interim() Result {
 			res.Passed = false
 		}
 	}
+	redact(&res, s.job.Credentials)
 	res.End = time.Now().UTC()
 	res.Duration = res.End.Sub(res.Start)
 	return res

@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/policies"
+	"github.com/airlock-ci/airlock/runner/credentials"
 	"github.com/airlock-ci/airlock/runner/trust"
 )
 
@@ -103,6 +104,10 @@ type Inputs struct {
 	// LookupEnv reads airlock's own environment, where the values of the
 	// policy's secrets live. Nil: os.LookupEnv.
 	LookupEnv func(string) (string, bool)
+	// GitHubServerURL and GitHubAPIURL are the GitHub the job's token
+	// belongs to (GITHUB_SERVER_URL, GITHUB_API_URL): where the gateway
+	// may put it back.
+	GitHubServerURL, GitHubAPIURL string
 }
 
 // Service is a service container of the job.
@@ -212,6 +217,10 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	for _, s := range in.Services {
 		p.Job.Egress.LocalNames = append(p.Job.Egress.LocalNames, s.Name)
 	}
+	// The job's credentials stay out of its sandbox; agent work gets the
+	// stricter defaults of what they may do.
+	agent := p.Job.Policy.Agent != nil && p.Job.Policy.Agent.Agent
+	p.Job.Credentials = credentials.NewVault(credentials.PolicyFor(pol.Credentials, agent), in.GitHubServerURL, in.GitHubAPIURL)
 
 	set, err := trust.NewSet(pol.Trust)
 	if err != nil {

@@ -23,15 +23,16 @@ func Predicate(res Result, m attest.Meta) attest.Predicate {
 			AirlockVersion: m.AirlockVersion, AirlockCommit: m.AirlockCommit,
 			GVisorVersion: res.Sandbox.Runtime, Platform: res.Sandbox.Platform,
 		},
-		Job:       attest.Job{Name: res.Job, Repository: m.Repository, PullRequest: m.PullRequest, BaseSHA: m.BaseSHA, HeadSHA: m.HeadSHA, Author: m.Author, Event: m.Event, ContainerImage: clip(m.ContainerImage, 512)},
-		Steps:     []attest.Step{},
-		Verdict:   attest.Verdict{Passed: res.Passed, ExitCode: res.ExitCode, Reasons: []string{}, Final: !res.Interim},
-		Times:     attest.RunTimes{Start: res.Start, End: res.End},
-		Sandbox:   attest.SandboxRef{ID: res.Sandbox.ID, Network: res.Sandbox.Network, User: fmt.Sprintf("%d:%d", res.Sandbox.User.UID, res.Sandbox.User.GID)},
-		Policy:    attest.Policy{Sources: []attest.PolicySource{}},
-		Egress:    attest.Egress{Start: res.Start, Columns: attest.DecisionColumns, Decisions: []json.RawMessage{}, Summary: []attest.EgressSummary{}},
-		Trust:     attest.Trust{Findings: []attest.TrustFinding{}},
-		Processes: attest.Processes{Execs: []attest.Exec{}},
+		Job:         attest.Job{Name: res.Job, Repository: m.Repository, PullRequest: m.PullRequest, BaseSHA: m.BaseSHA, HeadSHA: m.HeadSHA, Author: m.Author, Event: m.Event, ContainerImage: clip(m.ContainerImage, 512)},
+		Steps:       []attest.Step{},
+		Verdict:     attest.Verdict{Passed: res.Passed, ExitCode: res.ExitCode, Reasons: []string{}, Final: !res.Interim},
+		Times:       attest.RunTimes{Start: res.Start, End: res.End},
+		Sandbox:     attest.SandboxRef{ID: res.Sandbox.ID, Network: res.Sandbox.Network, User: fmt.Sprintf("%d:%d", res.Sandbox.User.UID, res.Sandbox.User.GID)},
+		Policy:      attest.Policy{Sources: []attest.PolicySource{}},
+		Egress:      attest.Egress{Start: res.Start, Columns: attest.DecisionColumns, Decisions: []json.RawMessage{}, Summary: []attest.EgressSummary{}},
+		Trust:       attest.Trust{Findings: []attest.TrustFinding{}},
+		Credentials: attest.Credentials{Withheld: []attest.WithheldCredential{}, Uses: []attest.CredentialUse{}},
+		Processes:   attest.Processes{Execs: []attest.Exec{}},
 	}
 	p.Runner.Hostname, _ = os.Hostname()
 	if id, err := os.ReadFile("/etc/machine-id"); err == nil {
@@ -148,10 +149,36 @@ func Predicate(res Result, m attest.Meta) attest.Predicate {
 			p.Verdict.Reasons = append(p.Verdict.Reasons, tr.Reason)
 		}
 	}
+	if c := res.Credentials; c != nil {
+		p.Credentials.Masked = c.Masked
+		for _, w := range c.Withheld {
+			p.Credentials.Withheld = append(p.Credentials.Withheld, attest.WithheldCredential{Name: clip(w.Name, 128), Kinds: w.Kinds, Variables: boundList(w.Variables)})
+		}
+		for i, u := range c.Uses {
+			if i == attest.MaxDestinations {
+				break
+			}
+			p.Credentials.Uses = append(p.Credentials.Uses, attest.CredentialUse{Credential: clip(u.Credential, 128), Host: clip(u.Host, 253), Route: u.Route,
+				Injected: u.Injected, Refused: u.Refused, Elsewhere: u.Elsewhere, Rule: u.Rule})
+		}
+	}
 	if res.Error != "" {
 		p.Verdict.Reasons = append(p.Verdict.Reasons, "airlock: "+res.Error)
 	}
 	return p
+}
+
+// boundList keeps at most 50 short entries of a list from the job.
+func boundList(l []string) []string {
+	out := []string{}
+	for i, s := range l {
+		if i == 50 {
+			out = append(out, fmt.Sprintf("... and %d more", len(l)-i))
+			break
+		}
+		out = append(out, clip(s, 128))
+	}
+	return out
 }
 
 // boundArgv keeps the first arguments up to attest.MaxArgvBytes and says

@@ -7,7 +7,7 @@
 //	4  runner/egress               a job's egress gateway, put together
 //	3  runner/egress/{dns,gateway} the gateway's deciding servers;
 //	   internal/testhost (tests' helpers: it reaps sandboxes)
-//	2  gvisor, runner/trust, runner/egress/rules
+//	2  gvisor, runner/trust, runner/egress/rules, runner/credentials
 //	1  gvisor/monitor, policies, attest, runner/github, runner/workspace,
 //	   runner/egress/netns
 //	0  internal/{files,gitexec,paths,shlex,textsafe,leakcheck}

@@ -32,6 +32,7 @@ import (
 
 	"github.com/airlock-ci/airlock/gvisor"
 
+	"github.com/airlock-ci/airlock/runner/credentials"
 	"github.com/airlock-ci/airlock/runner/egress/dns"
 	"github.com/airlock-ci/airlock/runner/egress/gateway"
 	"github.com/airlock-ci/airlock/runner/egress/netns"
@@ -61,6 +62,9 @@ type Config struct {
 	// LocalNames resolve to loopback inside the sandbox (the job's
 	// services, through its /etc/hosts): exempt from the proxy.
 	LocalNames []string
+	// Credentials is the job's vault: its credentials are put back into
+	// the requests where they belong, which the job CA must cover.
+	Credentials *credentials.Vault
 }
 
 // maxNames bounds the pool addresses one job can use.
@@ -111,10 +115,22 @@ func Start(cfg Config) (_ *Egress, err error) {
 	for i := 1; i < maxNames && cfg.Pool.Contains(last.Next()); i++ {
 		last = last.Next()
 	}
-	if e.book, err = dns.NewAllowlist(cfg.Policy.NameAllowed, first, last); err != nil {
+	allowed := cfg.Policy.NameAllowed
+	hosts := secretHosts(cfg.Policy)
+	if v := cfg.Credentials; v != nil {
+		// The job's Actions service hosts resolve once a step named them
+		// (each request then passes the credentials policy).
+		allowed = func(name string) bool { return cfg.Policy.NameAllowed(name) || v.ServiceHost(name, 0) }
+		for _, h := range v.CAHosts() {
+			if !slices.Contains(hosts, h) {
+				hosts = append(hosts, h)
+			}
+		}
+	}
+	if e.book, err = dns.NewAllowlist(allowed, first, last); err != nil {
 		return nil, err
 	}
-	if hosts := secretHosts(cfg.Policy); len(hosts) > 0 {
+	if len(hosts) > 0 {
 		if cfg.CAValidity == 0 {
 			cfg.CAValidity = 24 * time.Hour
 		}
@@ -125,9 +141,12 @@ func Start(cfg Config) (_ *Egress, err error) {
 	dnsAddr := netip.AddrPortFrom(pair.GatewayAddr, 53)
 	e.gw = gateway.New(gateway.Config{
 		Policy: cfg.Policy, Names: e.book, Proxy: e.proxy, DNS: dnsAddr, Log: e.log, Resolver: cfg.Resolver, Dialer: cfg.Dialer,
-		CA: e.ca, UpstreamRoots: cfg.UpstreamRoots,
+		CA: e.ca, UpstreamRoots: cfg.UpstreamRoots, Credentials: cfg.Credentials,
 	})
 	ports := append(cfg.Policy.Ports(), 53, cfg.ProxyPort)
+	if cfg.Credentials != nil {
+		ports = append(ports, 443) // the job's Actions services, reached by their URLs
+	}
 	var listeners []net.Listener
 	err = pair.InGateway(func() error {
 		var err error

@@ -155,6 +155,8 @@ func (d *job) build(ctx context.Context, args PrepareArgs) (runner.Job, error) {
 		Name: "job", Workspace: work, WorkspaceMount: containerWork, StateRoot: filepath.Join(d.dir, "state"),
 		Image: c.Image, ContainerUser: user, Env: envList(runnerWatermark(c.Env)), Mounts: mounts, Masks: masks, Services: services,
 		TrustDir: repoDir, CheckoutInJob: true, AttestKey: d.cfg.AttestKey,
+		// The runner gives its hook the github context's URLs.
+		GitHubServerURL: os.Getenv("GITHUB_SERVER_URL"), GitHubAPIURL: os.Getenv("GITHUB_API_URL"),
 	})
 	if err != nil {
 		return runner.Job{}, err

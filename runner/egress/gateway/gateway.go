@@ -37,6 +37,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-ci/airlock/runner/credentials"
 	"github.com/airlock-ci/airlock/runner/egress/rules"
 )
 
@@ -73,8 +74,14 @@ type Config struct {
 	// MaxConns bounds connections open at once (4096); more are reset.
 	MaxConns int
 	// CA, when set, lets the gateway terminate TLS for hosts that have
-	// secrets (and only those), to add them to HTTPS requests.
+	// secrets or where the job's credentials may go (and only those), to
+	// add them to HTTPS requests.
 	CA *CA
+	// Credentials, when set, is the job's vault: the gateway puts a
+	// credential back in place of its placeholder on requests where it
+	// belongs, lets the credentials policy decide those requests, and
+	// lets the job's Actions service hosts be reached for them.
+	Credentials *credentials.Vault
 	// UpstreamRoots verify upstream servers when the gateway terminated
 	// TLS. Nil: the host's roots.
 	UpstreamRoots *x509.CertPool
@@ -287,7 +294,7 @@ func (g *Gateway) serveDirect(c net.Conn, local netip.AddrPort) {
 		return
 	}
 	d.Name = name
-	rule, v := g.cfg.Policy.Connect(name, int(local.Port()))
+	rule, v := g.connectRule(name, int(local.Port()))
 	if !v.Allowed {
 		d.Apply(v)
 		g.finish(&d)
@@ -295,6 +302,27 @@ func (g *Gateway) serveDirect(c net.Conn, local netip.AddrPort) {
 		return
 	}
 	g.tunnel(c, bufio.NewReaderSize(c, 1<<14+5), &d, rule)
+}
+
+// connectRule decides a connection to name:port: egress.allow, or, for
+// one of the job's Actions service hosts, the credentials policy, which
+// then decides each HTTP request (the rule names no path, so only HTTP,
+// which the gateway reads, gets through).
+func (g *Gateway) connectRule(name string, port int) (rules.Rule, rules.Verdict) {
+	rule, v := g.cfg.Policy.Connect(name, port)
+	if !v.Allowed && g.cfg.CA != nil && g.cfg.Credentials != nil && g.cfg.Credentials.ServiceHost(name, port) {
+		return rules.Rule{Index: -1, Host: name, Ports: []int{port}, PathPrefixes: []string{"/"}}, rules.Verdict{Allowed: true, Rule: "credentials (the job's Actions services)"}
+	}
+	return rule, v
+}
+
+// intercepts reports whether the gateway terminates TLS for name: a host
+// with secrets, or one where the job's credentials may be put back.
+func (g *Gateway) intercepts(name string) bool {
+	if g.cfg.CA == nil {
+		return false
+	}
+	return len(g.cfg.Policy.SecretsFor(name)) > 0 || (g.cfg.Credentials != nil && g.cfg.Credentials.Intercept(name))
 }
 
 // tunnel carries an allowed connection to name:port (d.Name, d.Port)
@@ -382,7 +410,7 @@ func (g *Gateway) tunnel(c net.Conn, br *bufio.Reader, d *rules.Decision, rule r
 			deny(rules.Verdict{Rule: "fronting", Reason: fmt.Sprintf("TLS server name %q does not match %s, the name this connection is for (domain fronting)", sni, d.Name)})
 			return
 		}
-		if g.cfg.CA != nil && len(g.cfg.Policy.SecretsFor(d.Name)) > 0 {
+		if g.intercepts(d.Name) {
 			if up != nil {
 				up.Close() // the HTTP server dials per request
 			}

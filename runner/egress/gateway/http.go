@@ -127,7 +127,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, d *rules.
 		g.refuse(w, d, v)
 		return
 	}
-	rule, v := g.cfg.Policy.Connect(name, port)
+	rule, v := g.connectRule(name, port)
 	if !v.Allowed {
 		g.refuse(w, d, v)
 		return
@@ -166,13 +166,33 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, d *rules.
 // secret blanked.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decision, overTLS bool) {
 	v := g.cfg.Policy.Request(d.Name, d.Port, r.Method, r.URL.Path, r.URL.EscapedPath())
+	if vault := g.cfg.Credentials; vault != nil {
+		// The credentials policy decides the requests of the job's own
+		// credential routes; on an Actions service route it also stands
+		// in for egress.allow.
+		switch cd := vault.Decide(d.Name, d.Port, r.Method, r.URL); {
+		case !cd.Allowed:
+			g.refuse(w, d, rules.Verdict{Rule: cd.Rule, Reason: cd.Reason, Suggest: cd.Suggest})
+			return
+		case !v.Allowed && cd.Service:
+			v = rules.Verdict{Allowed: true, Rule: cd.Rule}
+		}
+	}
 	if !v.Allowed {
 		g.refuse(w, d, v)
 		return
 	}
 	secrets := g.cfg.Policy.SecretsFor(d.Name)
+	var echoes []string
 	for _, s := range secrets {
 		d.SecretsInjected = append(d.SecretsInjected, s.Header)
+		echoes = append(echoes, s.Value)
+	}
+	if vault := g.cfg.Credentials; vault != nil && overTLS {
+		// Only over TLS: a credential never goes upstream in clear.
+		names, values := vault.PutBack(d.Name, d.Port, r.Method, r.URL, r.Header)
+		d.SecretsInjected = append(d.SecretsInjected, names...)
+		echoes = append(echoes, values...)
 	}
 	reqBody := &countingReader{r: r.Body}
 	if r.Body != nil && r.Body != http.NoBody {
@@ -203,7 +223,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decis
 			for _, s := range secrets {
 				pr.Out.Header.Set(s.Header, s.Value)
 			}
-			if len(secrets) > 0 {
+			if len(echoes) > 0 {
 				// An echo of the secret must come back where it can be
 				// blanked: uncompressed, and whole.
 				pr.Out.Header.Set("Accept-Encoding", "identity")
@@ -230,8 +250,8 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decis
 			ResponseHeaderTimeout: g.cfg.IdleTimeout,
 		},
 		ModifyResponse: func(resp *http.Response) error {
-			if len(secrets) > 0 {
-				redactResponse(resp, secrets)
+			if len(echoes) > 0 {
+				redactResponse(resp, echoes)
 			}
 			return nil
 		},

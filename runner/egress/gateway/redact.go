@@ -5,18 +5,16 @@ import (
 	"io"
 	"net/http"
 	"strings"
-
-	"github.com/airlock-ci/airlock/runner/egress/rules"
 )
 
 // redactResponse blanks every copy of an injected secret's value that an
 // upstream echoes back (in headers or an uncompressed body), so the value
 // does not reach the sandbox through an answer either. The replacement
 // has the same length, so Content-Length stays right.
-func redactResponse(resp *http.Response, secrets []rules.Secret) {
+func redactResponse(resp *http.Response, echoes []string) {
 	var values [][]byte
-	for _, s := range secrets {
-		values = append(values, []byte(s.Value))
+	for _, s := range echoes {
+		values = append(values, []byte(s))
 	}
 	redactHeader(resp.Header, values)
 	if resp.Body != nil {

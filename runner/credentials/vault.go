@@ -1,0 +1,277 @@
+// Package credentials keeps a job's own credentials out of its sandbox.
+// The runner hands a job's steps its most powerful secrets in their
+// environment: the runtime token (cache, artifacts), the OIDC request
+// token, the GitHub token (as GITHUB_TOKEN, or an action's token input);
+// a workflow passes its secrets the same way. A Vault learns them from
+// each step's environment before the step starts, gives the step a
+// per-job placeholder in their place, and tells the egress gateway, for
+// each request, whether it goes where a credential belongs: then the
+// gateway puts the real value back, in whichever form the client wrote
+// the placeholder (Bearer, token, basic x-access-token). A placeholder
+// sent anywhere else goes out as it is, useless, and is counted.
+//
+// What those requests may do is the policy's (credentials: cache, git
+// push, artifacts, OIDC audiences): the Vault decides them too, as the
+// rule credentials.*.
+//
+// Trust: nothing from the sandbox is trusted. Real values live only in
+// the Vault (airlock's memory) and in the requests the gateway sends
+// upstream; they are never logged, recorded or returned to the sandbox
+// (the gateway blanks an upstream's echo of them).
+//
+// Layer: imports nothing of airlock's but policies; the gateway reaches
+// it through its Injector interface, runner wires the two.
+package credentials
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"math/big"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Kinds of credential.
+const (
+	RuntimeToken     = "runtime token"      // ACTIONS_RUNTIME_TOKEN
+	OIDCRequestToken = "OIDC request token" // ACTIONS_ID_TOKEN_REQUEST_TOKEN
+	GitHubToken      = "GitHub token"       // GITHUB_TOKEN, checkout's token input, ...
+	Secret           = "secret"             // a workflow secret the policy names
+)
+
+// minSubstring is the shortest value replaced inside a longer one: a
+// shorter secret is replaced only where it is the whole value (it could
+// be a piece of any word).
+const minSubstring = 8
+
+// githubTokenShape is what GitHub's tokens look like (installation,
+// personal, OAuth, user-to-server, refresh; fine-grained): a variable that
+// holds one is withheld whatever its name (checkout's INPUT_TOKEN).
+var githubTokenShape = regexp.MustCompile(`^(gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})$`)
+
+// credential is one real value and its placeholder.
+type credential struct {
+	kinds []string
+	real  string
+	ph    string
+	// vars are the variables it was withheld from.
+	vars []string
+	// forms are the encodings it can travel in, real and placeholder:
+	// the value itself, and HTTP basic for user x-access-token (git).
+	forms [][2]string
+}
+
+// Vault is one job's credentials. It is safe for concurrent use: the
+// job's steps and the gateway's requests reach it at once.
+type Vault struct {
+	pol Policy
+
+	mu     sync.Mutex
+	creds  []*credential
+	byReal map[string]*credential
+	ends   endpoints
+	masks  []string
+	rec    recorder
+}
+
+// NewVault returns the vault of a job under pol. serverURL and apiURL are
+// the GitHub server's and API's (GITHUB_SERVER_URL, GITHUB_API_URL; empty
+// when unknown): where the GitHub token may go.
+func NewVault(pol Policy, serverURL, apiURL string) *Vault {
+	v := &Vault{pol: pol, byReal: map[string]*credential{}}
+	v.ends.learnGitHub(serverURL, apiURL)
+	return v
+}
+
+// Withhold learns the credentials in a step's (or a container's)
+// environment and returns it with every credential the vault knows
+// replaced by its placeholder: whole values, and values inside others
+// (a URL, a header, a basic-auth blob). The Actions service URLs in it
+// tell the vault where the runtime and OIDC tokens go.
+func (v *Vault) Withhold(env map[string]string) map[string]string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.ends.learn(env)
+	for _, k := range sortedKeys(env) {
+		val := env[k]
+		switch kind := v.kindOf(k, val); {
+		case kind != "":
+			v.add(k, kind, val)
+		case v.byReal[val] != nil:
+			v.byReal[val].addVar(k)
+		}
+	}
+	out := make(map[string]string, len(env))
+	for k, val := range env {
+		out[k] = v.replace(k, val)
+	}
+	return out
+}
+
+// kindOf says which credential a variable holds, if any.
+func (v *Vault) kindOf(name, val string) string {
+	switch {
+	case val == "":
+		return ""
+	case name == "ACTIONS_RUNTIME_TOKEN":
+		return RuntimeToken
+	case name == "ACTIONS_ID_TOKEN_REQUEST_TOKEN":
+		return OIDCRequestToken
+	case name == "GITHUB_TOKEN" || name == "GH_TOKEN" || githubTokenShape.MatchString(val):
+		return GitHubToken
+	case v.pol.Secrets[name] != nil:
+		return Secret
+	}
+	return ""
+}
+
+// add records a credential (or a new kind of one already known, as the
+// OIDC request token that is the runtime token).
+func (v *Vault) add(name, kind, real string) {
+	c := v.byReal[real]
+	if c == nil {
+		c = &credential{real: real, ph: placeholder(real)}
+		c.forms = [][2]string{{real, c.ph}, {basicAuth(real), basicAuth(c.ph)}}
+		v.creds = append(v.creds, c)
+		v.byReal[real] = c
+	}
+	if !slices.Contains(c.kinds, kind) {
+		c.kinds = append(c.kinds, kind)
+	}
+	if kind == Secret && !slices.Contains(c.kinds, Secret+" "+name) {
+		c.kinds = append(c.kinds, Secret+" "+name)
+	}
+	c.addVar(name)
+}
+
+// label names a credential in records: by its strongest kind (the
+// runtime token is also the OIDC request token), or the secret's name.
+func (c *credential) label() string {
+	for _, k := range []string{RuntimeToken, OIDCRequestToken, GitHubToken} {
+		if slices.Contains(c.kinds, k) {
+			return k
+		}
+	}
+	for _, k := range c.kinds {
+		if strings.HasPrefix(k, Secret+" ") {
+			return k
+		}
+	}
+	return Secret
+}
+
+func (c *credential) addVar(name string) {
+	if !slices.Contains(c.vars, name) {
+		c.vars = append(c.vars, name)
+	}
+}
+
+// replace puts placeholders in a value.
+func (v *Vault) replace(name, val string) string {
+	if c := v.byReal[val]; c != nil {
+		c.addVar(name)
+		return c.ph
+	}
+	out := val
+	for _, c := range v.creds {
+		if len(c.real) < minSubstring {
+			continue
+		}
+		for _, f := range c.forms {
+			if strings.Contains(out, f[0]) {
+				out = strings.ReplaceAll(out, f[0], f[1])
+				c.addVar(name)
+			}
+		}
+	}
+	return out
+}
+
+// Mask adds a value the job asked to mask (::add-mask::): it is not a
+// credential the gateway injects, but it is redacted from what airlock
+// records and signs.
+func (v *Vault) Mask(val string) {
+	if val == "" {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !slices.Contains(v.masks, val) {
+		v.masks = append(v.masks, val)
+	}
+}
+
+// Redact blanks every withheld or masked value in s (and the encoded
+// forms of the withheld ones), for what airlock records and signs.
+func (v *Vault) Redact(s string) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, c := range v.creds {
+		for _, f := range c.forms {
+			s = strings.ReplaceAll(s, f[0], redacted)
+		}
+	}
+	for _, m := range v.masks {
+		s = strings.ReplaceAll(s, m, redacted)
+	}
+	return s
+}
+
+// redacted stands for a value airlock will not record.
+const redacted = "***"
+
+// placeholder makes a value's stand-in, random per job and never the
+// value: a JWT keeps its header and claims (clients read them: the
+// artifact client takes its scope from the runtime token's scp claim)
+// with a signature that does not verify; a GitHub token keeps its prefix;
+// anything else becomes random letters and digits of its length.
+func placeholder(real string) string {
+	if parts := strings.Split(real, "."); len(parts) == 3 && len(parts[2]) > 0 {
+		sig := randomFrom(base64URL, len(parts[2]))
+		for sig == parts[2] {
+			sig = randomFrom(base64URL, len(parts[2]))
+		}
+		return parts[0] + "." + parts[1] + "." + sig
+	}
+	prefix := ""
+	if m := regexp.MustCompile(`^(gh[pousr]_|github_pat_)`).FindString(real); m != "" {
+		prefix = m
+	}
+	for {
+		ph := prefix + randomFrom(alnum, max(len(real)-len(prefix), 16))
+		if ph != real {
+			return ph
+		}
+	}
+}
+
+const (
+	alnum     = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+	base64URL = alnum + "-_"
+)
+
+func randomFrom(chars string, n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		k, _ := rand.Int(rand.Reader, big.NewInt(int64(len(chars))))
+		b[i] = chars[k.Int64()]
+	}
+	return string(b)
+}
+
+// basicAuth is how git and actions/checkout send a token: HTTP basic for
+// the user x-access-token.
+func basicAuth(token string) string {
+	return base64.StdEncoding.EncodeToString([]byte("x-access-token:" + token))
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

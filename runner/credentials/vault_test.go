@@ -1,0 +1,275 @@
+package credentials
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/airlock-ci/airlock/policies"
+)
+
+// A runtime token as the runner hands it out: a JWT whose claims the
+// artifact client reads (scp).
+func runtimeToken(t testing.TB) string {
+	t.Helper()
+	enc := func(v any) string {
+		b, _ := json.Marshal(v)
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	return enc(map[string]string{"typ": "JWT", "alg": "RS256"}) + "." + enc(map[string]any{"scp": "Actions.Results:1:2 Actions.GenericRead:00000000", "ac": "[]"}) + ".c2lnbmF0dXJlLW9mLXRoZS1ydW5uZXI"
+}
+
+const (
+	ghToken = "ghs_16C7e42F292c6912E7710c838347Ae178B4a"
+	npm     = "npm_Zx8Qw3Er7Ty2Ui9Op4As6Df1Gh5Jk0Lz"
+)
+
+// stepEnv is a JavaScript action's environment as the runner sets it
+// (NodeScriptActionHandler.cs), with checkout's token input and a
+// workflow secret.
+func stepEnv(t testing.TB) map[string]string {
+	return map[string]string{
+		"ACTIONS_RUNTIME_TOKEN":          runtimeToken(t),
+		"ACTIONS_ID_TOKEN_REQUEST_TOKEN": runtimeToken(t),
+		"ACTIONS_RUNTIME_URL":            "https://pipelines.actions.githubusercontent.com/abc123/",
+		"ACTIONS_RESULTS_URL":            "https://results-receiver.actions.githubusercontent.com/",
+		"ACTIONS_CACHE_URL":              "https://artifactcache.actions.githubusercontent.com/abc123/",
+		"ACTIONS_ID_TOKEN_REQUEST_URL":   "https://token.actions.githubusercontent.com/.well-known/openid-configuration/token?api-version=2.0",
+		"INPUT_TOKEN":                    ghToken,
+		"INPUT_REPOSITORY":               "acme/app",
+		"NPM_TOKEN":                      npm,
+		"AUTH_HEADER":                    "Authorization: Bearer " + ghToken,
+		"GIT_EXTRAHEADER":                "AUTHORIZATION: basic " + basicAuth(ghToken),
+		"SHORT":                          "abc",
+		"HOME":                           "/github/home",
+	}
+}
+
+func newTestVault(p Policy) *Vault {
+	if p.Secrets == nil {
+		p.Secrets = map[string][]string{"NPM_TOKEN": {"registry.npmjs.org"}}
+	}
+	return NewVault(p, "https://github.com", "https://api.github.com")
+}
+
+// Every credential in a step's environment becomes a placeholder: whole
+// values, values inside others, the basic form git uses; nothing else
+// changes; placeholders keep what clients read (a JWT's claims, a
+// GitHub token's prefix) and are random per job.
+func TestWithhold(t *testing.T) {
+	v := newTestVault(Policy{})
+	env := stepEnv(t)
+	got := v.Withhold(env)
+	for k, val := range got {
+		for _, real := range []string{runtimeToken(t), ghToken, npm, basicAuth(ghToken)} {
+			if strings.Contains(val, real) {
+				t.Errorf("%s still holds a credential: %q", k, val)
+			}
+		}
+	}
+	for _, k := range []string{"INPUT_REPOSITORY", "SHORT", "HOME", "ACTIONS_RESULTS_URL"} {
+		if got[k] != env[k] {
+			t.Errorf("%s changed: %q", k, got[k])
+		}
+	}
+	rt := strings.Split(got["ACTIONS_RUNTIME_TOKEN"], ".")
+	real := strings.Split(runtimeToken(t), ".")
+	if len(rt) != 3 || rt[0] != real[0] || rt[1] != real[1] || rt[2] == real[2] || len(rt[2]) != len(real[2]) {
+		t.Errorf("runtime token placeholder %q: a JWT with the real claims and another signature", got["ACTIONS_RUNTIME_TOKEN"])
+	}
+	if got["ACTIONS_ID_TOKEN_REQUEST_TOKEN"] != got["ACTIONS_RUNTIME_TOKEN"] {
+		t.Error("one value, one placeholder: the OIDC request token is the runtime token")
+	}
+	if !strings.HasPrefix(got["INPUT_TOKEN"], "ghs_") || len(got["INPUT_TOKEN"]) != len(ghToken) {
+		t.Errorf("GitHub token placeholder %q", got["INPUT_TOKEN"])
+	}
+	if got["AUTH_HEADER"] != "Authorization: Bearer "+got["INPUT_TOKEN"] || got["GIT_EXTRAHEADER"] != "AUTHORIZATION: basic "+basicAuth(got["INPUT_TOKEN"]) {
+		t.Errorf("values inside others: %q, %q", got["AUTH_HEADER"], got["GIT_EXTRAHEADER"])
+	}
+	if again := newTestVault(Policy{}).Withhold(env); again["INPUT_TOKEN"] == got["INPUT_TOKEN"] {
+		t.Error("placeholders are the same in two jobs")
+	}
+	// A later step's variable holding a known value is withheld too.
+	if later := v.Withhold(map[string]string{"MY_TOKEN": ghToken}); later["MY_TOKEN"] != got["INPUT_TOKEN"] {
+		t.Errorf("a known value under another name: %q", later["MY_TOKEN"])
+	}
+	rec := v.Record()
+	var names []string
+	for _, w := range rec.Withheld {
+		names = append(names, w.Name)
+	}
+	if !slices.Equal(names, []string{"runtime token", "GitHub token", "secret NPM_TOKEN"}) {
+		t.Errorf("withheld: %+v", rec.Withheld)
+	}
+}
+
+// The gateway's question for each request: on which credential's route
+// is it, may it go, and which real values go back into its headers.
+func TestRequest(t *testing.T) {
+	type req struct {
+		host   string
+		port   int
+		method string
+		url    string
+		auth   string // Authorization, with PH for the placeholder of cred
+		cred   string // "runtime", "github", "npm"
+	}
+	for _, tc := range []struct {
+		name     string
+		policy   Policy
+		req      req
+		route    string
+		allowed  bool
+		injected bool
+		rule     string
+	}{
+		{"cache restore", Policy{Cache: "read"}, req{"results-receiver.actions.githubusercontent.com", 443, "POST", "/twirp/github.actions.results.api.v1.CacheService/GetCacheEntryDownloadURL", "Bearer PH", "runtime"}, "cache", true, true, "credentials.cache"},
+		{"cache save, read only", Policy{Cache: "read"}, req{"results-receiver.actions.githubusercontent.com", 443, "POST", "/twirp/github.actions.results.api.v1.CacheService/CreateCacheEntry", "Bearer PH", "runtime"}, "cache", false, false, "credentials.cache"},
+		{"cache finalize, read only", Policy{Cache: "read"}, req{"results-receiver.actions.githubusercontent.com", 443, "POST", "/twirp/github.actions.results.api.v1.CacheService/FinalizeCacheEntryUpload", "Bearer PH", "runtime"}, "cache", false, false, "credentials.cache"},
+		{"cache save, readwrite", Policy{Cache: "readwrite"}, req{"results-receiver.actions.githubusercontent.com", 443, "POST", "/twirp/github.actions.results.api.v1.CacheService/CreateCacheEntry", "Bearer PH", "runtime"}, "cache", true, true, ""},
+		{"cache v1 restore", Policy{Cache: "read"}, req{"artifactcache.actions.githubusercontent.com", 443, "GET", "/abc123/_apis/artifactcache/cache?keys=k&version=v", "Bearer PH", "runtime"}, "cache", true, true, ""},
+		{"cache v1 reserve, read only", Policy{Cache: "read"}, req{"artifactcache.actions.githubusercontent.com", 443, "POST", "/abc123/_apis/artifactcache/caches", "Bearer PH", "runtime"}, "cache", false, false, "credentials.cache"},
+		{"cache v1 upload, read only", Policy{Cache: "read"}, req{"artifactcache.actions.githubusercontent.com", 443, "PATCH", "/abc123/_apis/artifactcache/caches/7", "Bearer PH", "runtime"}, "cache", false, false, "credentials.cache"},
+		{"cache, none", Policy{Cache: "none"}, req{"results-receiver.actions.githubusercontent.com", 443, "POST", "/twirp/github.actions.results.api.v1.CacheService/GetCacheEntryDownloadURL", "Bearer PH", "runtime"}, "cache", false, false, "credentials.cache"},
+		{"artifact upload", Policy{Artifacts: true}, req{"results-receiver.actions.githubusercontent.com", 443, "POST", "/twirp/github.actions.results.api.v1.ArtifactService/CreateArtifact", "Bearer PH", "runtime"}, "artifacts", true, true, ""},
+		{"artifacts off", Policy{}, req{"results-receiver.actions.githubusercontent.com", 443, "POST", "/twirp/github.actions.results.api.v1.ArtifactService/CreateArtifact", "Bearer PH", "runtime"}, "artifacts", false, false, "credentials.artifacts"},
+		{"OIDC, allowed audience", Policy{OIDCAudiences: []string{"sts.amazonaws.com"}}, req{"token.actions.githubusercontent.com", 443, "GET", "/.well-known/openid-configuration/token?api-version=2.0&audience=sts.amazonaws.com", "Bearer PH", "runtime"}, "oidc", true, true, ""},
+		{"OIDC, another audience", Policy{OIDCAudiences: []string{"sts.amazonaws.com"}}, req{"token.actions.githubusercontent.com", 443, "GET", "/.well-known/openid-configuration/token?api-version=2.0&audience=evil", "Bearer PH", "runtime"}, "oidc", false, false, "credentials.oidc.audiences"},
+		{"OIDC, none allowed", Policy{}, req{"token.actions.githubusercontent.com", 443, "GET", "/.well-known/openid-configuration/token?api-version=2.0&audience=sts.amazonaws.com", "Bearer PH", "runtime"}, "oidc", false, false, "credentials.oidc.audiences"},
+		{"REST API, token form", Policy{}, req{"api.github.com", 443, "GET", "/repos/acme/app", "token PH", "github"}, "api", true, true, ""},
+		{"git fetch, basic x-access-token", Policy{}, req{"github.com", 443, "POST", "/acme/app/git-upload-pack", "basic PHBASIC", "github"}, "git", true, true, ""},
+		{"git fetch, basic another user", Policy{}, req{"github.com", 443, "GET", "/acme/app.git/info/refs?service=git-upload-pack", "Basic PHBASICUSER", "github"}, "git", true, true, ""},
+		{"git push refused", Policy{GitPush: false}, req{"github.com", 443, "POST", "/acme/app.git/git-receive-pack", "basic PHBASIC", "github"}, "git", false, false, "credentials.gitPush"},
+		{"git push advertisement refused", Policy{GitPush: false}, req{"github.com", 443, "GET", "/acme/app/info/refs?service=git-receive-pack", "basic PHBASIC", "github"}, "git", false, false, "credentials.gitPush"},
+		{"git push allowed", Policy{GitPush: true}, req{"github.com", 443, "POST", "/acme/app.git/git-receive-pack", "basic PHBASIC", "github"}, "git", true, true, ""},
+		{"GitHub web page: not a credential route", Policy{}, req{"github.com", 443, "GET", "/acme/app/settings", "token PH", "github"}, "", true, false, ""},
+		{"the runtime token to the API: not its route", Policy{}, req{"api.github.com", 443, "GET", "/user", "Bearer PH", "runtime"}, "api", true, false, ""},
+		{"the GitHub token to an attacker", Policy{}, req{"evil.example", 443, "POST", "/", "Bearer PH", "github"}, "", true, false, ""},
+		{"a secret to its host", Policy{}, req{"registry.npmjs.org", 443, "PUT", "/pkg", "Bearer PH", "npm"}, "secret NPM_TOKEN", true, true, ""},
+		{"a secret elsewhere", Policy{}, req{"evil.example", 443, "PUT", "/pkg", "Bearer PH", "npm"}, "", true, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := newTestVault(tc.policy)
+			ph := v.Withhold(stepEnv(t))
+			real := map[string]string{"runtime": runtimeToken(t), "github": ghToken, "npm": npm}[tc.req.cred]
+			placeholder := map[string]string{"runtime": ph["ACTIONS_RUNTIME_TOKEN"], "github": ph["INPUT_TOKEN"], "npm": ph["NPM_TOKEN"]}[tc.req.cred]
+			auth := strings.NewReplacer(
+				"PHBASICUSER", base64.StdEncoding.EncodeToString([]byte("oauth2:"+placeholder)),
+				"PHBASIC", basicAuth(placeholder), "PH", placeholder).Replace(tc.req.auth)
+			h := http.Header{"Authorization": {auth}, "User-Agent": {"git/2.39"}}
+			u, _ := url.Parse("https://" + tc.req.host + tc.req.url)
+			d := v.Decide(tc.req.host, tc.req.port, tc.req.method, u)
+			var injected, values []string
+			if d.Allowed {
+				injected, values = v.PutBack(tc.req.host, tc.req.port, tc.req.method, u, h)
+			}
+			if d.Route != tc.route || d.Allowed != tc.allowed || (tc.rule != "" && d.Rule != tc.rule) {
+				t.Errorf("decision %+v; want route %q allowed %v rule %q", d, tc.route, tc.allowed, tc.rule)
+			}
+			if !d.Allowed && (d.Reason == "" || d.Suggest == "") {
+				t.Errorf("a refusal must say why and what to change: %+v", d)
+			}
+			got := h.Get("Authorization")
+			hasReal := strings.Contains(got, real) || strings.Contains(decodeBasic(got), real)
+			if hasReal != tc.injected || (len(injected) > 0) != tc.injected {
+				t.Errorf("Authorization %q: real value put back %v, want %v (injected %v)", got, hasReal, tc.injected, injected)
+			}
+			if !tc.injected && got != auth {
+				t.Errorf("a request the credential does not belong to was changed: %q", got)
+			}
+			if tc.injected && !slices.Contains(values, real) {
+				t.Errorf("the real value is not given for echo redaction: %v", values)
+			}
+		})
+	}
+}
+
+// The record says which credentials were withheld and where each went,
+// never a value; Redact blanks withheld and masked values.
+func TestRecordAndRedact(t *testing.T) {
+	v := newTestVault(Policy{Cache: "read"})
+	ph := v.Withhold(stepEnv(t))
+	u, _ := url.Parse("https://api.github.com/repos/acme/app")
+	v.PutBack("api.github.com", 443, "GET", u, http.Header{"Authorization": {"token " + ph["INPUT_TOKEN"]}})
+	u, _ = url.Parse("https://evil.example/x")
+	v.PutBack("evil.example", 443, "GET", u, http.Header{"Authorization": {"token " + ph["INPUT_TOKEN"]}})
+	u, _ = url.Parse("https://results-receiver.actions.githubusercontent.com/twirp/github.actions.results.api.v1.CacheService/CreateCacheEntry")
+	v.Decide("results-receiver.actions.githubusercontent.com", 443, "POST", u)
+	v.Mask("hunter2-masked")
+	rec := v.Record()
+	b, _ := json.Marshal(rec)
+	for _, secret := range []string{ghToken, npm, runtimeToken(t), ph["INPUT_TOKEN"], "hunter2"} {
+		if strings.Contains(string(b), secret) {
+			t.Errorf("the record holds a value: %s", b)
+		}
+	}
+	want := []Use{
+		{Credential: "GitHub token", Host: "api.github.com", Route: "api", Injected: 1},
+		{Credential: "GitHub token", Host: "evil.example", Elsewhere: 1},
+		{Credential: "cache", Host: "results-receiver.actions.githubusercontent.com", Route: "cache", Refused: 1, Rule: "credentials.cache"},
+	}
+	if !slices.Equal(rec.Uses, want) || rec.Masked != 1 {
+		t.Errorf("uses %+v masked %d", rec.Uses, rec.Masked)
+	}
+	line := "curl -H 'Authorization: token " + ghToken + "' -u x-access-token:" + npm + " " + basicAuth(ghToken) + " hunter2-masked"
+	if got := v.Redact(line); strings.Contains(got, ghToken) || strings.Contains(got, npm) || strings.Contains(got, basicAuth(ghToken)) || strings.Contains(got, "hunter2") {
+		t.Errorf("Redact(%q) = %q", line, got)
+	}
+}
+
+// The job's CA covers where credentials may be put back, and only that;
+// the Actions service hosts are reachable (for their requests alone)
+// once a step named them, and only where the CA covers them.
+func TestHostsAndInterception(t *testing.T) {
+	v := newTestVault(Policy{})
+	if got, want := v.CAHosts(), []string{"actions.githubusercontent.com", "api.github.com", "github.com", "registry.npmjs.org"}; !slices.Equal(got, want) {
+		t.Errorf("CA hosts %v, want %v", got, want)
+	}
+	if v.ServiceHost("results-receiver.actions.githubusercontent.com", 443) {
+		t.Error("a service host before any step named it")
+	}
+	v.Withhold(stepEnv(t))
+	v.Withhold(map[string]string{"ACTIONS_RESULTS_URL": "https://results.evil.example/"})
+	for _, tc := range []struct {
+		host               string
+		service, intercept bool
+	}{
+		{"results-receiver.actions.githubusercontent.com", true, true},
+		{"token.actions.githubusercontent.com", true, true},
+		{"github.com", false, true},
+		{"api.github.com", false, true},
+		{"registry.npmjs.org", false, true},
+		{"results.evil.example", false, false}, // named by a step, not covered by the CA
+		{"example.com", false, false},
+	} {
+		if got := v.ServiceHost(tc.host, 443); got != tc.service {
+			t.Errorf("ServiceHost(%s) = %v", tc.host, got)
+		}
+		if got := v.Intercept(tc.host); got != tc.intercept {
+			t.Errorf("Intercept(%s) = %v", tc.host, got)
+		}
+	}
+}
+
+func TestPolicyFor(t *testing.T) {
+	no := false
+	for _, tc := range []struct {
+		name  string
+		c     policies.Credentials
+		agent bool
+		want  Policy
+	}{
+		{"agent defaults", policies.Credentials{Artifacts: true}, true, Policy{Cache: "read", GitPush: false, Artifacts: true}},
+		{"human defaults", policies.Credentials{Artifacts: true}, false, Policy{Cache: "readwrite", GitPush: true, Artifacts: true}},
+		{"pinned", policies.Credentials{Cache: "none", GitPush: &no, OIDC: policies.OIDC{Audiences: []string{"a"}}}, false, Policy{Cache: "none", OIDCAudiences: []string{"a"}}},
+	} {
+		got := PolicyFor(tc.c, tc.agent)
+		if got.Cache != tc.want.Cache || got.GitPush != tc.want.GitPush || got.Artifacts != tc.want.Artifacts || !slices.Equal(got.OIDCAudiences, tc.want.OIDCAudiences) {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
