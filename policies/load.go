@@ -254,7 +254,8 @@ func evaluate(sources []Source) (*Effective, error) {
 // orgOnly evaluates the organisation's files alone into eff.Org and
 // refuses a repository policy that changes a host choice: the root
 // filesystem, host mounts and image directories name paths on the runner,
-// which only its administrators may pick. (The signing key is taken from
+// and the job's user and capabilities its privileges, which only the
+// runner's administrators may pick. (The signing key is taken from
 // eff.Org by its users, and a repository's is ignored.)
 func orgOnly(eff *Effective) error {
 	var org []Source
@@ -272,17 +273,21 @@ func orgOnly(eff *Effective) error {
 		return fmt.Errorf("organisation policy alone: %w", err)
 	}
 	eff.Org = &o.Policy
+	const hostPaths = "it names host paths, which only the organisation policy on the runner may choose"
+	const privileges = "it decides the job's identity and privileges in the sandbox, which only the organisation policy on the runner may choose"
 	var problems []string
 	for _, f := range []struct {
-		name      string
+		name, why string
 		org, repo any
 	}{
-		{"sandbox.rootfs", o.Policy.Sandbox.RootFS, eff.Policy.Sandbox.RootFS},
-		{"sandbox.mounts", o.Policy.Sandbox.Mounts, eff.Policy.Sandbox.Mounts},
-		{"sandbox.images", o.Policy.Sandbox.Images, eff.Policy.Sandbox.Images},
+		{"sandbox.rootfs", hostPaths, o.Policy.Sandbox.RootFS, eff.Policy.Sandbox.RootFS},
+		{"sandbox.mounts", hostPaths, o.Policy.Sandbox.Mounts, eff.Policy.Sandbox.Mounts},
+		{"sandbox.images", hostPaths, o.Policy.Sandbox.Images, eff.Policy.Sandbox.Images},
+		{"sandbox.user", privileges, o.Policy.Sandbox.User, eff.Policy.Sandbox.User},
+		{"sandbox.capabilities", privileges, o.Policy.Sandbox.Capabilities, eff.Policy.Sandbox.Capabilities},
 	} {
 		if !reflect.DeepEqual(f.org, f.repo) {
-			problems = append(problems, fmt.Sprintf("%s: set by the repository policy (%s); it names host paths, which only the organisation policy on the runner may choose: remove it from the repository policy, or ask the runner's administrators to add it", f.name, repoPaths(eff.Sources)))
+			problems = append(problems, fmt.Sprintf("%s: set by the repository policy (%s); %s: remove it from the repository policy, or ask the runner's administrators to add it", f.name, repoPaths(eff.Sources), f.why))
 		}
 	}
 	if len(problems) > 0 {

@@ -175,7 +175,7 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 		return p, PolicyError{err}
 	}
 	// The image first: under sandbox.user "image" it chooses the user
-	// (and the capabilities), which a user's flags may then narrow.
+	// which a user's flags may then narrow.
 	imageMode := pol.Sandbox.User != nil && pol.Sandbox.User.Image
 	img, err := p.image(&cfg, pol.Sandbox, in.Image)
 	if err != nil {
@@ -183,7 +183,9 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	}
 	switch {
 	case imageMode:
-		imageUser(&cfg, img, in.ContainerUser)
+		if err := imageUser(&cfg, img, in.Image, in.ContainerUser); err != nil {
+			return p, PolicyError{err}
+		}
 	case in.ContainerUser != nil:
 		p.Notes = append(p.Notes, "the container's options: --user is not honoured: the policy sets who the job runs as (sandbox.user; \"image\" lets the image and the workflow choose)")
 	}
@@ -330,32 +332,24 @@ func (p *Plan) image(cfg *gvisor.Config, sb policies.Sandbox, ref string) (*Imag
 	return &img, nil
 }
 
-// DockerCapabilities are the capabilities Docker leaves a container by
-// default, but NET_RAW (gVisor gives the sandbox no raw sockets). A job
-// that runs as its image's user gets them, as in Docker: they are the
-// sandbox's own and reach nothing of the host.
-var DockerCapabilities = []string{
-	"CAP_AUDIT_WRITE", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_MKNOD",
-	"CAP_NET_BIND_SERVICE", "CAP_SETFCAP", "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID", "CAP_SYS_CHROOT",
-}
-
 // imageUser runs the job as its image's user (sandbox.user: "image"): the
-// one the workflow asks for, else the image bundle's, else root, with
-// Docker's default capabilities.
-func imageUser(cfg *gvisor.Config, img *Image, workflow *gvisor.User) {
+// one the workflow asks for, else the image bundle's, else root. Only on
+// an image the organisation maps: on the host's root (or the policy's),
+// root with the policy's capabilities could read what the host keeps
+// from other users. The capabilities are the policy's alone.
+func imageUser(cfg *gvisor.Config, img *Image, ref string, workflow *gvisor.User) error {
+	if img == nil {
+		return fmt.Errorf("sandbox.user \"image\" runs a job as its image's user only on an image the organisation maps to a root filesystem (sandbox.images), and the job's image %q is not one: map it, or leave sandbox.user to the workspace owner", ref)
+	}
 	u := &gvisor.User{}
 	switch {
 	case workflow != nil:
 		u = workflow
-	case img != nil && img.User != nil:
+	case img.User != nil:
 		u = img.User
 	}
 	cfg.User = &gvisor.User{UID: u.UID, GID: u.GID}
-	for _, c := range DockerCapabilities {
-		if !slices.Contains(cfg.Capabilities, c) {
-			cfg.Capabilities = append(cfg.Capabilities, c)
-		}
-	}
+	return nil
 }
 
 // maxServices bounds a job's services.

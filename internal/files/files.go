@@ -74,3 +74,20 @@ func openBeneath(base, dir string, flags int) (*os.File, error) {
 func FDPath(f *os.File) string {
 	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), f.Fd())
 }
+
+// OpenRootBeneath is an os.Root on dir, which must lie below base (or be
+// base), reached without following any symlink: every operation through
+// it stays inside that directory, whatever the job renames or links
+// inside it meanwhile.
+func OpenRootBeneath(base, dir string) (*os.Root, error) {
+	f, err := OpenDirBeneath(base, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	root, err := os.OpenRoot(FDPath(f))
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", dir, err)
+	}
+	return root, nil
+}

@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/airlock-ci/airlock/internal/shlex"
@@ -13,7 +14,15 @@ import (
 // inside the pieces. The reference hooks join the pieces with spaces
 // again and split the result shell-style (internal/shlex).
 
+// maxArgs bounds a command line the hook splits (Linux takes at most
+// 128 KiB in one argument).
+const maxArgs = 256 << 10
+
 // Args is the argv the runner meant by the pieces it sent.
 func Args(pieces []string) ([]string, error) {
-	return shlex.Split(strings.Join(pieces, " "))
+	line := strings.Join(pieces, " ")
+	if len(line) > maxArgs {
+		return nil, fmt.Errorf("longer than %d bytes", maxArgs)
+	}
+	return shlex.Split(line)
 }

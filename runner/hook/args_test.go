@@ -2,6 +2,7 @@ package hook
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -43,5 +44,12 @@ func TestArgs(t *testing.T) {
 				t.Errorf("Args(%q) = %q, %v; want %q", tc.pieces, got, err, tc.want)
 			}
 		})
+	}
+}
+
+// A command line past the bound is refused before it is split.
+func TestArgsTooLong(t *testing.T) {
+	if _, err := Args([]string{strings.Repeat("a", maxArgs/2), strings.Repeat("b", maxArgs/2)}); err == nil || !strings.Contains(err.Error(), "longer than") {
+		t.Errorf("Args of %d bytes: %v", maxArgs+1, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/files"
+	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/runner"
 	workspacetidy "github.com/airlock-ci/airlock/runner/workspace"
 )
@@ -37,6 +40,7 @@ const (
 	daemonLogFile    = "daemon.log"
 	daemonPIDFile    = "daemon.pid"
 	daemonArg0       = "airlock-hook-daemon"
+	jobDirPrefix     = "hook-"
 )
 
 // ready is what the daemon tells prepare_job once the job runs (the
@@ -83,10 +87,10 @@ func Handle(ctx context.Context, cfg Config, stdin io.Reader, stdout, stderr io.
 }
 
 // socketOf is the daemon socket of a job, from the runner's state. The
-// directory must be one of ours.
+// directory must be one of ours (a job directory in the jobs root).
 func socketOf(cfg Config, st State) string {
 	dir := filepath.Clean(st.JobDir)
-	if st.JobDir == "" || filepath.Dir(dir) != filepath.Clean(cfg.JobsRoot) {
+	if st.JobDir == "" || filepath.Dir(dir) != filepath.Clean(cfg.JobsRoot) || !strings.HasPrefix(filepath.Base(dir), jobDirPrefix) {
 		return filepath.Join(cfg.JobsRoot, "no-such-job", daemonSocket)
 	}
 	return filepath.Join(dir, daemonSocket)
@@ -101,11 +105,14 @@ func prepare(ctx context.Context, cfg Config, in Input, stdout io.Writer) error 
 	if err := json.Unmarshal(in.Args, &args); err != nil || args.Container == nil {
 		return runner.InputError{Err: errors.New("prepare_job: the job has no container: airlock needs container: in every job (ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER=true)")}
 	}
+	if work, ok := Mounts(args.Container.SystemMountVolumes).Host(containerWork); ok {
+		endStaleJobs(cfg, work, stdout)
+	}
 	// Registry credentials were dropped unread (see dropped): what is
 	// stored below has none.
 	b := make([]byte, 8)
 	rand.Read(b)
-	id := "hook-" + hex.EncodeToString(b)
+	id := jobDirPrefix + hex.EncodeToString(b)
 	dir := filepath.Join(cfg.JobsRoot, id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("prepare_job: job directory: %w", err)
@@ -183,7 +190,8 @@ func prepare(ctx context.Context, cfg Config, in Input, stdout io.Writer) error 
 		IsAlpine: prepared.IsAlpine,
 	}
 	line, _ := json.Marshal(resp)
-	f, err := os.OpenFile(*in.ResponseFile, os.O_WRONLY|os.O_APPEND, 0)
+	// The runner made the file; a symlink there is not the runner's.
+	f, err := os.OpenFile(*in.ResponseFile, os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return fmt.Errorf("prepare_job: response file: %w", err)
 	}
@@ -208,23 +216,85 @@ func cleanup(ctx context.Context, cfg Config, in Input, stdout, stderr io.Writer
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	pid := daemonPID(dir)
+	_, statErr := os.Lstat(dir)
+	gone := errors.Is(statErr, fs.ErrNotExist)
 	_, err := Call(cctx, sock, Request{Op: "cleanup"}, stdout, stderr)
 	var verdict *DaemonError
-	if err != nil && !errors.As(err, &verdict) && !errors.Is(err, errNoDaemon) {
-		fmt.Fprintf(stderr, "airlock: cleanup: %v\n", err)
-		// A daemon that did not answer is stopped (if that pid is still
-		// our daemon); its sandbox is then a leftover like any other.
+	switch {
+	case err == nil:
+	case errors.As(err, &verdict):
+	case errors.Is(err, errNoDaemon) && gone:
+		err = nil // cleaned up already (a second cleanup_job): nothing left
+	default:
+		// A daemon that is gone (killed, crashed) or did not answer: it
+		// is stopped (if that pid is still our daemon), its sandbox is
+		// reaped as any leftover, and the job fails: it has no
+		// attestation.
 		if pid > 0 {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
+		err = fmt.Errorf("cleanup_job: the job's daemon ended without finishing the job, so no attestation was signed: %w", err)
+		logTail(dir, stderr)
 	}
 	// cleanup_job returns once the daemon is gone, not just answered.
 	waitGone(pid, 10*time.Second)
 	removeJob(cfg, dir)
-	if verdict != nil {
-		return verdict // the job failed: cleanup_job says so
+	return err
+}
+
+// maxLogTail is how much of a failed daemon's log cleanup_job shows.
+const maxLogTail = 8 << 10
+
+// logTail prints the end of the job daemon's log (which goes with the
+// job's directory), control characters shown as '?'.
+func logTail(dir string, w io.Writer) {
+	f, err := os.Open(filepath.Join(dir, daemonLogFile))
+	if err != nil {
+		return
 	}
-	return nil
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > maxLogTail {
+		f.Seek(-maxLogTail, io.SeekEnd)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, maxLogTail))
+	if len(b) > 0 {
+		fmt.Fprintf(w, "airlock: the end of the job daemon's log:\n%s\n", strings.TrimRight(textsafe.Lines(string(b)), "\n"))
+	}
+}
+
+// staleWait is how long a stale job's daemon gets to end its job.
+const staleWait = time.Minute
+
+// endStaleJobs ends the jobs whose daemons still run on the work
+// directory a new job is given: the runner died or restarted without
+// cleanup_job, and a sandbox of the old job could otherwise still write
+// into the new job's checkout. Each daemon is asked to end its job (and
+// attest it) as at cleanup_job, then killed; what it leaves is reaped.
+func endStaleJobs(cfg Config, work string, w io.Writer) {
+	dirs, _ := filepath.Glob(filepath.Join(cfg.JobsRoot, jobDirPrefix+"*"))
+	for _, dir := range dirs {
+		b, err := files.ReadCapped(filepath.Join(dir, prepareInputFile), maxInput)
+		if err != nil {
+			continue
+		}
+		var old PrepareArgs
+		if json.Unmarshal(b, &old) != nil || old.Container == nil {
+			continue
+		}
+		if h, ok := Mounts(old.Container.SystemMountVolumes).Host(containerWork); !ok || filepath.Clean(h) != filepath.Clean(work) {
+			continue
+		}
+		fmt.Fprintf(w, "airlock: job %s still runs on %s (its runner never ran cleanup_job): ending it\n", filepath.Base(dir), work)
+		if pid := daemonPID(dir); pid > 0 {
+			syscall.Kill(pid, syscall.SIGTERM)
+			waitGone(pid, staleWait)
+			if daemonPID(dir) == pid {
+				syscall.Kill(pid, syscall.SIGKILL)
+				waitGone(pid, 10*time.Second)
+			}
+		}
+		removeJob(cfg, dir)
+	}
 }
 
 // daemonPID is the pid of the job's daemon when it is running (the pid

@@ -310,26 +310,41 @@ func TestConformanceCleanupVerdict(t *testing.T) {
 }
 
 // sandbox.user "image": the job runs as its image's user (root here, the
-// image records no other), with Docker's capabilities, as container jobs
-// that install packages expect; or as the workflow's options: --user.
-// What the job leaves in the workspace is the runner's afterwards.
+// image records no other), or as the workflow's options: --user, with
+// the policy's capabilities only; and only on an image the organisation
+// maps. What the job leaves in the workspace is the runner's afterwards.
 func TestConformanceImageUser(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		options *string
-		want    string
+		name     string
+		policy   string
+		unmapped bool
+		options  *string
+		want     string
 	}{
-		{"the image's user", nil, "uid=0 can-chown"},
-		{"options: --user", ptr("--user 4242:4343"), "uid=4242"},
+		{"the image's user, without capabilities", "", false, nil, "uid=0 cannot-chown"},
+		{"the policy's capabilities", "sandbox: capabilities: [\"CAP_CHOWN\"]\n", false, nil, "uid=0 can-chown"},
+		{"options: --user", "", false, ptr("--user 4242:4343"), "uid=4242"},
+		{"options: -u=N", "", false, ptr("-u=4242"), "uid=4242"},
+		{"an image the organisation does not map", "", true, nil, "only on an image the organisation maps"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newRunnerHost(t)
-			os.WriteFile(filepath.Join(h.org, "user.cue"), []byte("package airlock\nsandbox: user: \"image\"\n"), 0o644)
+			pol := "package airlock\nsandbox: user: \"image\"\n" + tc.policy
+			if !tc.unmapped {
+				pol += fmt.Sprintf("sandbox: images: %q: %q\n", "node:20", imageRootFS(t, "image-job"))
+			}
+			os.WriteFile(filepath.Join(h.org, "user.cue"), []byte(pol), 0o644)
 			h.job.Options = tc.options
+			if tc.unmapped {
+				if code, out, _ := h.send(PrepareJob, h.job); code == 0 || !strings.Contains(out, tc.want) {
+					t.Fatalf("prepare_job: exit %d, want a refusal saying %q: %s", code, tc.want, out)
+				}
+				return
+			}
 			state := h.prepare()
-			code, out := h.step(state, `echo "uid=$(id -u)"; touch /__w/app/app/made-in-job; chown 1:1 /__w/app/app/made-in-job 2>/dev/null && echo can-chown; chown 0:0 /__w/app/app/made-in-job 2>/dev/null; true`)
+			code, out := h.step(state, `echo "uid=$(id -u)"; touch /__w/app/app/made-in-job; (chown 1:1 /__w/app/app/made-in-job 2>/dev/null && echo can-chown) || echo cannot-chown; chown 0:0 /__w/app/app/made-in-job 2>/dev/null || true`)
 			if code != 0 || !strings.Contains(strings.ReplaceAll(out, "\n", " "), tc.want) {
-				t.Fatalf("step: exit %d: %s", code, out)
+				t.Fatalf("step: exit %d, want %q: %s", code, tc.want, out)
 			}
 			if code, out := h.cleanup(state); code != 0 {
 				t.Fatalf("cleanup: exit %d: %s", code, out)
@@ -371,8 +386,9 @@ func TestConformanceNotRoot(t *testing.T) {
 
 // What the runner (root) made for the job is handed to the job's user,
 // without following what an earlier job on a persistent runner left: a
-// symlink to a host directory, a hard link to a host file, the tool
-// cache swapped for a symlink. cleanup_job hands it all back.
+// symlink to a host directory, a hard link to a host file, a symlink in
+// the tool cache (which the job does not see: it has its own).
+// cleanup_job hands it all back.
 func TestHookHandOver(t *testing.T) {
 	h := newRunnerHost(t)
 	outside := t.TempDir()
@@ -381,11 +397,17 @@ func TestHookHandOver(t *testing.T) {
 	if err := os.Link(filepath.Join(outside, "secret"), filepath.Join(h.temp, "hardlink")); err != nil {
 		t.Fatal(err)
 	}
-	os.RemoveAll(filepath.Join(h.work, "_tool"))
-	os.Symlink(outside, filepath.Join(h.work, "_tool"))
+	os.Symlink(outside, filepath.Join(h.work, "_tool", "node"))
 	state := h.prepare()
-	if code, out := h.step(state, `echo made > /__w/_temp/mine && touch /__w/app/app/new && echo wrote`); code != 0 || !strings.Contains(out, "wrote") {
+	if code, out := h.step(state, `echo made > /__w/_temp/mine && touch /__w/app/app/new && mkdir -p /__w/_tool/node/20 && ls /__w/_tool && echo wrote`); code != 0 || !strings.Contains(out, "wrote") {
 		t.Fatalf("the job cannot write its directories: exit %d: %s", code, out)
+	}
+	// The tool cache is the job's own: nothing reaches the runner's.
+	if entries, _ := os.ReadDir(outside); len(entries) != 1 {
+		t.Errorf("the job wrote into the runner's tool cache: %v", entries)
+	}
+	if _, err := os.Lstat(filepath.Join(h.temp, toolCacheDir, "node", "20")); err != nil {
+		t.Errorf("the job's tool cache: %v", err)
 	}
 	for _, p := range []string{outside, filepath.Join(outside, "secret"), filepath.Join(h.temp, "hardlink")} {
 		if fi, err := os.Lstat(p); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
@@ -402,5 +424,8 @@ func TestHookHandOver(t *testing.T) {
 		if fi, err := os.Lstat(p); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
 			t.Errorf("%s is not handed back to the runner", p)
 		}
+	}
+	if _, err := os.Lstat(filepath.Join(h.temp, toolCacheDir)); err == nil {
+		t.Errorf("the job's tool cache outlives the job")
 	}
 }

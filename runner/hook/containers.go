@@ -154,11 +154,11 @@ func (d *job) ContainerStep(ctx context.Context, a ContainerStepArgs, stdout, st
 	if err != nil {
 		return 1, fmt.Errorf("run_container_step: %w", err)
 	}
-	work, _ := d.mounts.Host(containerWork)
-	handOverFileCommands(work, d.user, a.Env, Mounts(a.SystemMountVolumes).Host)
 	if len(a.UserMountVolumes) > 0 {
 		fmt.Fprintf(stderr, "airlock: the action's own volumes are not mounted (%d): a workflow may not mount host paths into the sandbox\n", len(a.UserMountVolumes))
 	}
+	staged := d.stageFileCommands(a.Env, fileCommandsInAction)
+	defer d.copyBack(staged, stderr)
 	return d.runStep(ctx, runner.StepSpec{
 		Name: "docker://" + a.Image, Command: argv, Env: runnerWatermark(a.Env), WorkingDirectory: a.WorkingDirectory,
 		Image: &img, Mounts: mounts, Files: d.hosts,
@@ -188,6 +188,9 @@ func (d *job) stepMounts(vols []Mount) ([]gvisor.Mount, error) {
 		}
 		m := gvisor.Mount{Source: src, Destination: dst, ReadOnly: v.ReadOnly}
 		switch job, isJob := d.jobMount(src); {
+		case d.fileCommands != "" && src == d.runnerFileCommands:
+			// The job's own file-command directory (filecommands.go).
+			m.Source = d.fileCommands
 		case paths.Within(src, work):
 			m.Beneath = work
 		case isJob:
@@ -208,6 +211,12 @@ func (d *job) stepMounts(vols []Mount) ([]gvisor.Mount, error) {
 			}
 			rel, _ := filepath.Rel(src, mask)
 			out = append(out, gvisor.Mount{Source: cover, Destination: path.Join(dst, filepath.ToSlash(rel)), ReadOnly: true})
+		}
+		if d.fileCommands != "" && paths.Below(d.runnerFileCommands, src) {
+			// The runner's temp directory as a volume: the runner's file
+			// commands in it are the job's own here too.
+			rel, _ := filepath.Rel(src, d.runnerFileCommands)
+			out = append(out, gvisor.Mount{Source: d.fileCommands, Destination: path.Join(dst, filepath.ToSlash(rel))})
 		}
 	}
 	return out, nil

@@ -26,7 +26,7 @@ func imageRootFS(t testing.TB, marker string) string {
 	for _, l := range [][2]string{{"usr/bin", "bin"}, {"usr/lib", "lib"}, {"usr/lib64", "lib64"}} {
 		os.Symlink(l[0], filepath.Join(root, l[1]))
 	}
-	for _, bin := range []string{"bash", "cat", "ls", "id", "sleep", "env"} {
+	for _, bin := range []string{"bash", "cat", "ls", "id", "sleep", "env", "rm", "ln", "mv", "mkdir", "touch", "chown"} {
 		p, err := exec.LookPath(bin)
 		if err != nil {
 			t.Skipf("needs %s", bin)
@@ -171,11 +171,13 @@ func TestHookServicesAndDockerActions(t *testing.T) {
 	svcRoot := imageRootFS(t, "image-db")
 	copyFile(t, self, filepath.Join(svcRoot, "usr/bin/db-server"))
 	svc := writeBundle(t, svcRoot, []string{"/usr/bin/db-server"}, []string{testServiceEnv + "=127.0.0.1:6379"})
-	action := writeBundle(t, imageRootFS(t, "image-action"), []string{"/usr/bin/bash", "-c", `echo "action $INPUT_WHO on $(cat /etc/image-release)"; echo from-action > /github/workspace/action-out; exec 3<>/dev/tcp/db/6379 && echo hi >&3 && read -r l <&3 && echo "action got: $l"; (echo '{}' > /github/runner_temp/_runner_hook_responses/r.json) 2>/dev/null && echo responses-WRITTEN || echo responses-refused; ls /var/run/docker.sock 2>&1; exit 4`}, nil)
-	org := fmt.Sprintf("package airlock\nsandbox: images: {%q: %q, %q: %q}\n", "acme/db:1", svc, "ghcr.io/acme/action:2", action)
+	action := writeBundle(t, imageRootFS(t, "image-action"), []string{"/usr/bin/bash", "-c", `echo "action $INPUT_WHO on $(cat /etc/image-release)"; echo from-action > /github/workspace/action-out; echo "act=$INPUT_WHO" >> "$GITHUB_OUTPUT"; exec 3<>/dev/tcp/db/6379 && echo hi >&3 && read -r l <&3 && echo "action got: $l"; (echo '{}' > /github/runner_temp/_runner_hook_responses/r.json) 2>/dev/null && echo responses-WRITTEN || echo responses-refused; ls /var/run/docker.sock 2>&1; exit 4`}, nil)
+	org := fmt.Sprintf("package airlock\nsandbox: images: {%q: %q, %q: %q, %q: %q}\n", "acme/db:1", svc, "ghcr.io/acme/action:2", action, "node:20", imageRootFS(t, "image-job"))
 	// Root in the sandbox (the image's user), as Docker runs a container
-	// job: what a job can do to the runner's directories then.
-	os.WriteFile(filepath.Join(h.org, "images.cue"), []byte(org+"sandbox: services: true\nsandbox: user: \"image\"\n"), 0o644)
+	// job: what a job can do to the runner's directories then. The
+	// policy masks a directory of the checkout.
+	os.MkdirAll(filepath.Join(h.repo, "sub", "private"), 0o755)
+	os.WriteFile(filepath.Join(h.org, "images.cue"), []byte(org+"sandbox: services: true\nsandbox: user: \"image\"\nsandbox: masks: \"/__w/app/app/sub/private\": true\n"), 0o644)
 
 	// A service, as the runner sends it: no name (airlock names it
 	// after its image: "db").
@@ -187,7 +189,9 @@ func TestHookServicesAndDockerActions(t *testing.T) {
 	}
 	stateJSON, _ := json.Marshal(state)
 	containerStep := func(image string, dockerfile *string) (int, string) {
-		code, out, _ := h.send(RunContainerStep, payload{Image: image, Dockerfile: dockerfile, Args: []string{}, Env: map[string]string{"INPUT_WHO": "ci"}, State: stateJSON})
+		os.WriteFile(filepath.Join(h.temp, fileCommandsDir, "set_output_act"), nil, 0o644)
+		code, out, _ := h.send(RunContainerStep, payload{Image: image, Dockerfile: dockerfile, Args: []string{},
+			Env: map[string]string{"INPUT_WHO": "ci", "GITHUB_OUTPUT": fileCommandsInAction + "/set_output_act"}, State: stateJSON})
 		return code, out
 	}
 	code, out = containerStep("ghcr.io/acme/action:2", nil)
@@ -196,6 +200,9 @@ func TestHookServicesAndDockerActions(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(h.repo, "action-out")); string(b) != "from-action\n" {
 		t.Errorf("the action's write to the workspace: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(h.temp, fileCommandsDir, "set_output_act")); string(b) != "act=ci\n" {
+		t.Errorf("the action's output, as the runner reads it: %q", b)
 	}
 	dockerfile := "Dockerfile"
 	for _, tc := range []struct {
@@ -222,9 +229,14 @@ func TestHookServicesAndDockerActions(t *testing.T) {
 	if code, out := containerStep("ghcr.io/acme/action:2", nil); code == 0 || !strings.Contains(out, "without following symlinks") || strings.Contains(out, "action ci on") {
 		t.Errorf("an action with a swapped volume: exit %d: %s", code, out)
 	}
-	// The job carries the runner's (masked) hook responses into the
-	// workspace by renaming their parent: no Docker action runs any more.
-	if code, out := h.step(state, `mv /__w/_temp /__w/app/app/t && ls /__w/app/app/t`); code != 0 {
+	// The runner's temp directory (and the hook responses masked in it)
+	// cannot be moved: it is a mount of its own.
+	if code, out := h.step(state, `mv /__w/_temp /__w/app/app/t 2>&1 && echo MOVED; true`); code != 0 || strings.Contains(out, "MOVED") {
+		t.Fatalf("the job moved the runner's temp directory: exit %d: %s", code, out)
+	}
+	// The job carries a masked directory of the checkout into a volume by
+	// renaming its parent: no Docker action runs any more.
+	if code, out := h.step(state, `mv /__w/app/app/sub /__w/app/app/sub2 && ls /__w/app/app/sub2`); code != 0 {
 		t.Fatalf("rename: exit %d: %s", code, out)
 	}
 	if code, out := containerStep("ghcr.io/acme/action:2", nil); code == 0 || !strings.Contains(out, "was moved or replaced by the job") {

@@ -57,7 +57,8 @@ func (d *job) interimAttestation(ctx context.Context, stderr io.Writer) {
 	}
 	b, err := os.ReadFile(info.Bundle)
 	if err == nil {
-		err = putInto(tmp, interimDir, interimName, b)
+		work, _ := d.mounts.Host(containerWork)
+		err = putInto(work, tmp, interimDir, interimName, b)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "airlock: no interim attestation for the upload: %v\n", err)
@@ -66,12 +67,13 @@ func (d *job) interimAttestation(ctx context.Context, stderr io.Writer) {
 	fmt.Fprintf(stderr, "airlock: interim attestation of the job so far: %s/%s/%s (verdict.final false; the final one is in the check run)\n", containerTemp, interimDir, interimName)
 }
 
-// putInto writes data as dir/name below base, which the job can write
-// (and may have filled with symlinks): nothing is followed out of base,
-// the directory must be a real one, and the file is created afresh
-// (O_EXCL), never written through what the job left there.
-func putInto(base, dir, name string, data []byte) error {
-	root, err := os.OpenRoot(base)
+// putInto writes data as dir/name below base (reached from work without
+// following symlinks), which the job can write and may have filled with
+// symlinks: nothing is followed out of base, the directory must be a
+// real one, and the file is created afresh (O_EXCL), never written
+// through what the job left there.
+func putInto(work, base, dir, name string, data []byte) error {
+	root, err := files.OpenRootBeneath(work, base)
 	if err != nil {
 		return err
 	}

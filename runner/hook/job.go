@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path"
@@ -27,10 +28,18 @@ import (
 
 // The job container's paths, as the runner mounts them.
 const (
-	containerWork  = "/__w"
-	containerTemp  = "/__w/_temp"
-	containerEvent = "/github/workflow/event.json"
-	responsesDir   = "_runner_hook_responses"
+	containerWork    = "/__w"
+	containerTemp    = "/__w/_temp"
+	containerActions = "/__w/_actions"
+	containerTool    = "/__w/_tool"
+	containerHome    = "/github/home"
+	containerEvent   = "/github/workflow/event.json"
+	responsesDir     = "_runner_hook_responses"
+	// toolCacheDir, in the runner's temp directory, is the job's own tool
+	// cache (see jobMounts).
+	toolCacheDir = "_airlock_tool_cache"
+	// checkTimeout bounds the check run's completion at cleanup_job.
+	checkTimeout = time.Minute
 )
 
 // job is a job as its daemon keeps it: its session, and what its steps,
@@ -56,6 +65,10 @@ type job struct {
 	serviceNames []string
 	// user is who the job runs as.
 	user gvisor.User
+	// fileCommands is the job's own file-command directory (host), which
+	// it sees in place of the runner's, runnerFileCommands (host): see
+	// filecommands.go. toolCache is the job's own tool cache (host).
+	fileCommands, runnerFileCommands, toolCache string
 	// containerPath is the job container's PATH (its image's, or the
 	// workflow's container env), which a step's prependPath goes before.
 	containerPath string
@@ -90,7 +103,13 @@ func (d *job) build(ctx context.Context, args PrepareArgs) (runner.Job, error) {
 	if len(c.UserMountVolumes) > 0 {
 		fmt.Fprintf(os.Stderr, "airlock: the job's own volumes are not mounted (%d): a workflow may not mount host paths into the sandbox\n", len(c.UserMountVolumes))
 	}
-	mounts, err := jobMounts(d.mounts)
+	tmp, hasTemp := d.mounts.Host(containerTemp)
+	if hasTemp {
+		d.fileCommands = filepath.Join(d.dir, "file-commands")
+		d.runnerFileCommands = filepath.Join(tmp, fileCommandsDir)
+		d.toolCache = filepath.Join(tmp, toolCacheDir)
+	}
+	mounts, err := d.jobMounts(work)
 	if err != nil {
 		return runner.Job{}, err
 	}
@@ -137,9 +156,14 @@ func (d *job) build(ctx context.Context, args PrepareArgs) (runner.Job, error) {
 	// response (and the state it saves) from its temp directory: the job
 	// must not be able to write either.
 	masks := []string{d.dir}
-	if tmp, ok := d.mounts.Host(containerTemp); ok {
-		if err := os.MkdirAll(filepath.Join(tmp, responsesDir), 0o755); err == nil {
-			masks = append(masks, path.Join(containerTemp, responsesDir))
+	if hasTemp {
+		masks = append(masks, path.Join(containerTemp, responsesDir))
+	}
+	// The runner's own directory (its credentials, its configuration,
+	// its logs) is hidden from the job: only its externals are mounted.
+	if ext, ok := d.mounts.Host("/__e"); ok && filepath.Base(filepath.Clean(ext)) == "externals" {
+		if dir := filepath.Dir(filepath.Clean(ext)); dir != "/" {
+			masks = append(masks, dir)
 		}
 	}
 	d.serviceNames = serviceNames(args.Services)
@@ -147,8 +171,10 @@ func (d *job) build(ctx context.Context, args PrepareArgs) (runner.Job, error) {
 	for i, s := range args.Services {
 		services = append(services, runner.Service{Name: d.serviceNames[i], Image: s.Image})
 	}
+	// The workflow's --user counts only where the policy lets the image
+	// choose (sandbox.user "image"); elsewhere a garbled one is no error.
 	user, err := optionsUser(c.CreateOptions)
-	if err != nil {
+	if imageMode := eff.Policy.Sandbox.User != nil && eff.Policy.Sandbox.User.Image; err != nil && imageMode {
 		return runner.Job{}, err
 	}
 	plan, err := runner.NewPlan(eff, pr, runner.Inputs{
@@ -198,16 +224,19 @@ func (d *job) build(ctx context.Context, args PrepareArgs) (runner.Job, error) {
 		j.Sandbox.User = &u
 	}
 	d.user = *j.Sandbox.User
+	if err := d.prepareTemp(work); err != nil {
+		return runner.Job{}, err
+	}
 	handOver := []string{}
 	if top, _, _ := strings.Cut(repoDir, "/"); top != "" {
 		handOver = append(handOver, filepath.Join(work, top))
 	}
-	for _, p := range []string{containerTemp, "/__w/_tool", "/github/home"} {
+	for _, p := range []string{containerTemp, containerHome} {
 		if h, ok := d.mounts.Host(p); ok {
 			handOver = append(handOver, h)
 		}
 	}
-	if err := handOverDirs(work, d.user, handOver); err != nil {
+	if err := handOverDirs(work, d.user, handOver, responsesDir, fileCommandsDir); err != nil {
 		return runner.Job{}, err
 	}
 	set := j.Trust.Set
@@ -236,29 +265,110 @@ func (d *job) build(ctx context.Context, args PrepareArgs) (runner.Job, error) {
 	return j, nil
 }
 
-// jobMounts are the runner's own directories outside its work directory
-// (externals, the GitHub home and workflow directories) as the job's
-// mounts; the work directory is the workspace, and what the runner
-// mounts inside it is already there. Never the Docker socket.
-func jobMounts(m Mounts) ([]gvisor.Mount, error) {
+// jobMounts are the runner's directories as the job's mounts: the work
+// directory is the workspace (not among them); its temp directory is a
+// mount of its own, which the job cannot move or replace with a symlink
+// (the runner writes there as root); the actions it downloaded are
+// read-only; its tool cache is replaced by the job's own, so that a job
+// cannot leave a poisoned tool for the runner's later jobs; the job sees
+// its own file-command directory in place of the runner's
+// (filecommands.go); externals, the GitHub home and workflow directories
+// as the runner mounts them. Sources below the work directory are
+// resolved without following symlinks when the sandbox starts
+// (gvisor.Mount.Beneath). Never the Docker socket.
+func (d *job) jobMounts(work string) ([]gvisor.Mount, error) {
 	var out []gvisor.Mount
-	for _, mt := range m.Sorted() {
-		t := path.Clean(mt.Target)
+	for _, mt := range d.mounts.Sorted() {
+		t, src := path.Clean(mt.Target), filepath.Clean(mt.Source)
+		m := gvisor.Mount{Source: src, Destination: t, ReadOnly: mt.ReadOnly}
 		switch {
+		case t == containerWork:
+			continue
+		case strings.Contains(t, "docker.sock") || strings.Contains(src, "docker.sock"):
+			continue // never
+		case t == containerTemp:
+		case t == containerActions:
+			m.ReadOnly = true
+		case t == containerTool:
+			if d.toolCache == "" {
+				continue // no temp directory to keep it in: the job has none
+			}
+			m.Source = d.toolCache
 		case paths.Within(t, containerWork):
-			if h, _ := m.Host(path.Dir(t)); h != "" && path.Join(h, path.Base(t)) == path.Clean(mt.Source) {
+			if h, _ := d.mounts.Host(path.Dir(t)); h != "" && path.Join(h, path.Base(t)) == src {
 				continue // already inside the workspace mount
 			}
-			if t != containerWork {
-				return nil, fmt.Errorf("mount %s is not below the runner's work directory; airlock needs it there", t)
-			}
-		case strings.Contains(t, "docker.sock"):
-			continue // never
-		default:
-			out = append(out, gvisor.Mount{Source: mt.Source, Destination: t, ReadOnly: mt.ReadOnly})
+			return nil, fmt.Errorf("mount %s is not below the runner's work directory; airlock needs it there", t)
+		}
+		if paths.Below(m.Source, work) {
+			m.Beneath = work
+		}
+		out = append(out, m)
+	}
+	if d.fileCommands != "" {
+		out = append(out, gvisor.Mount{Source: d.fileCommands, Destination: fileCommandsInJob})
+	}
+	// Parents before what is mounted inside them.
+	slices.SortFunc(out, func(a, b gvisor.Mount) int { return strings.Compare(a.Destination, b.Destination) })
+	return out, nil
+}
+
+// prepareTemp makes, before any of the job's code runs, what the job's
+// mounts need in the runner's temp directory (reached without following
+// symlinks): the runner's hook-response and file-command directories
+// (the runner's, masked or covered in the sandbox), and a new, empty tool
+// cache of the job's user; and the job's own file-command directory.
+func (d *job) prepareTemp(work string) error {
+	tmp, ok := d.mounts.Host(containerTemp)
+	if !ok {
+		return nil
+	}
+	root, err := files.OpenRootBeneath(work, tmp)
+	if err != nil {
+		return fmt.Errorf("the runner's temp directory: %w", err)
+	}
+	defer root.Close()
+	for _, dir := range []string{responsesDir, fileCommandsDir} {
+		if err := root.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("the runner's temp directory: %w", err)
 		}
 	}
-	return out, nil
+	// The job's tool cache is mounted where the runner's is, which must
+	// be a directory (a symlink would move the mount elsewhere).
+	if h, ok := d.mounts.Host(containerTool); ok && d.toolCache != "" {
+		fi, err := os.Lstat(h)
+		if errors.Is(err, fs.ErrNotExist) {
+			err = os.Mkdir(h, 0o755)
+			fi, _ = os.Lstat(h)
+		}
+		if err != nil || fi == nil || !fi.IsDir() {
+			return fmt.Errorf("the runner's tool cache %s is not a directory (a symlink?): airlock mounts the job's own there; make it a directory", h)
+		}
+	}
+	if err := root.RemoveAll(toolCacheDir); err != nil {
+		return fmt.Errorf("the job's tool cache: %w", err)
+	}
+	if err := root.Mkdir(toolCacheDir, 0o755); err != nil {
+		return fmt.Errorf("the job's tool cache: %w", err)
+	}
+	if err := root.Lchown(toolCacheDir, int(d.user.UID), int(d.user.GID)); err != nil {
+		return fmt.Errorf("the job's tool cache: %w", err)
+	}
+	return ownDir(d.fileCommands, d.user)
+}
+
+// removeToolCache removes the job's tool cache once the sandbox is gone.
+func (d *job) removeToolCache() {
+	if d.toolCache == "" {
+		return
+	}
+	work, _ := d.mounts.Host(containerWork)
+	root, err := files.OpenRootBeneath(work, filepath.Dir(d.toolCache))
+	if err != nil {
+		return
+	}
+	defer root.Close()
+	root.RemoveAll(toolCacheDir)
 }
 
 // envList is the container's environment as KEY=VALUE entries, in key
@@ -326,14 +436,14 @@ func (d *job) Step(ctx context.Context, a ScriptArgs, stdout, stderr io.Writer) 
 	if env == nil {
 		env = map[string]string{}
 	}
-	work, _ := d.mounts.Host(containerWork)
-	handOverFileCommands(work, d.user, env, d.mounts.Host)
 	// As the runner's docker exec does: the prepended directories
 	// (newest first, as sent) before the container's PATH, which is left
 	// alone when there are none.
 	if len(a.PrependPath) > 0 {
 		env["PATH"] = strings.Join(a.PrependPath, ":") + ":" + d.containerPath
 	}
+	staged := d.stageFileCommands(env, fileCommandsInJob)
+	defer d.copyBack(staged, stderr)
 	return d.runStep(ctx, runner.StepSpec{
 		Name: path.Base(a.EntryPoint), Command: append([]string{a.EntryPoint}, args...),
 		Env: env, WorkingDirectory: a.WorkingDirectory,
@@ -383,6 +493,7 @@ func (d *job) Cleanup(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	d.attest.ResolveSubject(ctx)
 	res := d.session.Close()
+	d.removeToolCache()
 	d.pinWorkspace()
 	d.serviceLog.writeTo(stderr)
 	att := runner.WriteAttestation(ctx, res, &d.attest, stderr)
@@ -395,7 +506,11 @@ func (d *job) Cleanup(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	fails := airlockFails(res, att, d.attest.Key != "")
 	if d.checkID != 0 {
-		if err := d.gh.CompleteCheck(ctx, d.owner, d.repo, d.checkID, checkReport(res, att, fails)); err != nil {
+		// Bounded, within cleanup_job's own bound: a slow API must not
+		// cost the runner's call its verdict.
+		cctx, cancel := context.WithTimeout(ctx, checkTimeout)
+		defer cancel()
+		if err := d.gh.CompleteCheck(cctx, d.owner, d.repo, d.checkID, checkReport(res, att, fails)); err != nil {
 			// Reported, never failing the job.
 			fmt.Fprintf(stderr, "airlock: check run not completed: %v\n", err)
 		}
@@ -431,9 +546,14 @@ func airlockFails(res runner.Result, att *runner.Attestation, keyConfigured bool
 }
 
 // optionsUser is the user the workflow's container options ask for
-// (options: --user UID[:GID], -u), or nil. Only numbers and root: the
-// names of an image's /etc/passwd are not looked up.
+// (options: --user UID[:GID], -u, in the forms Docker's flag parser
+// takes: "--user V", "--user=V", "-u V", "-u=V", "-uV"), or nil. Only
+// numbers and root: the names of an image's /etc/passwd are not looked
+// up.
 func optionsUser(createOptions string) (*gvisor.User, error) {
+	if len(createOptions) > maxArgs {
+		return nil, fmt.Errorf("the container's options are longer than %d bytes", maxArgs)
+	}
 	opts, err := shlex.Split(createOptions)
 	if err != nil {
 		return nil, fmt.Errorf("the container's options %q do not parse: %w", createOptions, err)
@@ -446,6 +566,8 @@ func optionsUser(createOptions string) (*gvisor.User, error) {
 			v, ok = opts[i+1], true
 		case strings.HasPrefix(o, "--user="):
 			v, ok = strings.TrimPrefix(o, "--user="), true
+		case strings.HasPrefix(o, "-u") && !strings.HasPrefix(o, "--"):
+			v, ok = strings.TrimPrefix(strings.TrimPrefix(o, "-u"), "="), true
 		}
 		if !ok {
 			continue

@@ -284,3 +284,79 @@ func TestHookArtifactSubjects(t *testing.T) {
 		t.Errorf("artifacts: %+v", v.Artifacts)
 	}
 }
+
+// A daemon killed mid-job (the OOM killer, an administrator) leaves a
+// sandbox and no attestation: cleanup_job reaps the sandbox, says what
+// happened with the end of the daemon's log, and fails the job; a second
+// cleanup_job finds nothing left and succeeds.
+func TestHookDaemonKilled(t *testing.T) {
+	h := newRunnerHost(t)
+	state := h.prepare()
+	dir := state["jobDir"].(string)
+	pid := daemonPID(dir)
+	if pid == 0 {
+		t.Fatal("no daemon")
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	waitGone(pid, 30*time.Second)
+	code, out := h.cleanup(state)
+	if code == 0 || !strings.Contains(out, "no attestation was signed") || !strings.Contains(out, "the end of the job daemon's log") {
+		t.Errorf("cleanup after the daemon was killed: exit %d: %s", code, out)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Error("the job directory is still there")
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, _ := os.ReadFile(p); bytes.Contains(b, []byte(dir)) {
+			t.Errorf("a process of the job is left: %s: %q", p, b)
+		}
+	}
+	if code, out := h.cleanup(state); code != 0 {
+		t.Errorf("second cleanup: exit %d: %s", code, out)
+	}
+}
+
+// A job whose runner died without cleanup_job still runs when the next
+// job is prepared on the same work directory: prepare_job ends it (its
+// process that keeps writing into the checkout included) before the new
+// job starts.
+func TestHookStaleJob(t *testing.T) {
+	h := newRunnerHost(t)
+	old := h.prepare()
+	oldDir := old["jobDir"].(string)
+	// A step of the old job, never ended, that would tamper with the next.
+	go h.step(old, "while :; do echo tampered > /__w/app/app/main.go; sleep 0.05; done")
+	deadline := time.Now().Add(30 * time.Second)
+	for b, _ := os.ReadFile(filepath.Join(h.repo, "main.go")); string(b) != "tampered\n"; b, _ = os.ReadFile(filepath.Join(h.repo, "main.go")) {
+		if time.Now().After(deadline) {
+			t.Fatal("the old job's step never ran")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	code, out, resp := h.send(PrepareJob, h.job)
+	if code != 0 || !strings.Contains(out, "still runs on "+h.work) {
+		t.Fatalf("prepare_job of the next job: exit %d: %s", code, out)
+	}
+	r, err := readResponse(resp, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var next map[string]any
+	json.Unmarshal(r.State, &next)
+	t.Cleanup(func() { h.cleanup(next) })
+	if _, err := os.Stat(oldDir); err == nil {
+		t.Error("the old job's directory is still there")
+	}
+	os.WriteFile(filepath.Join(h.repo, "main.go"), []byte("clean\n"), 0o644)
+	time.Sleep(300 * time.Millisecond)
+	if b, _ := os.ReadFile(filepath.Join(h.repo, "main.go")); string(b) != "clean\n" {
+		t.Errorf("the old job still writes into the checkout: %q", b)
+	}
+	if code, out := h.cleanup(old); code != 0 {
+		t.Errorf("the old job's cleanup, late: exit %d: %s", code, out)
+	}
+	if code, out := h.cleanup(next); code != 0 {
+		t.Errorf("cleanup: exit %d: %s", code, out)
+	}
+}
