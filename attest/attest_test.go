@@ -261,17 +261,21 @@ func TestHTMLReport(t *testing.T) {
 	p := predicate(5, 3, 1)
 	p.Steps[0].Name = `<script>alert(1)</script>`
 	p.Trust.Findings[0].Diff = "+<img src=x onerror=alert(1)>"
+	p.Credentials = Credentials{
+		Withheld: []WithheldCredential{{Name: "GitHub token", Kinds: []string{"GitHub token"}, Variables: []string{"GITHUB_TOKEN"}}},
+		Uses:     []CredentialUse{{Credential: "GitHub token", Host: "<b>github.com</b>", Route: "git", Injected: 2, Refused: 1, Rule: "credentials.gitPush"}},
+	}
 	var b bytes.Buffer
 	if err := WriteHTML(&b, &Verified{Predicate: p, Subject: SubjectInfo{Name: "repo"}}, true, "verified"); err != nil {
 		t.Fatal(err)
 	}
 	page := b.String()
-	for _, bad := range []string{"<script>alert", "<img src=x", "src=\"http", "href=\"http"} {
+	for _, bad := range []string{"<script>alert", "<img src=x", "src=\"http", "href=\"http", "<b>github.com"} {
 		if strings.Contains(page, bad) {
 			t.Errorf("page contains %q", bad)
 		}
 	}
-	for _, want := range []string{"PASSED", "Egress", "Trust findings", "compile"} {
+	for _, want := range []string{"PASSED", "Egress", "Trust findings", "compile", "Credentials (1 withheld from the sandbox)", "credentials.gitPush"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %q", want)
 		}

@@ -118,6 +118,11 @@ th{background:#f3f3f3} code,pre{font:12px ui-monospace,monospace} pre{background
 <table><tr><th>time</th><th>process</th><th>protocol</th><th>destination</th><th>decision</th><th>rule</th><th>reason</th></tr>
 {{range .Decisions}}<tr class="{{.Decision}}"><td>{{.Time.Format "15:04:05.000"}}</td><td>{{.PID}}</td><td>{{.Protocol}}</td><td>{{.Name}} {{.Address}}:{{.Port}} {{.Method}} {{.Path}}</td><td>{{.Decision}}</td><td>{{.Rule}}</td><td>{{.Reason}}</td></tr>{{end}}
 </table></details>
+{{with .V.Predicate.Credentials}}{{if or .Withheld .Masked}}<h2>Credentials ({{len .Withheld}} withheld from the sandbox{{if .Masked}}, {{.Masked}} masked value(s) redacted{{end}})</h2>
+<p>{{range $i, $w := .Withheld}}{{if $i}}; {{end}}<strong>{{$w.Name}}</strong> ({{join $w.Variables ", "}}){{end}}</p>
+{{if .Uses}}<table><tr><th>credential</th><th>host</th><th>route</th><th>injected</th><th>refused</th><th>sent elsewhere</th><th>rule</th></tr>
+{{range .Uses}}<tr class="{{if .Refused}}denied{{else}}allowed{{end}}"><td>{{.Credential}}</td><td>{{.Host}}</td><td>{{.Route}}</td><td>{{.Injected}}</td><td>{{.Refused}}</td><td>{{.Elsewhere}}</td><td>{{.Rule}}</td></tr>{{end}}
+</table>{{end}}{{end}}{{end}}
 <h2>Trust findings ({{len .V.Predicate.Trust.Findings}}{{if .V.Predicate.Trust.Dropped}}, {{.V.Predicate.Trust.Dropped}} more not recorded{{end}})</h2>
 {{with .V.Predicate.Trust.Error}}<p class="fail">incomplete: {{.}}</p>{{end}}
 {{range .V.Predicate.Trust.Findings}}<div class="{{if eq .Severity "error"}}fail{{end}}"><p><strong>{{.Phase}} {{.Category}}</strong> <code>{{.Path}}{{if .Line}}:{{.Line}}{{end}}</code> {{.Kind}}: {{.Reason}} [{{.Action}}{{if .Outcome}}, {{.Outcome}}{{end}}]</p>{{with .Diff}}<pre>{{.}}</pre>{{end}}</div>{{else}}<p>none</p>{{end}}

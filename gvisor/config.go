@@ -86,6 +86,14 @@ type File struct {
 	Data []byte
 }
 
+// View is a host file the sandbox sees in place of a workspace file.
+type View struct {
+	// Path is the workspace file, relative to the workspace.
+	Path string
+	// Source is the host file shown there.
+	Source string
+}
+
 // User is the identity the workload runs as inside the sandbox.
 type User struct {
 	UID uint32 `json:"uid"`
@@ -124,6 +132,10 @@ type Config struct {
 	// Files are small read-only files placed over paths of the root
 	// (such as /etc/resolv.conf), without touching the host's copy.
 	Files []File
+	// Views are host files (the caller's, outside the workspace) bound
+	// read-only over regular files of the workspace: the sandbox sees the
+	// view, the host file is left as it is.
+	Views []View
 	// NetNS is the path of a network namespace to hand to the sandbox
 	// (its interfaces are taken over by gVisor's netstack). Empty: the
 	// sandbox has loopback only.

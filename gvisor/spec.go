@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -92,6 +93,9 @@ func buildSpec(c Config, skeleton, exe, emptyFile string) (*specs.Spec, error) {
 	}
 	for _, p := range c.ReadOnlyPaths {
 		rel := path.Clean(p)
+		if slices.ContainsFunc(c.Views, func(v View) bool { return path.Clean(v.Path) == rel }) {
+			continue // the view is read-only too, and shown there instead
+		}
 		if path.IsAbs(rel) || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
 			return nil, fmt.Errorf("%w: read-only path %q must be inside the workspace", ErrInvalidConfig, p)
 		}
@@ -100,6 +104,19 @@ func buildSpec(c Config, skeleton, exe, emptyFile string) (*specs.Spec, error) {
 			return nil, fmt.Errorf("%w: read-only path %q is not a directory or regular file of the workspace", ErrInvalidConfig, p)
 		}
 		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: path.Join(c.WorkspaceMount, rel), Type: "bind", Source: filepath.Join(c.Workspace, rel), Options: []string{"bind", "ro", "nosuid", "nodev"}})
+	}
+	for _, v := range c.Views {
+		rel := path.Clean(v.Path)
+		if !filepath.IsLocal(rel) {
+			return nil, fmt.Errorf("%w: view %q must be inside the workspace", ErrInvalidConfig, v.Path)
+		}
+		if fi, err := os.Lstat(filepath.Join(c.Workspace, rel)); err != nil || !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("%w: view %q is not a regular file of the workspace", ErrInvalidConfig, v.Path)
+		}
+		if fi, err := os.Stat(v.Source); err != nil || !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("%w: view source %s is not a regular file", ErrInvalidConfig, v.Source)
+		}
+		spec.Mounts = append(spec.Mounts, specs.Mount{Destination: path.Join(c.WorkspaceMount, rel), Type: "bind", Source: v.Source, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 	}
 	return spec, nil
 }

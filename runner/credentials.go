@@ -2,10 +2,16 @@ package runner
 
 import (
 	"bytes"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 
+	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/runner/credentials"
 )
 
@@ -110,4 +116,84 @@ func redact(res *Result, v *credentials.Vault) {
 	}
 	rec := v.Record()
 	res.Credentials = &rec
+}
+
+// Bounds of what gitConfigView reads.
+const (
+	maxGitConfig     = 1 << 20
+	maxCheckoutCreds = 64 << 10
+)
+
+// checkoutCredentials is the include line actions/checkout v6 adds to
+// .git/config for its credentials file in $RUNNER_TEMP
+// (src/git-auth-helper.ts: git-credentials-<uuid>.config).
+var checkoutCredentials = regexp.MustCompile(`(?m)^[ \t]*path[ \t]*=[ \t]*(/[^\n]*/git-credentials-[0-9a-fA-F-]+\.config)[ \t]*$`)
+
+// gitConfigView gives the sandbox a view of the repository's
+// .git/config (repo is relative to the workspace) in which the token
+// actions/checkout persisted is its placeholder: when checkout ran on the
+// host before airlock (airlock run, the composite action), v4 and v5 left
+// the job's token in .git/config itself, and v6 in a file of $RUNNER_TEMP
+// that .git/config includes (which the sandbox does not see: its
+// rewritten content is appended to the view). The host's files are never
+// changed; the view is read-only, so a job cannot write the repository's
+// git config (git config --global still works). dir is where the view is
+// written. ok is false when there is nothing to hide.
+func gitConfigView(v *credentials.Vault, workspace, repo, dir string) (view gvisor.View, ok bool, err error) {
+	rel := filepath.Join(repo, ".git", "config")
+	b, err := readBeneath(workspace, filepath.Join(workspace, rel), maxGitConfig)
+	if err != nil {
+		return view, false, nil // no repository (yet), or not one to read
+	}
+	text := string(b)
+	out := v.WithholdGitConfig(text, ".git/config")
+	for _, m := range checkoutCredentials.FindAllStringSubmatch(text, -1) {
+		fi, err := os.Lstat(m[1])
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		inc, err := files.ReadCapped(m[1], maxCheckoutCreds)
+		if err != nil {
+			continue
+		}
+		if rewritten := v.WithholdGitConfig(string(inc), filepath.Base(m[1])); rewritten != string(inc) {
+			out += fmt.Sprintf("\n# airlock: actions/checkout's credentials (%s), the token replaced by its placeholder\n%s", filepath.Base(m[1]), rewritten)
+		}
+	}
+	if out == text {
+		return view, false, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return view, false, fmt.Errorf("git config view: %w", err)
+	}
+	f, err := os.CreateTemp(dir, "git-config-view-")
+	if err != nil {
+		return view, false, fmt.Errorf("git config view: %w", err)
+	}
+	_, werr := f.WriteString(out)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Chmod(f.Name(), 0o644)
+	}
+	if werr != nil {
+		os.Remove(f.Name())
+		return view, false, fmt.Errorf("git config view: %w", werr)
+	}
+	return gvisor.View{Path: rel, Source: f.Name()}, true, nil
+}
+
+// readBeneath reads the regular file p below base, no symlink followed,
+// at most limit bytes.
+func readBeneath(base, p string, limit int64) ([]byte, error) {
+	f, err := files.OpenBeneath(base, p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", p)
+	}
+	return files.ReadCapped(files.FDPath(f), limit)
 }

@@ -179,6 +179,9 @@ type Session struct {
 	outMu    sync.Mutex
 	multi    bool
 	closed   bool
+	// views are the files of the sandbox's views (gitConfigView),
+	// removed when the session ends.
+	views []string
 }
 
 // Open reaps leftovers of killed airlocks, starts the egress gateway,
@@ -227,6 +230,26 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 		s.ctx, s.cancel = context.WithTimeout(ctx, job.Sandbox.Limits.JobTimeout)
 	}
 	s.job.Env = withholdList(job.Credentials, s.job.Env)
+	if v := job.Credentials; v != nil && (job.Trust == nil || !job.Trust.Deferred) {
+		// A checkout made on the host before the job left its token in
+		// the repository's git config: the sandbox sees a placeholder.
+		repo, root := "", job.Sandbox.StateRoot
+		if job.Trust != nil {
+			repo = job.Trust.Dir
+		}
+		if root == "" {
+			root = gvisor.DefaultStateRoot
+		}
+		view, ok, err := gitConfigView(v, job.Sandbox.Workspace, repo, filepath.Join(root, "views"))
+		if err != nil {
+			return fail(err)
+		}
+		if ok {
+			s.job.Sandbox.Views = append(s.job.Sandbox.Views, view)
+			s.views = append(s.views, view.Source)
+			fmt.Fprintf(job.Log, "airlock: %s holds the job's token: the sandbox sees it with a placeholder, read-only\n", view.Path)
+		}
+	}
 	if job.Egress != nil {
 		ecfg := *job.Egress
 		ecfg.Credentials = job.Credentials
@@ -461,6 +484,7 @@ func (s *Session) Close() Result {
 	}
 	s.closed = true
 	defer s.cancel()
+	defer s.removeViews()
 	s.res.Passed, s.res.ExitCode = verdict(s.res.Steps)
 	if err := s.ctx.Err(); err != nil && errors.Is(err, context.Canceled) {
 		s.res.Error = joinMsg(s.res.Error, "job cancelled")
@@ -557,12 +581,21 @@ func (s *Session) Abandon() Result {
 	}
 	s.closed = true
 	s.cancel()
+	s.removeViews()
 	if s.gw != nil {
 		s.gw.Close()
 	}
 	s.res.End = time.Now().UTC()
 	s.res.Duration = s.res.End.Sub(s.res.Start)
 	return s.res
+}
+
+// removeViews removes the files of the sandbox's views.
+func (s *Session) removeViews() {
+	for _, p := range s.views {
+		os.Remove(p)
+	}
+	s.views = nil
 }
 
 // verdict: passed when every step passed; the exit code is the first

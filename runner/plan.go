@@ -222,7 +222,15 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	// The job's credentials stay out of its sandbox; agent work gets the
 	// stricter defaults of what they may do.
 	agent := p.Job.Policy.Agent != nil && p.Job.Policy.Agent.Agent
-	p.Job.Credentials = credentials.NewVault(credentials.PolicyFor(pol.Credentials, agent), in.GitHubServerURL, in.GitHubAPIURL)
+	creds := credentials.PolicyFor(pol.Credentials, agent)
+	if eff.Org != nil {
+		// The organisation pins what the job's credentials may do; a
+		// repository may only narrow it.
+		if loose := creds.Loosens(credentials.PolicyFor(eff.Org.Credentials, agent)); len(loose) > 0 {
+			return p, PolicyError{fmt.Errorf("the repository policy loosens the organisation's credentials policy (%s): remove that from .github/airlock.cue, or ask the runner's administrators to allow it", strings.Join(loose, "; "))}
+		}
+	}
+	p.Job.Credentials = credentials.NewVault(creds, in.GitHubServerURL, in.GitHubAPIURL)
 
 	set, err := trust.NewSet(pol.Trust)
 	if err != nil {

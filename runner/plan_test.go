@@ -264,3 +264,35 @@ func TestCheckServices(t *testing.T) {
 		})
 	}
 }
+
+// The organisation pins what the job's credentials may do, for the job
+// at hand (agent work has the stricter defaults); a repository policy may
+// narrow it, never loosen it.
+func TestCredentialsNarrowOnly(t *testing.T) {
+	agentPR := PullRequest{Event: &policies.PullRequest{Number: 7, Author: "Copilot", BaseSHA: "b", HeadSHA: "h"}, Base: "b", Head: "h"}
+	humanPR := PullRequest{Event: &policies.PullRequest{Number: 8, Author: "octocat", BaseSHA: "b", HeadSHA: "h"}, Base: "b", Head: "h"}
+	for _, tc := range []struct {
+		name, org, repo string
+		pr              PullRequest
+		want            string // in the error; empty: allowed
+	}{
+		{"narrow the cache", "", `credentials: cache: "none"`, agentPR, ""},
+		{"save to the cache from agent work", "", `credentials: cache: "readwrite"`, agentPR, `credentials.cache: "readwrite" where the organisation's is "read"`},
+		{"save to the cache from a human's work", "", `credentials: cache: "readwrite"`, humanPR, ""},
+		{"push from agent work", "", `credentials: gitPush: true`, agentPR, "credentials.gitPush: true"},
+		{"push where the organisation allows it", `credentials: gitPush: true`, `credentials: gitPush: true`, agentPR, ""},
+		{"an OIDC audience of the repository's", `credentials: oidc: audiences: [...string]`, `credentials: oidc: audiences: ["sts.amazonaws.com"]`, agentPR, `"sts.amazonaws.com", which the organisation's does not list`},
+		{"a secret to another host", `credentials: secrets: NPM_TOKEN: hosts: ["registry.npmjs.org", ...]`, `credentials: secrets: NPM_TOKEN: hosts: ["registry.npmjs.org", "evil.example"]`, agentPR, `host "evil.example"`},
+		{"a secret the organisation does not name", "", `credentials: secrets: DEPLOY_KEY: hosts: ["deploy.example.com"]`, agentPR, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewPlan(effective(t, tc.org, tc.repo), tc.pr, Inputs{Workspace: t.TempDir()})
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && (err == nil || !errors.As(err, new(PolicyError)) || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("err = %v, want a policy error saying %q", err, tc.want)
+			}
+		})
+	}
+}

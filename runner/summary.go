@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-ci/airlock/internal/textsafe"
+	"github.com/airlock-ci/airlock/runner/credentials"
 	"github.com/airlock-ci/airlock/runner/egress"
 )
 
@@ -54,6 +55,7 @@ func WriteSummary(w io.Writer, res Result) {
 			fmt.Fprintf(w, "  denied %s:%d (%s) %s\n", textsafe.Line(dest), d.Port, d.Protocol, textsafe.Line(d.Rule))
 		}
 	}
+	WriteCredentials(w, res.Credentials)
 	if t := res.Trust; t != nil {
 		fmt.Fprintf(w, "trust: %d finding(s)", len(t.Findings))
 		if len(t.ReadOnly) > 0 {
@@ -80,5 +82,38 @@ func WriteSummary(w io.Writer, res Result) {
 	}
 	if res.Error != "" {
 		fmt.Fprintf(w, "airlock: %s\n", res.Error)
+	}
+}
+
+// WriteCredentials prints what the job's sandbox never saw and where
+// each credential went: names, hosts and counts.
+func WriteCredentials(w io.Writer, c *credentials.Record) {
+	if c == nil || len(c.Withheld)+len(c.Uses) == 0 {
+		return
+	}
+	var names []string
+	for _, h := range c.Withheld {
+		names = append(names, fmt.Sprintf("%s (%s)", h.Name, strings.Join(h.Variables, ", ")))
+	}
+	fmt.Fprintf(w, "credentials withheld from the sandbox: %s\n", textsafe.Line(strings.Join(names, "; ")))
+	for _, u := range c.Uses {
+		var parts []string
+		for _, n := range []struct {
+			what string
+			n    int
+		}{{"injected", u.Injected}, {"refused", u.Refused}, {"sent elsewhere as its placeholder", u.Elsewhere}} {
+			if n.n > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", n.what, n.n))
+			}
+		}
+		where := u.Host
+		if u.Route != "" {
+			where += " (" + u.Route + ")"
+		}
+		line := fmt.Sprintf("  %s to %s: %s", u.Credential, where, strings.Join(parts, ", "))
+		if u.Rule != "" {
+			line += " [" + u.Rule + "]"
+		}
+		fmt.Fprintln(w, textsafe.Line(line))
 	}
 }

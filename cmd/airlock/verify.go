@@ -122,6 +122,15 @@ func printVerified(out io.Writer, v *attest.Verified) {
 	for _, e := range p.Egress.Summary {
 		fmt.Fprintf(w, "  %-40s allowed %d denied %d (%d B out, %d B in)\n", e.Destination, e.Allowed, e.Denied, e.BytesOut, e.BytesIn)
 	}
+	if c := p.Credentials; len(c.Withheld) > 0 || c.Masked > 0 {
+		fmt.Fprintf(w, "credentials: %d withheld from the sandbox, %d masked value(s) redacted\n", len(c.Withheld), c.Masked)
+		for _, h := range c.Withheld {
+			fmt.Fprintf(w, "  withheld %s (%s)\n", h.Name, strings.Join(h.Variables, ", "))
+		}
+		for _, u := range c.Uses {
+			fmt.Fprintf(w, "  %s to %s %s: injected %d, refused %d, elsewhere %d %s\n", u.Credential, u.Host, u.Route, u.Injected, u.Refused, u.Elsewhere, u.Rule)
+		}
+	}
 	fmt.Fprintf(w, "trust: %d finding(s), %d not recorded\n", len(p.Trust.Findings), p.Trust.Dropped)
 	if p.Trust.Error != "" {
 		fmt.Fprintf(w, "  incomplete: %s\n", p.Trust.Error)

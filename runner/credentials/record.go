@@ -10,7 +10,7 @@ import (
 type Record struct {
 	// Withheld are the credentials replaced by placeholders.
 	Withheld []Withheld `json:"withheld"`
-	// Uses count, per credential (or route) and host, the requests that
+	// Uses count, per credential and host, the requests that
 	// carried it back out (injected), the ones the credentials policy
 	// refused, and placeholders sent where the credential does not
 	// belong (elsewhere: they went out as they were, useless).
@@ -27,7 +27,8 @@ type Withheld struct {
 	Variables []string `json:"variables"`
 }
 
-// Use counts one credential's (or route's) requests to one host.
+// Use counts one credential's requests to one host ("none": refused
+// requests that carried no credential of the job's).
 type Use struct {
 	Credential string `json:"credential"`
 	Host       string `json:"host"`
@@ -57,7 +58,9 @@ func (r *recorder) use(cred, host, route, rule string) *Use {
 
 func (r *recorder) injected(cred, host, route string) { r.use(cred, host, route, "").Injected++ }
 func (r *recorder) elsewhere(cred, host string)       { r.use(cred, host, "", "").Elsewhere++ }
-func (r *recorder) refused(route, host, rule string)  { r.use(route, host, route, rule).Refused++ }
+func (r *recorder) refused(cred, host, route, rule string) {
+	r.use(cred, host, route, rule).Refused++
+}
 
 // Record returns what the vault withheld and how each credential was
 // used so far.

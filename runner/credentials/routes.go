@@ -62,6 +62,40 @@ func PolicyFor(c policies.Credentials, agent bool) Policy {
 	return p
 }
 
+// cacheRank orders the cache modes from the strictest.
+var cacheRank = map[string]int{"none": 0, "read": 1, "readwrite": 2}
+
+// Loosens lists what p allows that org does not: where a repository's
+// policy would loosen the organisation's (each for the same job, its
+// defaults applied). A repository may only narrow.
+func (p Policy) Loosens(org Policy) []string {
+	var out []string
+	if cacheRank[p.Cache] > cacheRank[org.Cache] {
+		out = append(out, fmt.Sprintf("credentials.cache: %q where the organisation's is %q", p.Cache, org.Cache))
+	}
+	if p.GitPush && !org.GitPush {
+		out = append(out, "credentials.gitPush: true where the organisation's is false")
+	}
+	if p.Artifacts && !org.Artifacts {
+		out = append(out, "credentials.artifacts: true where the organisation's is false")
+	}
+	for _, a := range p.OIDCAudiences {
+		if !slices.Contains(org.OIDCAudiences, a) {
+			out = append(out, fmt.Sprintf("credentials.oidc.audiences: %q, which the organisation's does not list", a))
+		}
+	}
+	for name, hosts := range p.Secrets {
+		if orgHosts, ok := org.Secrets[name]; ok {
+			for _, h := range hosts {
+				if !slices.Contains(orgHosts, h) {
+					out = append(out, fmt.Sprintf("credentials.secrets.%s: host %q, which the organisation's does not list", name, h))
+				}
+			}
+		}
+	}
+	return out
+}
+
 // endpoint is where a URL points: host, port and the path below which
 // its service lives.
 type endpoint struct {
@@ -339,10 +373,11 @@ type Decision struct {
 	Rule, Reason, Suggest string
 }
 
-// Decide says whether a request to host:port (method, decoded URL) is on
-// a credential's route, and whether the credentials policy lets it go. A
-// refusal is counted.
-func (v *Vault) Decide(host string, port int, method string, u *url.URL) Decision {
+// Decide says whether a request to host:port (method, decoded URL,
+// headers as the sandbox sent them) is on a credential's route, and
+// whether the credentials policy lets it go. A refusal is counted for
+// each credential whose placeholder the request carried.
+func (v *Vault) Decide(host string, port int, method string, u *url.URL, h http.Header) Decision {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	r, onRoute := v.routeOf(host, port, method, u)
@@ -352,7 +387,16 @@ func (v *Vault) Decide(host string, port int, method string, u *url.URL) Decisio
 	d := Decision{Route: r.name, Service: r.service}
 	d.Allowed, d.Rule, d.Reason, d.Suggest = v.decide(r)
 	if !d.Allowed {
-		v.rec.refused(r.name, host, d.Rule)
+		carried := false
+		for _, c := range v.creds {
+			if c.in(h) {
+				v.rec.refused(c.label(), host, r.name, d.Rule)
+				carried = true
+			}
+		}
+		if !carried {
+			v.rec.refused("none", host, r.name, d.Rule)
+		}
 	}
 	return d
 }

@@ -110,6 +110,33 @@ func (v *Vault) Withhold(env map[string]string) map[string]string {
 	return out
 }
 
+// gitBasicHeader is a git config extraheader with HTTP basic credentials,
+// as actions/checkout persists its token (src/git-auth-helper.ts:
+// "AUTHORIZATION: basic base64(x-access-token:<token>)").
+var gitBasicHeader = regexp.MustCompile(`(?i)(authorization:[ \t]*basic[ \t]+)([A-Za-z0-9+/]+=*)`)
+
+// WithholdGitConfig learns the tokens a git config file carries in an
+// extraheader (actions/checkout's persisted credentials, in .git/config
+// or in the credentials file it includes) as the GitHub token, and
+// returns the text with every credential the vault knows replaced by
+// its placeholder. what names the file, for the record.
+func (v *Vault) WithholdGitConfig(text, what string) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	text = gitBasicHeader.ReplaceAllStringFunc(text, func(h string) string {
+		m := gitBasicHeader.FindStringSubmatch(h)
+		b, err := base64.StdEncoding.DecodeString(m[2])
+		user, token, ok := strings.Cut(string(b), ":")
+		if err != nil || !ok || len(token) < minSubstring {
+			return h
+		}
+		v.add(what, GitHubToken, token)
+		// Whatever the user name (git takes any with a token).
+		return m[1] + base64.StdEncoding.EncodeToString([]byte(user+":"+v.byReal[token].ph))
+	})
+	return v.replace(what, text)
+}
+
 // kindOf says which credential a variable holds, if any.
 func (v *Vault) kindOf(name, val string) string {
 	switch {

@@ -162,7 +162,7 @@ func TestRequest(t *testing.T) {
 				"PHBASIC", basicAuth(placeholder), "PH", placeholder).Replace(tc.req.auth)
 			h := http.Header{"Authorization": {auth}, "User-Agent": {"git/2.39"}}
 			u, _ := url.Parse("https://" + tc.req.host + tc.req.url)
-			d := v.Decide(tc.req.host, tc.req.port, tc.req.method, u)
+			d := v.Decide(tc.req.host, tc.req.port, tc.req.method, u, h)
 			var injected, values []string
 			if d.Allowed {
 				injected, values = v.PutBack(tc.req.host, tc.req.port, tc.req.method, u, h)
@@ -198,7 +198,7 @@ func TestRecordAndRedact(t *testing.T) {
 	u, _ = url.Parse("https://evil.example/x")
 	v.PutBack("evil.example", 443, "GET", u, http.Header{"Authorization": {"token " + ph["INPUT_TOKEN"]}})
 	u, _ = url.Parse("https://results-receiver.actions.githubusercontent.com/twirp/github.actions.results.api.v1.CacheService/CreateCacheEntry")
-	v.Decide("results-receiver.actions.githubusercontent.com", 443, "POST", u)
+	v.Decide("results-receiver.actions.githubusercontent.com", 443, "POST", u, http.Header{"Authorization": {"Bearer " + ph["ACTIONS_RUNTIME_TOKEN"]}})
 	v.Mask("hunter2-masked")
 	rec := v.Record()
 	b, _ := json.Marshal(rec)
@@ -210,7 +210,7 @@ func TestRecordAndRedact(t *testing.T) {
 	want := []Use{
 		{Credential: "GitHub token", Host: "api.github.com", Route: "api", Injected: 1},
 		{Credential: "GitHub token", Host: "evil.example", Elsewhere: 1},
-		{Credential: "cache", Host: "results-receiver.actions.githubusercontent.com", Route: "cache", Refused: 1, Rule: "credentials.cache"},
+		{Credential: "runtime token", Host: "results-receiver.actions.githubusercontent.com", Route: "cache", Refused: 1, Rule: "credentials.cache"},
 	}
 	if !slices.Equal(rec.Uses, want) || rec.Masked != 1 {
 		t.Errorf("uses %+v masked %d", rec.Uses, rec.Masked)
@@ -270,6 +270,68 @@ func TestPolicyFor(t *testing.T) {
 		got := PolicyFor(tc.c, tc.agent)
 		if got.Cache != tc.want.Cache || got.GitPush != tc.want.GitPush || got.Artifacts != tc.want.Artifacts || !slices.Equal(got.OIDCAudiences, tc.want.OIDCAudiences) {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// actions/checkout's persisted token in a git config (any user name in
+// the basic blob) becomes the placeholder, is learned as the GitHub
+// token, and is put back on a fetch from the GitHub server; the rest of
+// the file is untouched, and a config without one comes back as it was.
+func TestWithholdGitConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name, user string
+	}{
+		{"checkout", "x-access-token"},
+		{"another user name", "oauth2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := newTestVault(Policy{Cache: "read"})
+			blob := base64.StdEncoding.EncodeToString([]byte(tc.user + ":" + ghToken))
+			config := "[core]\n\tbare = false\n[http \"https://github.com/\"]\n\textraheader = AUTHORIZATION: basic " + blob + "\n[remote \"origin\"]\n\turl = https://github.com/acme/app\n"
+			got := v.WithholdGitConfig(config, ".git/config")
+			if strings.Contains(got, blob) || strings.Contains(got, ghToken) {
+				t.Fatalf("the token is still there:\n%s", got)
+			}
+			if !strings.HasPrefix(got, "[core]\n\tbare = false\n[http \"https://github.com/\"]\n\textraheader = AUTHORIZATION: basic ") || !strings.HasSuffix(got, "\turl = https://github.com/acme/app\n") {
+				t.Errorf("more than the token changed:\n%s", got)
+			}
+			header := strings.TrimSpace(got[strings.Index(got, "AUTHORIZATION: basic ")+len("AUTHORIZATION: "):])
+			header = header[:strings.Index(header, "\n")]
+			h := http.Header{"Authorization": {header}}
+			u, _ := url.Parse("https://github.com/acme/app.git/git-upload-pack")
+			if d := v.Decide("github.com", 443, "POST", u, h); !d.Allowed {
+				t.Fatalf("fetch refused: %+v", d)
+			}
+			names, _ := v.PutBack("github.com", 443, "POST", u, h)
+			if len(names) != 1 || decodeBasic(h.Get("Authorization")) != tc.user+":"+ghToken {
+				t.Errorf("put back %v: %q", names, decodeBasic(h.Get("Authorization")))
+			}
+			rec := v.Record()
+			if len(rec.Withheld) != 1 || rec.Withheld[0].Name != GitHubToken || !slices.Contains(rec.Withheld[0].Variables, ".git/config") {
+				t.Errorf("withheld: %+v", rec.Withheld)
+			}
+			if plain := "[core]\n\tbare = false\n"; v.WithholdGitConfig(plain, ".git/config") != plain {
+				t.Error("a config without a token changed")
+			}
+		})
+	}
+}
+
+// BenchmarkPutBack: the vault's part of an injected request (the
+// credentials policy's decision and the put-back into the headers), as
+// the gateway runs it for each request. See BENCHMARKS.md.
+func BenchmarkPutBack(b *testing.B) {
+	v := newTestVault(Policy{Cache: "read", Artifacts: true})
+	ph := v.Withhold(stepEnv(b))
+	u, _ := url.Parse("https://results-receiver.actions.githubusercontent.com/twirp/github.actions.results.api.v1.CacheService/GetCacheEntryDownloadURL")
+	for i := 0; i < b.N; i++ {
+		h := http.Header{"Authorization": {"Bearer " + ph["ACTIONS_RUNTIME_TOKEN"]}, "User-Agent": {"actions/cache"}, "Content-Type": {"application/json"}}
+		if d := v.Decide(u.Host, 443, "POST", u, h); !d.Allowed {
+			b.Fatal(d)
+		}
+		if names, _ := v.PutBack(u.Host, 443, "POST", u, h); len(names) != 1 {
+			b.Fatal(names)
 		}
 	}
 }

@@ -3,15 +3,9 @@ package egress
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
@@ -27,6 +21,7 @@ import (
 
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/leakcheck"
+	"github.com/airlock-ci/airlock/internal/testhost"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner/egress/rules"
 )
@@ -62,24 +57,28 @@ func (r *recordingResolver) LookupNetIP(_ context.Context, _, host string) ([]ne
 	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }
 
-// testCA makes a CA and a server certificate for names, and returns the
-// CA in PEM for the in-sandbox client.
-func testCA(t *testing.T, names ...string) (tls.Certificate, []byte) {
+// sandboxBehind creates a sandbox on eg's namespace with eg's files (the
+// job CA in the root's bundle, resolv.conf), the host root, and a
+// workspace holding upstream-ca.pem, the upstream's CA. It is destroyed
+// when the test ends.
+func sandboxBehind(t testing.TB, eg *Egress, upstreamCA []byte) *gvisor.Sandbox {
 	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "airlock test CA"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	files, err := eg.Files("/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
+	ws := t.TempDir()
+	os.Chown(ws, 1000, 1000)
+	os.WriteFile(filepath.Join(ws, "upstream-ca.pem"), upstreamCA, 0o644)
+	sb, err := gvisor.Create(context.Background(), gvisor.Config{
+		Workspace: ws, StateRoot: filepath.Join(testStateBase, filepath.Base(ws)), Limits: gvisor.DefaultLimits(),
+		NetNS: eg.NetNS(), Files: files,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	t.Cleanup(func() { sb.Destroy(context.Background()) })
+	return sb
 }
 
 func listenUpstream(t *testing.T) net.Listener {
@@ -167,7 +166,7 @@ func TestSandboxEgress(t *testing.T) {
 	})}
 	go up.Serve(httpLn)
 	defer up.Close()
-	cert, caPEM := testCA(t, "tls.up.test")
+	cert, caPEM := testhost.ServerCert(t, "tls.up.test")
 	tlsLn := listenUpstream(t)
 	tlsUp := &http.Server{Handler: up.Handler, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
 	go tlsUp.ServeTLS(tlsLn, "", "")
@@ -445,7 +444,7 @@ func TestSandboxHTTPSSecret(t *testing.T) {
 	const value = "Bearer tok-5ecret-9f1c"
 	var mu sync.Mutex
 	var got []string
-	cert, caPEM := testCA(t, "tls.up.test", "plain.up.test")
+	cert, caPEM := testhost.ServerCert(t, "tls.up.test", "plain.up.test")
 	ln := listenUpstream(t)
 	up := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -477,23 +476,9 @@ func TestSandboxHTTPSSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eg.Close()
-	files, err := eg.Files("/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := t.TempDir()
-	os.Chown(ws, 1000, 1000)
 	// The sandbox trusts the job CA, not the upstream's: plain.up.test
 	// (no secret, not intercepted) is checked against the upstream's CA.
-	os.WriteFile(filepath.Join(ws, "upstream-ca.pem"), caPEM, 0o644)
-	sb, err := gvisor.Create(context.Background(), gvisor.Config{
-		Workspace: ws, StateRoot: filepath.Join(testStateBase, filepath.Base(ws)), Limits: gvisor.DefaultLimits(),
-		NetNS: eg.NetNS(), Files: files,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Destroy(context.Background())
+	sb := sandboxBehind(t, eg, caPEM)
 	script := fmt.Sprintf(`
 P=%d
 echo "proxied $(curl -sS -D - --max-time 5 https://tls.up.test:$P/a | tr -d '\r' | grep -i -e '^x-echo' -e 'auth=' | tr '\n' ' ')"

@@ -51,6 +51,11 @@ func checkReport(res runner.Result, att *runner.Attestation, fails []string) git
 	if e := res.Egress; e != nil {
 		fmt.Fprintf(&text, "Egress: %d allowed, %d denied.\n", e.Allowed, e.Denied)
 	}
+	if c := res.Credentials; c != nil && len(c.Withheld) > 0 {
+		var b strings.Builder
+		runner.WriteCredentials(&b, c)
+		fmt.Fprintf(&text, "\n```\n%s```\n", strings.ReplaceAll(b.String(), "`", "'"))
+	}
 	if att != nil && att.Bundle != "" {
 		if b, err := os.ReadFile(att.Bundle); err == nil {
 			fmt.Fprintf(&text, "Attestation: `%s`, sha256 `%x`.\n", filepath.Base(att.Bundle), sha256.Sum256(b))

@@ -170,7 +170,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decis
 		// The credentials policy decides the requests of the job's own
 		// credential routes; on an Actions service route it also stands
 		// in for egress.allow.
-		switch cd := vault.Decide(d.Name, d.Port, r.Method, r.URL); {
+		switch cd := vault.Decide(d.Name, d.Port, r.Method, r.URL, r.Header); {
 		case !cd.Allowed:
 			g.refuse(w, d, rules.Verdict{Rule: cd.Rule, Reason: cd.Reason, Suggest: cd.Suggest})
 			return
