@@ -303,6 +303,7 @@ func TestVerifyHardening(t *testing.T) {
 		want string
 	}{
 		{"case duplicate", []byte(`{"_type":"https://in-toto.io/Statement/v1","subject":` + string(sub) + `,"predicateType":"https://slsa.dev/provenance/v1","PREDICATETYPE":"` + PredicateType + `","predicate":` + string(pred) + `}`), "appears twice"},
+		{"exact duplicate, nested", []byte(`{"_type":"https://in-toto.io/Statement/v1","subject":` + string(sub) + `,"predicateType":"` + PredicateType + `","predicate":{"verdict":{"passed":false,"passed":true}}}`), "appears twice"},
 		{"trailing data", append(append([]byte{}, good...), ']'), "']'"},
 		{"head mismatch", statement(t, commitA, headMismatch), "job.headSha"},
 	} {

@@ -10,6 +10,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 	protobundle "github.com/sigstore/protobuf-specs/gen/pb-go/bundle/v1"
 	"github.com/sigstore/sigstore/pkg/signature"
@@ -213,56 +215,52 @@ func strictJSON(b []byte, v any) error {
 	return nil
 }
 
-// noDuplicateKeys walks the JSON tokens and refuses an object with the
-// same key twice, compared without case.
+// noDuplicateKeys reads the JSON tokens (jsontext: one allocation-free
+// pass, which also refuses invalid UTF-8 and exact duplicate names) and
+// refuses an object with the same key twice compared without case, as
+// encoding/json matches keys to fields.
 func noDuplicateKeys(b []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
+	dec := jsontext.NewDecoder(bytes.NewReader(b))
 	type frame struct {
 		object bool
 		keys   map[string]bool
-		want   bool // the next string token is a key
+		name   bool // the next token is a name
 	}
-	var stack []*frame
+	var stack []frame
 	for {
-		t, err := dec.Token()
+		t, err := dec.ReadToken()
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
+			var se *jsontext.SyntacticError
+			if errors.As(err, &se) && errors.Is(se.Err, jsontext.ErrDuplicateName) {
+				return fmt.Errorf("the key %s appears twice in an object", se.JSONPointer)
+			}
 			return err
 		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		switch t := t.(type) {
-		case json.Delim:
-			switch t {
-			case '{', '[':
-				stack = append(stack, &frame{object: t == '{', keys: map[string]bool{}, want: t == '{'})
-			default:
-				stack = stack[:len(stack)-1]
-				if len(stack) > 0 && stack[len(stack)-1].object {
-					stack[len(stack)-1].want = true
+		switch t.Kind() {
+		case '"':
+			if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].name {
+				k := strings.ToLower(t.String())
+				if stack[n-1].keys[k] {
+					return fmt.Errorf("the key %q appears twice in an object", t.String())
 				}
-			}
-		case string:
-			if top != nil && top.object && top.want {
-				k := strings.ToLower(t)
-				if top.keys[k] {
-					return fmt.Errorf("the key %q appears twice in an object", t)
-				}
-				top.keys[k] = true
-				top.want = false
+				stack[n-1].keys[k], stack[n-1].name = true, false
 				continue
 			}
-			if top != nil && top.object {
-				top.want = true
-			}
-		default:
-			if top != nil && top.object {
-				top.want = true
-			}
+		case '{':
+			stack = append(stack, frame{object: true, keys: map[string]bool{}, name: true})
+			continue
+		case '[':
+			stack = append(stack, frame{})
+			continue
+		case '}', ']':
+			stack = stack[:len(stack)-1]
+		}
+		// A value ended: in an object, a name comes next.
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].name = true
 		}
 	}
 }

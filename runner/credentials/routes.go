@@ -427,6 +427,18 @@ func (v *Vault) PutBack(host string, port int, method string, u *url.URL, h http
 	return names, values
 }
 
+// Elsewhere counts the placeholders a request carries that go out as
+// they are: a request in clear, into which nothing is ever put back.
+func (v *Vault) Elsewhere(host string, h http.Header) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, c := range v.creds {
+		if c.in(h) {
+			v.rec.elsewhere(c.label(), host)
+		}
+	}
+}
+
 // in reports whether a placeholder of c is in any header value of h
 // (also inside basic auth).
 func (c *credential) in(h http.Header) bool {

@@ -199,6 +199,7 @@ func TestRecordAndRedact(t *testing.T) {
 	v.PutBack("evil.example", 443, "GET", u, http.Header{"Authorization": {"token " + ph["INPUT_TOKEN"]}})
 	u, _ = url.Parse("https://results-receiver.actions.githubusercontent.com/twirp/github.actions.results.api.v1.CacheService/CreateCacheEntry")
 	v.Decide("results-receiver.actions.githubusercontent.com", 443, "POST", u, http.Header{"Authorization": {"Bearer " + ph["ACTIONS_RUNTIME_TOKEN"]}})
+	v.Elsewhere("plain.example", http.Header{"X-Token": {ph["NPM_TOKEN"]}})
 	v.Mask("hunter2-masked")
 	rec := v.Record()
 	b, _ := json.Marshal(rec)
@@ -211,6 +212,7 @@ func TestRecordAndRedact(t *testing.T) {
 		{Credential: "GitHub token", Host: "api.github.com", Route: "api", Injected: 1},
 		{Credential: "GitHub token", Host: "evil.example", Elsewhere: 1},
 		{Credential: "runtime token", Host: "results-receiver.actions.githubusercontent.com", Route: "cache", Refused: 1, Rule: "credentials.cache"},
+		{Credential: "secret NPM_TOKEN", Host: "plain.example", Elsewhere: 1},
 	}
 	if !slices.Equal(rec.Uses, want) || rec.Masked != 1 {
 		t.Errorf("uses %+v masked %d", rec.Uses, rec.Masked)

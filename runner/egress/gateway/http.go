@@ -188,11 +188,15 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decis
 		d.SecretsInjected = append(d.SecretsInjected, s.Header)
 		echoes = append(echoes, s.Value)
 	}
-	if vault := g.cfg.Credentials; vault != nil && overTLS {
-		// Only over TLS: a credential never goes upstream in clear.
+	switch vault := g.cfg.Credentials; {
+	case vault != nil && overTLS:
 		names, values := vault.PutBack(d.Name, d.Port, r.Method, r.URL, r.Header)
 		d.SecretsInjected = append(d.SecretsInjected, names...)
 		echoes = append(echoes, values...)
+	case vault != nil:
+		// A credential never goes upstream in clear: its placeholder
+		// goes as it is, and is counted.
+		vault.Elsewhere(d.Name, r.Header)
 	}
 	reqBody := &countingReader{r: r.Body}
 	if r.Body != nil && r.Body != http.NoBody {
