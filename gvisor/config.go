@@ -154,6 +154,8 @@ var (
 	ErrNoSelfExe    = errors.New("/proc/self/exe is not available: mount /proc (airlock re-executes itself to run gVisor)")
 	ErrNoWorkspace  = errors.New("workspace not found")
 	ErrStartFailure = errors.New("sandbox failed to start")
+	// ErrNoExecutable is a step whose command is not in the sandbox.
+	ErrNoExecutable = errors.New("command not found in the sandbox")
 	// ErrHostUnsupported: the kernel lacks what gVisor needs.
 	ErrHostUnsupported = errors.New("this kernel cannot run gVisor sandboxes")
 	// ErrInvalidConfig wraps every error about the caller's configuration.

@@ -104,7 +104,11 @@ func (k *controller) start(p specs.Process, stdout, stderr *os.File) (int32, err
 		}
 		time.Sleep(wait)
 	}
-	if err != nil {
+	switch {
+	case err != nil && strings.Contains(err.Error(), "error finding executable"):
+		// The sentry's user.ExecutableResolveError, as text.
+		return 0, fmt.Errorf("%w: %v", ErrNoExecutable, err)
+	case err != nil:
 		return 0, fmt.Errorf("start process: %w", err)
 	}
 	return pid, nil

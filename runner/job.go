@@ -49,6 +49,11 @@ type Job struct {
 	// Credentials, when set, keeps the job's credentials out of the
 	// sandbox (see credentials.go); the gateway puts them back.
 	Credentials *credentials.Vault
+	// BeforeSteps, when set, is called by Run once the sandbox is up and
+	// before the first step: what the caller did meanwhile (airlock run
+	// resolves the attestation's subject while the sandbox starts) is
+	// done before any of the job's code runs.
+	BeforeSteps func()
 }
 
 // Trust configures the workspace-trust checks of a job.
@@ -148,6 +153,9 @@ func Run(ctx context.Context, job Job, runtime string) (Result, error) {
 	s, err := Open(ctx, job, runtime)
 	if err != nil {
 		return s.Abandon(), err
+	}
+	if job.BeforeSteps != nil {
+		job.BeforeSteps()
 	}
 	failed := false
 	for _, spec := range s.job.Steps {
@@ -343,6 +351,10 @@ func (s *Session) Step(ctx context.Context, spec StepSpec, stdout, stderr io.Wri
 	out.StepResult = sr
 	out.Processes = s.sb.ExecCount() - before
 	switch {
+	case errors.Is(err, gvisor.ErrNoExecutable):
+		// The command is not there: the step's own failure, as a shell
+		// reports it (127), not airlock's.
+		out.Status, out.ExitCode, out.Message = StatusFailed, 127, err.Error()
 	case err != nil:
 		out.Status = StatusError
 		out.Message = err.Error()

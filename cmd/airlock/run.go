@@ -165,7 +165,9 @@ func (o *runOptions) inputs(flags *pflag.FlagSet, args []string) (runner.Inputs,
 		}
 		in.Steps = steps
 	case len(args) > 0:
-		in.Steps = []runner.StepSpec{{Name: "run", Run: shellJoin(args)}}
+		// Run as given, as docker run does: no shell in between (one
+		// exec less in the sandbox; `-- sh -c '...'` for a shell).
+		in.Steps = []runner.StepSpec{{Name: "run", Command: args}}
 	case o.jobFromPolicy != "":
 		// The policy's steps.
 	default:
@@ -235,10 +237,18 @@ func runJob(ctx context.Context, plan runner.Plan, o *runOptions, stdout, stderr
 	if o.asJSON {
 		job.Stdout = stderr
 	}
-	plan.Attest.ResolveSubject(ctx)
+	// The subject (git) resolves while the sandbox starts, and before
+	// the job's first step, which could move the repository's HEAD.
+	subject := make(chan struct{})
+	go func() {
+		defer close(subject)
+		plan.Attest.ResolveSubject(ctx)
+	}()
+	job.BeforeSteps = func() { <-subject }
 	resume := runner.PauseWorkflowCommands(stdout)
 	res, err := runner.Run(ctx, job, runtimeName())
 	resume()
+	<-subject
 	if err != nil && res.Sandbox.ID == "" {
 		// The sandbox never started: nothing to summarise.
 		return 0, err
@@ -286,22 +296,6 @@ func writeResult(path string, res resultWithAttestation) error {
 		return fmt.Errorf("write result: %w", err)
 	}
 	return nil
-}
-
-// shellJoin quotes args for sh -c so that `airlock run -- a "b c"` runs
-// exactly a with one argument "b c".
-func shellJoin(args []string) string {
-	q := make([]string, len(args))
-	for i, a := range args {
-		if a != "" && strings.IndexFunc(a, func(r rune) bool {
-			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r))
-		}) < 0 {
-			q[i] = a
-			continue
-		}
-		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-	}
-	return "exec " + strings.Join(q, " ")
 }
 
 func parseUser(s string) (runner.User, error) {
