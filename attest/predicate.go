@@ -267,6 +267,9 @@ type TrustFinding struct {
 type Credentials struct {
 	Withheld []WithheldCredential `json:"withheld"`
 	Uses     []CredentialUse      `json:"uses"`
+	// UsesDropped counts the requests not counted in Uses (the record
+	// holds a bounded number of credential and host pairs).
+	UsesDropped int `json:"usesDropped"`
 	// Masked counts the values the job masked (::add-mask::); they and
 	// every withheld value are redacted ("***") from argv, paths and
 	// messages before anything is signed.

@@ -142,7 +142,8 @@ type Config struct {
 	NetNS string
 	// RunscPath is the binary that contains runsc. Empty: /proc/self/exe.
 	RunscPath string
-	// Platform is the gVisor platform. Empty: systrap.
+	// Platform is the gVisor platform: auto (empty), systrap or kvm (see
+	// ResolvePlatform); Config() tells the one used.
 	Platform string
 	// RunscFlags are extra global runsc flags (benchmarks and experiments).
 	RunscFlags []string
@@ -193,9 +194,11 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: workspace mount point %q: must be an absolute path other than /", ErrInvalidConfig, c.WorkspaceMount)
 	}
 	c.WorkspaceMount = filepath.Clean(c.WorkspaceMount)
-	if c.Platform == "" {
-		c.Platform = "systrap"
+	platform, err := ResolvePlatform(c.Platform)
+	if err != nil {
+		return c, err
 	}
+	c.Platform = platform
 	if c.RunscPath == "" {
 		c.RunscPath = "/proc/self/exe"
 	}

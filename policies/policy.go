@@ -30,6 +30,7 @@ type Agents struct {
 // Sandbox is the job sandbox's filesystem, identity and limits.
 type Sandbox struct {
 	RootFS         string  `json:"rootfs"`
+	Platform       string  `json:"platform"`
 	WorkspaceMount string  `json:"workspaceMount"`
 	Mounts         []Mount `json:"mounts"`
 	// Images maps an image reference to an unpacked rootfs directory.
@@ -154,6 +155,7 @@ type Trust struct {
 type Credentials struct {
 	Cache     string                      `json:"cache,omitempty"`
 	GitPush   *bool                       `json:"gitPush,omitempty"`
+	API       string                      `json:"api,omitempty"`
 	Artifacts bool                        `json:"artifacts"`
 	OIDC      OIDC                        `json:"oidc"`
 	Secrets   map[string]CredentialSecret `json:"secrets"`

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"sync"
+	"unicode"
 
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/files"
@@ -77,8 +80,8 @@ func (m *maskWatcher) Write(p []byte) (int, error) {
 			break
 		}
 		if !m.long {
-			if v, ok := strings.CutPrefix(strings.TrimRight(string(m.line), "\r"), "::add-mask::"); ok {
-				m.vault.Mask(strings.TrimSpace(v))
+			if v, ok := addMask(strings.TrimRight(string(m.line), "\r")); ok {
+				m.vault.Mask(v)
 			}
 		}
 		m.line, m.long = m.line[:0], false
@@ -88,34 +91,88 @@ func (m *maskWatcher) Write(p []byte) (int, error) {
 	return m.w.Write(p)
 }
 
-// redact blanks withheld and masked values in what a result records of
-// the job's own making: argv and binaries of its processes, paths of its
-// requests, steps' messages.
+// addMask is the value a line of a step's output masks, read as the
+// runner reads workflow commands (actions/runner ActionCommand.cs:
+// TryParseV2, "::add-mask::V" after leading white space, properties
+// allowed after the name; TryParse, "##[add-mask]V" anywhere in the
+// line), V unescaped as the runner does (%0D, %0A, %25), which is how
+// core.setSecret writes a value with a newline or a '%'.
+func addMask(line string) (string, bool) {
+	if rest, ok := strings.CutPrefix(strings.TrimLeftFunc(line, unicode.IsSpace), "::"); ok {
+		info, data, ok := strings.Cut(rest, "::")
+		name, _, _ := strings.Cut(info, " ")
+		if ok && strings.EqualFold(name, "add-mask") {
+			return unescapeData(data), strings.TrimSpace(data) != ""
+		}
+	}
+	if i := strings.Index(line, "##["); i >= 0 {
+		info, data, ok := strings.Cut(line[i+3:], "]")
+		name, _, _ := strings.Cut(info, " ")
+		if ok && strings.EqualFold(strings.TrimRight(name, ";"), "add-mask") {
+			return unescapeData(data), strings.TrimSpace(data) != ""
+		}
+	}
+	return "", false
+}
+
+// unescapeData undoes the runner's escaping of a command's data.
+func unescapeData(s string) string {
+	return strings.NewReplacer("%0D", "\r", "%0A", "\n", "%25", "%").Replace(s)
+}
+
+// redact blanks withheld and masked values in every string a result
+// records of the job's making (argv, paths, reasons, diffs, messages),
+// but the fields that say what a thing is (a host, an address, a binary:
+// identityFields), so that a job cannot hide where it went by masking a
+// name. An argument the record cut also loses the start of a value left
+// at the cut.
 func redact(res *Result, v *credentials.Vault) {
 	if v == nil {
 		return
 	}
 	for i := range res.Processes.Execs {
-		x := &res.Processes.Execs[i]
-		x.Binary = v.Redact(x.Binary)
-		for j := range x.Argv {
-			x.Argv[j] = v.Redact(x.Argv[j])
+		if x := &res.Processes.Execs[i]; x.ArgvTruncated {
+			for j := range x.Argv {
+				x.Argv[j] = v.RedactCut(x.Argv[j])
+			}
 		}
 	}
-	for i := range res.Processes.WritesRefused {
-		res.Processes.WritesRefused[i].Path = v.Redact(res.Processes.WritesRefused[i].Path)
-	}
-	if res.Egress != nil {
-		for i := range res.Egress.Decisions {
-			d := &res.Egress.Decisions[i]
-			d.Path, d.Name = v.Redact(d.Path), v.Redact(d.Name)
-		}
-	}
-	for i := range res.Steps {
-		res.Steps[i].Message = v.Redact(res.Steps[i].Message)
-	}
+	redactStrings(reflect.ValueOf(res).Elem(), v.Redact)
 	rec := v.Record()
 	res.Credentials = &rec
+}
+
+// identityFields are the fields redact leaves as they are.
+var identityFields = map[string]bool{"Name": true, "Host": true, "Address": true, "Upstream": true, "Binary": true, "SHA256": true, "Workspace": true}
+
+// redactStrings applies f to every settable string below v.
+func redactStrings(v reflect.Value, f func(string) string) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			redactStrings(v.Elem(), f)
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if sf := v.Type().Field(i); sf.IsExported() && !identityFields[sf.Name] {
+				redactStrings(v.Field(i), f)
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			redactStrings(v.Index(i), f)
+		}
+	case reflect.Map:
+		if v.Type().Elem().Kind() == reflect.String {
+			for _, k := range v.MapKeys() {
+				v.SetMapIndex(k, reflect.ValueOf(f(v.MapIndex(k).String())).Convert(v.Type().Elem()))
+			}
+		}
+	case reflect.String:
+		if v.CanSet() {
+			v.SetString(f(v.String()))
+		}
+	}
 }
 
 // Bounds of what gitConfigView reads.
@@ -129,48 +186,80 @@ const (
 // (src/git-auth-helper.ts: git-credentials-<uuid>.config).
 var checkoutCredentials = regexp.MustCompile(`(?m)^[ \t]*path[ \t]*=[ \t]*(/[^\n]*/git-credentials-[0-9a-fA-F-]+\.config)[ \t]*$`)
 
-// gitConfigView gives the sandbox a view of the repository's
-// .git/config (repo is relative to the workspace) in which the token
-// actions/checkout persisted is its placeholder: when checkout ran on the
-// host before airlock (airlock run, the composite action), v4 and v5 left
-// the job's token in .git/config itself, and v6 in a file of $RUNNER_TEMP
-// that .git/config includes (which the sandbox does not see: its
-// rewritten content is appended to the view). The host's files are never
-// changed; the view is read-only, so a job cannot write the repository's
-// git config (git config --global still works). dir is where the view is
-// written. ok is false when there is nothing to hide.
-func gitConfigView(v *credentials.Vault, workspace, repo, dir string) (view gvisor.View, ok bool, err error) {
-	rel := filepath.Join(repo, ".git", "config")
-	b, err := readBeneath(workspace, filepath.Join(workspace, rel), maxGitConfig)
-	if err != nil {
-		return view, false, nil // no repository (yet), or not one to read
+// maxSubmoduleConfigs bounds the submodules' configs gitConfigViews
+// looks at.
+const maxSubmoduleConfigs = 64
+
+// gitConfigViews give the sandbox views of the repository's git configs
+// (repo is relative to the workspace) in which the token actions/checkout
+// persisted is its placeholder: when checkout ran on the host before
+// airlock (airlock run, the composite action), v4 and v5 left the job's
+// token in .git/config itself (and in .git/modules/*/config for
+// submodules), and v6 in a file of $RUNNER_TEMP that the config includes
+// (runnerTemp; the sandbox does not see it, so its rewritten content is
+// appended to the view). Only a file directly in runnerTemp is read, and
+// none when it is empty. The host's files are never changed; a view is
+// read-only, so a job cannot write the repository's git config (git
+// config --global still works). dir is where the views are written.
+func gitConfigViews(v *credentials.Vault, workspace, repo, runnerTemp, dir string) ([]gvisor.View, error) {
+	configs := []string{filepath.Join(repo, ".git", "config")}
+	modules := filepath.Join(workspace, repo, ".git", "modules")
+	if root, err := files.OpenRootBeneath(workspace, modules); err == nil {
+		fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+			switch {
+			case err != nil || len(configs) > maxSubmoduleConfigs:
+				return fs.SkipAll
+			case d.IsDir() && strings.Count(p, "/") > 8:
+				return fs.SkipDir
+			case d.Name() == "config" && d.Type().IsRegular():
+				configs = append(configs, filepath.Join(repo, ".git", "modules", p))
+			}
+			return nil
+		})
+		root.Close()
 	}
-	text := string(b)
-	out := v.WithholdGitConfig(text, ".git/config")
-	for _, m := range checkoutCredentials.FindAllStringSubmatch(text, -1) {
-		fi, err := os.Lstat(m[1])
-		if err != nil || !fi.Mode().IsRegular() {
-			continue
-		}
-		inc, err := files.ReadCapped(m[1], maxCheckoutCreds)
+	var views []gvisor.View
+	for _, rel := range configs {
+		b, err := readBeneath(workspace, filepath.Join(workspace, rel), maxGitConfig)
 		if err != nil {
+			continue // no repository (yet), or not one to read
+		}
+		text := string(b)
+		out := v.WithholdGitConfig(text, rel)
+		for _, m := range checkoutCredentials.FindAllStringSubmatch(text, -1) {
+			if runnerTemp == "" || filepath.Dir(m[1]) != filepath.Clean(runnerTemp) {
+				continue
+			}
+			inc, err := readBeneath(runnerTemp, m[1], maxCheckoutCreds)
+			if err != nil {
+				continue
+			}
+			if rewritten := v.WithholdGitConfig(string(inc), filepath.Base(m[1])); rewritten != string(inc) {
+				out += fmt.Sprintf("\n# airlock: actions/checkout's credentials (%s), the token replaced by its placeholder\n%s", filepath.Base(m[1]), rewritten)
+			}
+		}
+		if out == text {
 			continue
 		}
-		if rewritten := v.WithholdGitConfig(string(inc), filepath.Base(m[1])); rewritten != string(inc) {
-			out += fmt.Sprintf("\n# airlock: actions/checkout's credentials (%s), the token replaced by its placeholder\n%s", filepath.Base(m[1]), rewritten)
+		view, err := writeView(dir, rel, out)
+		if err != nil {
+			return views, err
 		}
+		views = append(views, view)
 	}
-	if out == text {
-		return view, false, nil
-	}
+	return views, nil
+}
+
+// writeView writes text as the view of the workspace file rel.
+func writeView(dir, rel, text string) (gvisor.View, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return view, false, fmt.Errorf("git config view: %w", err)
+		return gvisor.View{}, fmt.Errorf("git config view: %w", err)
 	}
 	f, err := os.CreateTemp(dir, "git-config-view-")
 	if err != nil {
-		return view, false, fmt.Errorf("git config view: %w", err)
+		return gvisor.View{}, fmt.Errorf("git config view: %w", err)
 	}
-	_, werr := f.WriteString(out)
+	_, werr := f.WriteString(text)
 	if cerr := f.Close(); werr == nil {
 		werr = cerr
 	}
@@ -179,9 +268,9 @@ func gitConfigView(v *credentials.Vault, workspace, repo, dir string) (view gvis
 	}
 	if werr != nil {
 		os.Remove(f.Name())
-		return view, false, fmt.Errorf("git config view: %w", werr)
+		return gvisor.View{}, fmt.Errorf("git config view: %w", werr)
 	}
-	return gvisor.View{Path: rel, Source: f.Name()}, true, nil
+	return gvisor.View{Path: rel, Source: f.Name()}, nil
 }
 
 // readBeneath reads the regular file p below base, no symlink followed,
@@ -196,4 +285,35 @@ func readBeneath(base, p string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s is not a regular file", p)
 	}
 	return files.ReadCapped(files.FDPath(f), limit)
+}
+
+// maxScript bounds a script hideInFile rewrites.
+const maxScript = 4 << 20
+
+// hideInFile replaces the credentials the vault knows with their
+// placeholders in a script the runner wrote for a step (a run: step's
+// expressions are expanded into it, ${{ secrets.X }} included), in
+// place, before the step reads it.
+func hideInFile(v *credentials.Vault, f HostFile) error {
+	file, err := files.OpenRegularBeneath(f.Base, f.Path, os.O_RDWR)
+	if err != nil {
+		return err
+	}
+	defer file.Close()
+	b, err := io.ReadAll(io.LimitReader(file, maxScript+1))
+	if err != nil {
+		return err
+	}
+	if len(b) > maxScript {
+		return fmt.Errorf("larger than %d bytes", maxScript)
+	}
+	hidden := v.Hide(string(b))
+	if hidden == string(b) {
+		return nil
+	}
+	if err := file.Truncate(0); err != nil {
+		return err
+	}
+	_, err = file.WriteAt([]byte(hidden), 0)
+	return err
 }

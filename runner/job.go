@@ -248,14 +248,14 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 		if root == "" {
 			root = gvisor.DefaultStateRoot
 		}
-		view, ok, err := gitConfigView(v, job.Sandbox.Workspace, repo, filepath.Join(root, "views"))
-		if err != nil {
-			return fail(err)
-		}
-		if ok {
+		views, err := gitConfigViews(v, job.Sandbox.Workspace, repo, os.Getenv("RUNNER_TEMP"), filepath.Join(root, "views"))
+		for _, view := range views {
 			s.job.Sandbox.Views = append(s.job.Sandbox.Views, view)
 			s.views = append(s.views, view.Source)
 			fmt.Fprintf(job.Log, "airlock: %s holds the job's token: the sandbox sees it with a placeholder, read-only\n", view.Path)
+		}
+		if err != nil {
+			return fail(err)
 		}
 	}
 	if job.Egress != nil {
@@ -316,8 +316,24 @@ func (s *Session) Step(ctx context.Context, spec StepSpec, stdout, stderr io.Wri
 	}
 	pso, pse := newPrefixWriter(&s.outMu, orDiscard(stdout), prefix), newPrefixWriter(&s.outMu, orDiscard(stderr), prefix)
 	var so, se io.Writer = pso, pse
+	jobEnv := s.job.Env
 	if v := s.job.Credentials; v != nil {
 		spec.Env = v.Withhold(spec.Env)
+		// What the vault learned since (from this step's or an earlier
+		// one's environment) is hidden in the job's own variables, the
+		// command line and the scripts the step runs too.
+		jobEnv = withholdList(v, jobEnv)
+		if spec.Command != nil {
+			spec.Command = slices.Clone(spec.Command)
+			for i, a := range spec.Command {
+				spec.Command[i] = v.Hide(a)
+			}
+		}
+		for _, f := range spec.Scripts {
+			if err := hideInFile(v, f); err != nil {
+				fmt.Fprintf(s.job.Log, "airlock: step %q: the script %s was not checked for credentials: %v\n", spec.Name, filepath.Base(f.Path), err)
+			}
+		}
 		so, se = &maskWatcher{w: pso, vault: v}, &maskWatcher{w: pse, vault: v}
 	}
 	before := s.sb.ExecCount()
@@ -329,7 +345,7 @@ func (s *Session) Step(ctx context.Context, spec StepSpec, stdout, stderr io.Wri
 	var sr gvisor.StepResult
 	var err error
 	if spec.Image == nil {
-		env := append(append([]string{}, s.job.Env...), envList(spec.Env)...)
+		env := append(append([]string{}, jobEnv...), envList(spec.Env)...)
 		sr, err = s.sb.Exec(ctx, gvisor.Step{
 			Args:    spec.argv(),
 			Env:     env,

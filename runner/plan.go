@@ -43,11 +43,11 @@ type PullRequest struct {
 // one the user gave (named in Set by its flag) may only tighten the
 // policy: one that would loosen it is an InputError.
 type Requests struct {
-	RootFS         string
-	WorkspaceMount string
-	Capabilities   []string
-	User           *gvisor.User
-	Limits         gvisor.Limits
+	RootFS, Platform string
+	WorkspaceMount   string
+	Capabilities     []string
+	User             *gvisor.User
+	Limits           gvisor.Limits
 	// Set names the flags the user gave: rootfs, workspace-mount, cap,
 	// and the limits' (timeout, step-timeout, memory, pids, cpus,
 	// overlay-size, tmp-size, output-limit).
@@ -275,7 +275,7 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 func requestedSandbox(in Inputs) gvisor.Config {
 	r := in.Requests
 	cfg := gvisor.Config{
-		StateRoot: in.StateRoot, RootFS: r.RootFS, Workspace: in.Workspace, WorkspaceMount: r.WorkspaceMount,
+		StateRoot: in.StateRoot, RootFS: r.RootFS, Platform: r.Platform, Workspace: in.Workspace, WorkspaceMount: r.WorkspaceMount,
 		ExtraMasks: slices.Clone(in.Masks), Capabilities: r.Capabilities, Limits: r.Limits, RunscFlags: in.RunscFlags,
 		User: r.User, Mounts: slices.Clone(in.Mounts), Files: slices.Clone(in.Files),
 	}
@@ -291,6 +291,12 @@ func requestedSandbox(in Inputs) gvisor.Config {
 func tighten(cfg *gvisor.Config, r Requests, imageMode bool) error {
 	if r.Set["rootfs"] && r.RootFS != cfg.RootFS {
 		return inputf("--rootfs: the policy sets the root filesystem (sandbox.rootfs)")
+	}
+	if r.Set["platform"] {
+		if cfg.Platform != "" && cfg.Platform != gvisor.PlatformAuto && r.Platform != cfg.Platform {
+			return inputf("--platform: the organisation policy sets the platform (sandbox.platform: %q)", cfg.Platform)
+		}
+		cfg.Platform = r.Platform
 	}
 	if r.Set["workspace-mount"] && r.WorkspaceMount != cfg.WorkspaceMount {
 		return inputf("--workspace-mount: the policy sets it (sandbox.workspaceMount)")

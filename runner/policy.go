@@ -33,6 +33,7 @@ func SandboxFromPolicy(p policies.Sandbox) (gvisor.Config, error) {
 		c.RootFS = p.RootFS
 	}
 	c.WorkspaceMount = p.WorkspaceMount
+	c.Platform = p.Platform
 	c.ExtraMasks = slices.Sorted(maps.Keys(p.Masks))
 	c.Capabilities = append([]string{}, p.Capabilities...)
 	for _, m := range p.Mounts {

@@ -150,12 +150,15 @@ func Predicate(res Result, m attest.Meta) attest.Predicate {
 		}
 	}
 	if c := res.Credentials; c != nil {
-		p.Credentials.Masked = c.Masked
+		p.Credentials.Masked, p.Credentials.UsesDropped = c.Masked, c.UsesDropped
 		for _, w := range c.Withheld {
 			p.Credentials.Withheld = append(p.Credentials.Withheld, attest.WithheldCredential{Name: clip(w.Name, 128), Kinds: w.Kinds, Variables: boundList(w.Variables)})
 		}
 		for i, u := range c.Uses {
 			if i == attest.MaxDestinations {
+				for _, rest := range c.Uses[i:] {
+					p.Credentials.UsesDropped += rest.Injected + rest.Refused + rest.Elsewhere
+				}
 				break
 			}
 			p.Credentials.Uses = append(p.Credentials.Uses, attest.CredentialUse{Credential: clip(u.Credential, 128), Host: clip(u.Host, 253), Route: u.Route,

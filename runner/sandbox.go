@@ -17,6 +17,9 @@ const (
 	DefaultWorkspaceMount = gvisor.DefaultWorkspaceMount
 )
 
+// Platforms a job's sandbox can run on (gvisor.ResolvePlatform).
+var Platforms = []string{gvisor.PlatformAuto, gvisor.PlatformSystrap, gvisor.PlatformKVM}
+
 // DefaultLimits are the sandbox's limits when nothing sets them.
 func DefaultLimits() Limits { return gvisor.DefaultLimits() }
 

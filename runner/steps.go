@@ -37,6 +37,17 @@ type StepSpec struct {
 	Image  *Image         `json:"-"`
 	Mounts []gvisor.Mount `json:"-"`
 	Files  []gvisor.File  `json:"-"`
+	// Scripts are host files the step runs that its caller wrote for it
+	// (the runner's script of a run: step, which holds its expressions
+	// expanded): the job's credentials in them are replaced by their
+	// placeholders before the step starts.
+	Scripts []HostFile `json:"-"`
+}
+
+// HostFile is a host file below Base, reached without following
+// symlinks.
+type HostFile struct {
+	Base, Path string
 }
 
 // Duration is a time.Duration that reads "90s" or a number of seconds.

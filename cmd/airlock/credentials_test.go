@@ -45,11 +45,17 @@ func TestRunCheckoutToken(t *testing.T) {
 			basic := base64.StdEncoding.EncodeToString([]byte("x-access-token:" + gh.Token))
 			header := "AUTHORIZATION: basic " + basic
 			var hostFiles []string
+			runnerTemp := t.TempDir()
 			switch version {
 			case "v4":
 				git("config", "http.https://github.test/.extraheader", header)
+				// A submodule's config, as checkout with submodules: writes it.
+				os.MkdirAll(filepath.Join(ws, ".git", "modules", "sub"), 0o755)
+				sub := filepath.Join(ws, ".git", "modules", "sub", "config")
+				os.WriteFile(sub, []byte("[core]\n\tbare = false\n[http \"https://github.test/\"]\n\textraheader = "+header+"\n"), 0o644)
+				hostFiles = append(hostFiles, sub)
 			case "v6":
-				creds := filepath.Join(t.TempDir(), "git-credentials-3f2a1b7c-0d4e-4f5a-9b8c-7d6e5f4a3b2c.config")
+				creds := filepath.Join(runnerTemp, "git-credentials-3f2a1b7c-0d4e-4f5a-9b8c-7d6e5f4a3b2c.config")
 				os.WriteFile(creds, []byte("[http \"https://github.test/\"]\n\textraheader = "+header+"\n"), 0o600)
 				git("config", "includeIf.gitdir:"+ws+"/.git.path", creds)
 				git("config", "includeIf.gitdir:/github/workspace/.git.path", "/github/runner_temp/"+filepath.Base(creds))
@@ -74,8 +80,8 @@ egress: resolve: {
 `), 0o644)
 			state := stateDir(t)
 			cmd := cli(t, "run", "-w", ws, "--state-dir", state, "--org", org, "--", "sh", "-c",
-				`cat .git/config; git fetch -q https://github.test/acme/app.git HEAD && echo fetch=ok; git config user.name agent 2>&1 || echo config-read-only`)
-			cmd.Env = append(cmd.Env, "SSL_CERT_FILE="+gh.CAFile, "GITHUB_SERVER_URL="+testhost.GitHubServerURL, "GITHUB_API_URL="+testhost.GitHubAPIURL)
+				`cat .git/config .git/modules/*/config 2>/dev/null; git fetch -q https://github.test/acme/app.git HEAD && echo fetch=ok; git config user.name agent 2>&1 || echo config-read-only`)
+			cmd.Env = append(cmd.Env, "RUNNER_TEMP="+runnerTemp, "SSL_CERT_FILE="+gh.CAFile, "GITHUB_SERVER_URL="+testhost.GitHubServerURL, "GITHUB_API_URL="+testhost.GitHubAPIURL)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			if err := cmd.Run(); err != nil {

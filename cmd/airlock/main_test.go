@@ -60,6 +60,8 @@ func TestExitCodes(t *testing.T) {
 		{"bad steps file", []string{"run", "-w", ws, "--steps", badSteps}, exitUsage, "`run` is empty", ""},
 		{"missing workspace", []string{"run", "-w", "/nonexistent/ws", "--", "true"}, exitNoInput, "does not exist", ""},
 		{"bad mount point", []string{"run", "-w", ws, "--workspace-mount", "/proc/x", "--", "true"}, exitUsage, "replaced inside the sandbox", ""},
+		{"bad platform", []string{"run", "-w", ws, "--state-dir", state, "--platform", "ptrace", "--", "true"}, exitUsage, "use auto, systrap or kvm", ""},
+		{"command not in the sandbox", []string{"run", "-w", ws, "--state-dir", state, "--", "no-such-command"}, 127, "command not found in the sandbox", ""},
 		{"passing command", []string{"run", "-w", ws, "--state-dir", state, "--", "echo", "hello world"}, 0, "passed", "hello world\n"},
 		{"failing command", []string{"run", "-w", ws, "--state-dir", state, "--", "sh", "-c", "exit 7"}, 7, "failed", ""},
 		{"failing step", []string{"run", "-w", ws, "--state-dir", state, "--steps", goodSteps}, 5, "two   failed", "[one] one"},

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,6 +26,7 @@ type runOptions struct {
 	workspace      string
 	workspaceMount string
 	rootfs         string
+	platform       string
 	stepsFile      string
 	jobName        string
 	env            []string
@@ -60,6 +62,7 @@ func (o *runOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVarP(&o.workspace, "workspace", "w", ".", "host directory mounted read-write in the sandbox")
 	f.StringVar(&o.workspaceMount, "workspace-mount", runner.DefaultWorkspaceMount, "where the workspace appears inside the sandbox")
 	f.StringVar(&o.rootfs, "rootfs", "", "directory to use as root filesystem (an unpacked image); default: the host's root, read-only")
+	f.StringVar(&o.platform, "platform", "auto", "gVisor platform: auto (kvm where /dev/kvm is usable, else systrap), systrap or kvm")
 	f.StringVar(&o.stepsFile, "steps", "", "YAML or JSON file with the job's steps (name, run, env, working-directory, timeout)")
 	f.StringVar(&o.jobName, "job-name", "", "name of the job in output and results")
 	f.StringArrayVarP(&o.env, "env", "e", nil, "KEY=VALUE to set in the sandbox, or KEY to pass the host's value (repeatable)")
@@ -153,7 +156,7 @@ func (o *runOptions) inputs(flags *pflag.FlagSet, args []string) (runner.Inputs,
 		Name: o.jobName, PolicyJob: o.jobFromPolicy, Workspace: o.workspace, StateRoot: o.stateDir,
 		Masks: o.masks, RunscFlags: o.runscFlags, AttestKey: o.attestKey,
 		GitHubServerURL: os.Getenv("GITHUB_SERVER_URL"), GitHubAPIURL: os.Getenv("GITHUB_API_URL"),
-		Requests: runner.Requests{RootFS: o.rootfs, WorkspaceMount: o.workspaceMount, Capabilities: o.caps, Set: map[string]bool{}},
+		Requests: runner.Requests{RootFS: o.rootfs, Platform: o.platform, WorkspaceMount: o.workspaceMount, Capabilities: o.caps, Set: map[string]bool{}},
 	}
 	switch {
 	case o.stepsFile != "" && len(args) > 0, o.jobFromPolicy != "" && (o.stepsFile != "" || len(args) > 0):
@@ -173,11 +176,14 @@ func (o *runOptions) inputs(flags *pflag.FlagSet, args []string) (runner.Inputs,
 	default:
 		return in, usagef("nothing to run: give a command after -- (airlock run -- make test) or --steps FILE")
 	}
+	if !slices.Contains(runner.Platforms, o.platform) {
+		return in, usagef("--platform %q: use auto, systrap or kvm", o.platform)
+	}
 	var err error
 	if in.Requests.Limits, err = o.limits(); err != nil {
 		return in, err
 	}
-	for _, n := range []string{"rootfs", "workspace-mount", "cap", "timeout", "step-timeout", "memory", "pids", "cpus", "overlay-size", "tmp-size", "output-limit"} {
+	for _, n := range []string{"rootfs", "platform", "workspace-mount", "cap", "timeout", "step-timeout", "memory", "pids", "cpus", "overlay-size", "tmp-size", "output-limit"} {
 		in.Requests.Set[n] = flags.Changed(n)
 	}
 	if o.user != "" {

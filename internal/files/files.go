@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -90,4 +91,26 @@ func OpenRootBeneath(base, dir string) (*os.Root, error) {
 		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}
 	return root, nil
+}
+
+// OpenRegularBeneath opens p (below base) with flags when it is a
+// regular file with one link: its O_PATH descriptor (OpenBeneath, no
+// symlink followed) is checked, then opened again through its /proc
+// link, which names that very inode, without blocking (a FIFO is refused
+// before it is opened). A file with another link could be anywhere.
+func OpenRegularBeneath(base, p string, flags int) (*os.File, error) {
+	f, err := OpenBeneath(base, p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.Mode().IsRegular() || !ok || st.Nlink != 1 {
+		return nil, fmt.Errorf("%s is not a regular file with one name", filepath.Base(p))
+	}
+	return os.OpenFile(FDPath(f), flags|unix.O_NONBLOCK, 0)
 }

@@ -34,7 +34,7 @@ import (
 //	                      "Bearer" <Token>
 //	results.github.test   the results service's twirp cache and artifact
 //	                      services, Bearer <Runtime>
-//	pipelines.github.test the OIDC token endpoint /oidc/token?audience=,
+//	pipelines.github.test the OIDC token endpoint /runtime/oidc/token?audience=,
 //	                      Bearer <Runtime> (the request token is the
 //	                      runtime token, as on GitHub)
 //	blob.github.test      storage behind signed URLs: no token
@@ -68,7 +68,9 @@ const (
 	GitHubAPIURL    = "https://api.github.test"
 	GitHubResults   = "https://results.github.test/"
 	GitHubRuntime   = "https://pipelines.github.test/runtime/"
-	GitHubOIDC      = "https://pipelines.github.test/oidc/token?api-version=2.0"
+	// As on github.com, the OIDC token endpoint lies below the runtime
+	// service's URL.
+	GitHubOIDC = "https://pipelines.github.test/runtime/oidc/token?api-version=2.0"
 )
 
 // GitHubHosts are the names the fake answers for.

@@ -15,6 +15,9 @@ type Record struct {
 	// refused, and placeholders sent where the credential does not
 	// belong (elsewhere: they went out as they were, useless).
 	Uses []Use `json:"uses"`
+	// UsesDropped counts the requests not counted in Uses: it holds at
+	// most maxUses entries (a job could make one per host it invents).
+	UsesDropped int `json:"usesDropped,omitempty"`
 	// Masked counts the values the job masked (::add-mask::), redacted
 	// from what airlock records.
 	Masked int `json:"masked"`
@@ -40,17 +43,27 @@ type Use struct {
 	Rule string `json:"rule,omitempty"`
 }
 
+// maxUses bounds the record's Uses.
+const maxUses = 256
+
 // recorder counts uses; the vault's mutex guards it.
 type recorder struct {
-	uses []Use
+	uses    []Use
+	dropped int
 }
 
+// use is the entry that counts one credential's requests to one host on
+// one route, or a throwaway one once the record is full.
 func (r *recorder) use(cred, host, route, rule string) *Use {
 	for i := range r.uses {
 		u := &r.uses[i]
 		if u.Credential == cred && u.Host == host && u.Route == route && u.Rule == rule {
 			return u
 		}
+	}
+	if len(r.uses) >= maxUses {
+		r.dropped++
+		return &Use{}
 	}
 	r.uses = append(r.uses, Use{Credential: cred, Host: host, Route: route, Rule: rule})
 	return &r.uses[len(r.uses)-1]
@@ -67,7 +80,7 @@ func (r *recorder) refused(cred, host, route, rule string) {
 func (v *Vault) Record() Record {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	rec := Record{Withheld: []Withheld{}, Uses: slices.Clone(v.rec.uses), Masked: len(v.masks)}
+	rec := Record{Withheld: []Withheld{}, Uses: slices.Clone(v.rec.uses), UsesDropped: v.rec.dropped, Masked: len(v.masks)}
 	if rec.Uses == nil {
 		rec.Uses = []Use{}
 	}

@@ -3,6 +3,7 @@ package credentials
 import (
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"path"
@@ -10,8 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/airlock-ci/airlock/policies"
 )
 
 // Where each credential belongs (from the sources of actions/toolkit and
@@ -29,79 +28,16 @@ import (
 //
 // All of them in a header: Bearer, token, or basic for x-access-token.
 
-// Policy is what requests carrying the job's credentials may do.
-type Policy struct {
-	// Cache is "readwrite", "read" or "none".
-	Cache         string
-	GitPush       bool
-	Artifacts     bool
-	OIDCAudiences []string
-	// Secrets maps a workflow secret's variable to the hosts it may go to.
-	Secrets map[string][]string
-}
-
-// PolicyFor is the policy's credentials section for a job; agent work
-// gets the stricter defaults (cache read only, no git push).
-func PolicyFor(c policies.Credentials, agent bool) Policy {
-	p := Policy{Cache: c.Cache, Artifacts: c.Artifacts, OIDCAudiences: c.OIDC.Audiences, Secrets: map[string][]string{}}
-	if p.Cache == "" {
-		p.Cache = "readwrite"
-		if agent {
-			p.Cache = "read"
-		}
-	}
-	p.GitPush = !agent
-	if c.GitPush != nil {
-		p.GitPush = *c.GitPush
-	}
-	for name, s := range c.Secrets {
-		for _, h := range s.Hosts {
-			p.Secrets[name] = append(p.Secrets[name], strings.ToLower(h))
-		}
-	}
-	return p
-}
-
-// cacheRank orders the cache modes from the strictest.
-var cacheRank = map[string]int{"none": 0, "read": 1, "readwrite": 2}
-
-// Loosens lists what p allows that org does not: where a repository's
-// policy would loosen the organisation's (each for the same job, its
-// defaults applied). A repository may only narrow.
-func (p Policy) Loosens(org Policy) []string {
-	var out []string
-	if cacheRank[p.Cache] > cacheRank[org.Cache] {
-		out = append(out, fmt.Sprintf("credentials.cache: %q where the organisation's is %q", p.Cache, org.Cache))
-	}
-	if p.GitPush && !org.GitPush {
-		out = append(out, "credentials.gitPush: true where the organisation's is false")
-	}
-	if p.Artifacts && !org.Artifacts {
-		out = append(out, "credentials.artifacts: true where the organisation's is false")
-	}
-	for _, a := range p.OIDCAudiences {
-		if !slices.Contains(org.OIDCAudiences, a) {
-			out = append(out, fmt.Sprintf("credentials.oidc.audiences: %q, which the organisation's does not list", a))
-		}
-	}
-	for name, hosts := range p.Secrets {
-		if orgHosts, ok := org.Secrets[name]; ok {
-			for _, h := range hosts {
-				if !slices.Contains(orgHosts, h) {
-					out = append(out, fmt.Sprintf("credentials.secrets.%s: host %q, which the organisation's does not list", name, h))
-				}
-			}
-		}
-	}
-	return out
-}
-
 // endpoint is where a URL points: host, port and the path below which
-// its service lives.
+// its service lives (in lower case: the services match paths without
+// regard to case); for an Actions service, the runtime (or OIDC request)
+// token of the environment that named it, the only credential ever put
+// back on its requests.
 type endpoint struct {
 	host string
 	port int
 	path string
+	cred *credential
 }
 
 func parseEndpoint(raw string) (endpoint, bool) {
@@ -118,31 +54,34 @@ func parseEndpoint(raw string) (endpoint, bool) {
 			port = n
 		}
 	}
-	p := path.Clean("/" + u.Path)
+	p := strings.ToLower(path.Clean("/" + u.Path))
 	if !strings.HasSuffix(p, "/") {
 		p += "/"
 	}
 	return endpoint{host: strings.ToLower(strings.TrimSuffix(u.Hostname(), ".")), port: port, path: p}, true
 }
 
-// endpoints are the job's own service URLs, as its steps' environments
-// name them.
+// endpoints are the job's own service URLs.
 type endpoints struct {
 	server, api                    endpoint
 	results, cache, runtime, oidcs []endpoint
 	// ca are the domains the job's CA may sign for: where a credential
 	// may be put back, known when the job starts.
 	ca []string
+	// services is the domain the Actions services live in (for
+	// github.com, actions.githubusercontent.com; on GHES, the server's
+	// host): an Actions service URL elsewhere is never learned.
+	services string
 }
 
 func (e *endpoints) learnGitHub(serverURL, apiURL string) {
 	if s, ok := parseEndpoint(serverURL); ok {
 		e.server = s
 		e.ca = append(e.ca, s.host)
+		e.services = s.host
 		if s.host == "github.com" {
-			// GitHub's Actions services (results, cache, pipelines,
-			// token) live below this domain.
-			e.ca = append(e.ca, "actions.githubusercontent.com")
+			e.services = "actions.githubusercontent.com"
+			e.ca = append(e.ca, e.services)
 		}
 	}
 	if a, ok := parseEndpoint(apiURL); ok {
@@ -153,20 +92,32 @@ func (e *endpoints) learnGitHub(serverURL, apiURL string) {
 	}
 }
 
-// learn takes the Actions service URLs from a step's environment.
-func (e *endpoints) learn(env map[string]string) {
+// learn takes the Actions service URLs from a step's environment, each
+// bound to the token that came with it. The runner sets them for
+// JavaScript actions, next to the runtime token; a step can set them too
+// (through $GITHUB_ENV) for the steps after it, so a URL is learned only
+// in the Actions services' domain, and only the token of its own
+// environment is ever put back on its requests: one the job made up
+// gets its own value back, never the runner's.
+func (v *Vault) learn(env map[string]string) {
+	e := &v.ends
 	for _, l := range []struct {
-		name string
-		list *[]endpoint
+		name, token string
+		list        *[]endpoint
 	}{
-		{"ACTIONS_RESULTS_URL", &e.results}, {"ACTIONS_CACHE_URL", &e.cache},
-		{"ACTIONS_RUNTIME_URL", &e.runtime}, {"ACTIONS_ID_TOKEN_REQUEST_URL", &e.oidcs},
+		{"ACTIONS_RESULTS_URL", "ACTIONS_RUNTIME_TOKEN", &e.results}, {"ACTIONS_CACHE_URL", "ACTIONS_RUNTIME_TOKEN", &e.cache},
+		{"ACTIONS_RUNTIME_URL", "ACTIONS_RUNTIME_TOKEN", &e.runtime}, {"ACTIONS_ID_TOKEN_REQUEST_URL", "ACTIONS_ID_TOKEN_REQUEST_TOKEN", &e.oidcs},
 	} {
-		if ep, ok := parseEndpoint(env[l.name]); ok && !slices.Contains(*l.list, ep) {
-			if l.name == "ACTIONS_ID_TOKEN_REQUEST_URL" {
-				// The request URL is the token endpoint itself.
-				ep.path = strings.TrimSuffix(ep.path, "/")
-			}
+		ep, ok := parseEndpoint(env[l.name])
+		ep.cred = v.byReal[env[l.token]]
+		if !ok || ep.cred == nil || e.services == "" || (ep.host != e.services && !strings.HasSuffix(ep.host, "."+e.services)) {
+			continue
+		}
+		if l.name == "ACTIONS_ID_TOKEN_REQUEST_URL" {
+			// The request URL is the token endpoint itself.
+			ep.path = strings.TrimSuffix(ep.path, "/")
+		}
+		if !slices.Contains(*l.list, ep) {
 			*l.list = append(*l.list, ep)
 		}
 	}
@@ -249,85 +200,140 @@ func (v *Vault) secretHost(name string) bool {
 // route is what a request is to the job's credentials.
 type route struct {
 	// name is the route for the record ("cache", "artifacts", "oidc",
-	// "api", "git", "runtime", "secret NPM_TOKEN").
+	// "api", "git", "actions", "secret NPM_TOKEN").
 	name string
-	// kind is the credential kind that may be put back on it.
+	// cred is the one credential that may be put back (an Actions
+	// service's token); else kind is the kind that may.
+	cred *credential
 	kind string
 	// service: an Actions service route, which the credentials policy
 	// allows by itself.
 	service bool
 	// op is what the request does, for the policy ("read", "write",
-	// "push", an audience).
+	// "push", "unknown", an audience).
 	op string
 }
 
-var (
-	twirpCache    = "/twirp/github.actions.results.api.v1.CacheService/"
-	twirpArtifact = "/twirp/github.actions.results.api.v1.ArtifactService/"
-	gitSmartHTTP  = regexp.MustCompile(`^/[^/]+/[^/]+/(info/refs|git-upload-pack|git-receive-pack)$`)
+// The Actions services' requests airlock knows (actions/toolkit: cache
+// v2 and artifacts v4 over twirp, cache v1, artifacts v3), in lower case.
+const (
+	twirpCache    = "twirp/github.actions.results.api.v1.cacheservice/"
+	twirpArtifact = "twirp/github.actions.results.api.v1.artifactservice/"
+	cacheV1       = "_apis/artifactcache/"
 )
 
-// routeOf classifies a request by where it goes.
-func (v *Vault) routeOf(host string, port int, method string, u *url.URL) (route, bool) {
-	p := u.Path
-	under := func(l []endpoint) (endpoint, bool) {
-		for _, e := range l {
-			if e.host == host && e.port == port && strings.HasPrefix(p, e.path) {
-				return e, true
-			}
+var (
+	cacheReads   = []string{"getcacheentrydownloadurl"}
+	cacheWrites  = []string{"createcacheentry", "finalizecacheentryupload"}
+	rpcName      = regexp.MustCompile(`^[a-z]+$`)
+	artifactsV3  = regexp.MustCompile(`^_apis/pipelines/workflows/[0-9]+/artifacts($|/)`)
+	gitSmartHTTP = regexp.MustCompile(`^/[^/]+/[^/]+/(info/refs|git-upload-pack|git-receive-pack)$`)
+)
+
+// classify says which route a request is on. p is the URL's path in
+// lower case (services match without regard to case).
+func (v *Vault) classify(host string, port int, method string, u *url.URL) (route, bool) {
+	p := strings.ToLower(u.Path)
+	at := func(e endpoint) (string, bool) {
+		if e.host != host || e.port != port || !strings.HasPrefix(p, e.path) {
+			return "", false
 		}
-		return endpoint{}, false
+		return strings.TrimPrefix(p, e.path), true
 	}
-	if _, ok := under(v.ends.results); ok {
-		switch {
-		case strings.HasPrefix(p, twirpCache):
-			op := "read"
-			if rpc := strings.TrimPrefix(p, twirpCache); rpc == "CreateCacheEntry" || rpc == "FinalizeCacheEntryUpload" {
-				op = "write"
-			}
-			return route{name: "cache", kind: RuntimeToken, service: true, op: op}, true
-		case strings.HasPrefix(p, twirpArtifact):
-			return route{name: "artifacts", kind: RuntimeToken, service: true}, true
-		}
-		return route{name: "results", kind: RuntimeToken, service: true}, true
-	}
-	if e, ok := under(v.ends.cache); ok {
-		op := "read"
-		if rest := strings.TrimPrefix(p, e.path); strings.HasPrefix(rest, "_apis/artifactcache/caches") && method != http.MethodGet {
-			op = "write" // reserve (POST caches), upload (PATCH caches/id), commit (POST caches/id)
-		}
-		return route{name: "cache", kind: RuntimeToken, service: true, op: op}, true
-	}
-	if _, ok := under(v.ends.runtime); ok {
-		if strings.Contains(p, "/artifacts") {
-			return route{name: "artifacts", kind: RuntimeToken, service: true}, true
-		}
-		return route{name: "runtime", kind: RuntimeToken, service: true}, true
-	}
+	// The OIDC token endpoint first, exactly: it lies below the runtime
+	// service's URL.
 	for _, e := range v.ends.oidcs {
 		if e.host == host && e.port == port && p == e.path {
-			return route{name: "oidc", kind: OIDCRequestToken, service: true, op: u.Query().Get("audience")}, true
+			return route{name: "oidc", cred: e.cred, service: true, op: audience(u.RawQuery)}, true
 		}
 	}
-	if host == v.ends.api.host && port == v.ends.api.port && strings.HasPrefix(p, v.ends.api.path) {
-		return route{name: "api", kind: GitHubToken}, true
+	for _, e := range v.ends.results {
+		if rest, ok := at(e); ok {
+			switch {
+			case strings.HasPrefix(rest, twirpCache):
+				rpc := strings.TrimPrefix(rest, twirpCache)
+				op := "unknown"
+				switch {
+				case slices.Contains(cacheReads, rpc):
+					op = "read"
+				case slices.Contains(cacheWrites, rpc):
+					op = "write"
+				}
+				return route{name: "cache", cred: e.cred, service: true, op: op}, true
+			case strings.HasPrefix(rest, twirpArtifact) && rpcName.MatchString(strings.TrimPrefix(rest, twirpArtifact)):
+				return route{name: "artifacts", cred: e.cred, service: true}, true
+			}
+			return route{name: "actions", cred: e.cred, service: true, op: "unknown"}, true
+		}
 	}
-	if host == v.ends.server.host && port == v.ends.server.port {
-		gitPath := strings.Replace(strings.TrimPrefix(p, strings.TrimSuffix(v.ends.server.path, "/")), ".git/", "/", 1)
+	for _, e := range v.ends.cache {
+		if rest, ok := at(e); ok {
+			op := "unknown"
+			switch {
+			case strings.HasPrefix(rest, cacheV1) && (method == http.MethodGet || method == http.MethodHead):
+				op = "read" // look up, download
+			case strings.HasPrefix(rest, cacheV1):
+				op = "write" // reserve (POST caches), upload (PATCH caches/id), commit (POST caches/id)
+			}
+			return route{name: "cache", cred: e.cred, service: true, op: op}, true
+		}
+	}
+	for _, e := range v.ends.runtime {
+		if rest, ok := at(e); ok {
+			if artifactsV3.MatchString(rest) {
+				return route{name: "artifacts", cred: e.cred, service: true}, true
+			}
+			return route{name: "actions", cred: e.cred, service: true, op: "unknown"}, true
+		}
+	}
+	if a := v.ends.api; host == a.host && port == a.port && strings.HasPrefix(p, a.path) {
+		op := "write"
+		if method == http.MethodGet || method == http.MethodHead {
+			op = "read"
+		}
+		return route{name: "api", kind: GitHubToken, op: op}, true
+	}
+	if s := v.ends.server; host == s.host && port == s.port {
+		gitPath := strings.Replace(strings.TrimPrefix(p, strings.TrimSuffix(s.path, "/")), ".git/", "/", 1)
 		if m := gitSmartHTTP.FindStringSubmatch(gitPath); m != nil {
 			op := "fetch"
-			if m[1] == "git-receive-pack" || u.Query().Get("service") == "git-receive-pack" {
+			if m[1] == "git-receive-pack" || strings.Contains(strings.ToLower(u.RawQuery), "receive-pack") {
 				op = "push"
 			}
 			return route{name: "git", kind: GitHubToken, op: op}, true
 		}
 	}
-	for name, hosts := range v.pol.Secrets {
-		if slices.Contains(hosts, host) {
+	for _, name := range slices.Sorted(maps.Keys(v.pol.Secrets)) {
+		if slices.Contains(v.pol.Secrets[name], host) {
 			return route{name: "secret " + name, kind: Secret + " " + name}, true
 		}
 	}
 	return route{}, false
+}
+
+// audience is the one audience an OIDC token request names, or "" when
+// it names none, several, or cannot be read plainly (a ';', a bad
+// escape): servers differ in which of several they would take.
+func audience(rawQuery string) string {
+	var found []string
+	for _, part := range strings.Split(rawQuery, "&") {
+		if strings.Contains(part, ";") {
+			return ""
+		}
+		k, val, _ := strings.Cut(part, "=")
+		k, err1 := url.QueryUnescape(k)
+		val, err2 := url.QueryUnescape(val)
+		if err1 != nil || err2 != nil {
+			return ""
+		}
+		if strings.EqualFold(k, "audience") {
+			found = append(found, val)
+		}
+	}
+	if len(found) != 1 {
+		return ""
+	}
+	return found[0]
 }
 
 // decide is the credentials policy's verdict on a request of a route.
@@ -335,6 +341,8 @@ func (v *Vault) decide(r route) (allowed bool, rule, reason, suggest string) {
 	switch r.name {
 	case "cache":
 		switch {
+		case r.op == "unknown":
+			return false, "credentials.cache", "this request to the Actions cache is not one airlock knows (restore, save): refused, so that the runtime token goes nowhere else", "use actions/cache or actions/toolkit's cache client"
 		case v.pol.Cache == "none":
 			return false, "credentials.cache", "the Actions cache is off for this job (credentials.cache: \"none\")", `set credentials.cache: "read" (or "readwrite") in the organisation policy`
 		case r.op == "write" && v.pol.Cache != "readwrite":
@@ -346,8 +354,13 @@ func (v *Vault) decide(r route) (allowed bool, rule, reason, suggest string) {
 			return false, "credentials.artifacts", "artifacts are off for this job (credentials.artifacts: false)", "set credentials.artifacts: true in the organisation policy"
 		}
 		return true, "credentials.artifacts", "", ""
+	case "actions":
+		return false, "credentials", "this request to the job's Actions services is not one airlock knows (cache, artifacts, OIDC token): refused, so that the runtime token goes nowhere else", "use the actions/toolkit clients (actions/cache, actions/upload-artifact, core.getIDToken)"
 	case "oidc":
-		if !slices.Contains(v.pol.OIDCAudiences, r.op) {
+		switch {
+		case r.op == "":
+			return false, "credentials.oidc.audiences", "the OIDC token request does not name exactly one audience, plainly", "request the token with one audience parameter"
+		case !slices.Contains(v.pol.OIDCAudiences, r.op):
 			return false, "credentials.oidc.audiences", fmt.Sprintf("an OIDC token for audience %q is not allowed (credentials.oidc.audiences: %q)", r.op, v.pol.OIDCAudiences),
 				fmt.Sprintf("add %q to credentials.oidc.audiences in the organisation policy", r.op)
 		}
@@ -357,6 +370,14 @@ func (v *Vault) decide(r route) (allowed bool, rule, reason, suggest string) {
 			return false, "credentials.gitPush", "git push with the job's token is refused for this job (credentials.gitPush: false, the default for agent work)", "set credentials.gitPush: true in the organisation policy"
 		}
 		return true, "credentials.gitPush", "", ""
+	case "api":
+		switch {
+		case v.pol.API == "none":
+			return false, "credentials.api", "the GitHub API with the job's token is off for this job (credentials.api: \"none\")", `set credentials.api: "read" (or "readwrite") in the organisation policy`
+		case r.op == "write" && v.pol.API != "readwrite":
+			return false, "credentials.api", "this job may read the GitHub API with its token but not write (credentials.api: \"read\", the default for agent work): a write (contents, refs, a merge, GraphQL) could do what git push would", `set credentials.api: "readwrite" in the organisation policy`
+		}
+		return true, "credentials.api", "", ""
 	}
 	return true, "credentials." + r.name, "", ""
 }
@@ -371,72 +392,102 @@ type Decision struct {
 	// Allowed, Rule, Reason and Suggest are the verdict.
 	Allowed               bool
 	Rule, Reason, Suggest string
+	// Injected are the credentials put back into the request, Echoes
+	// what the gateway must blank in the response (the real values in
+	// the forms they were sent in).
+	Injected, Echoes []string
 }
 
-// Decide says whether a request to host:port (method, decoded URL,
-// headers as the sandbox sent them) is on a credential's route, and
-// whether the credentials policy lets it go. A refusal is counted for
-// each credential whose placeholder the request carried.
-func (v *Vault) Decide(host string, port int, method string, u *url.URL, h http.Header) Decision {
+// Request is the vault's part of one request to host:port (method,
+// decoded URL, headers as the sandbox sent them): whether the request is
+// on a credential's route and the credentials policy lets it go; and,
+// when it does, egressAllowed (or the route is an Actions service's) and
+// it goes upstream over TLS, the real value of every credential that
+// belongs there put back in place of its placeholder. A credential never
+// goes upstream in clear; a placeholder where its credential does not
+// belong goes as it is, and is counted. Decided and put back under one
+// lock: what is decided is what is sent.
+func (v *Vault) Request(host string, port int, method string, u *url.URL, h http.Header, egressAllowed, overTLS bool) Decision {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	r, onRoute := v.routeOf(host, port, method, u)
+	var carried []*credential
+	for _, c := range v.creds {
+		if c.in(h) {
+			carried = append(carried, c)
+		}
+	}
+	refuse := func(route, rule, reason, suggest string) Decision {
+		if len(carried) == 0 {
+			v.rec.refused("none", host, route, rule)
+		}
+		for _, c := range carried {
+			v.rec.refused(c.label(), host, route, rule)
+		}
+		return Decision{Route: route, Rule: rule, Reason: reason, Suggest: suggest}
+	}
+	if len(carried) > 0 && !plainPath(u) {
+		return refuse("path", "credentials", fmt.Sprintf("the request carries the job's credentials to a path that is not in plain form (%q: a doubled slash, a dot segment or an encoded separator), which airlock will not classify", truncate(u.EscapedPath(), 200)), "send the request to the path itself")
+	}
+	r, onRoute := v.classify(host, port, method, u)
 	if !onRoute {
+		for _, c := range carried {
+			v.rec.elsewhere(c.label(), host)
+		}
 		return Decision{Allowed: true}
 	}
 	d := Decision{Route: r.name, Service: r.service}
-	d.Allowed, d.Rule, d.Reason, d.Suggest = v.decide(r)
-	if !d.Allowed {
-		carried := false
-		for _, c := range v.creds {
-			if c.in(h) {
-				v.rec.refused(c.label(), host, r.name, d.Rule)
-				carried = true
+	if d.Allowed, d.Rule, d.Reason, d.Suggest = v.decide(r); !d.Allowed {
+		refused := refuse(r.name, d.Rule, d.Reason, d.Suggest)
+		refused.Service = r.service
+		return refused
+	}
+	if !egressAllowed && !r.service {
+		return d // the egress policy refuses it: nothing is put back
+	}
+	for _, c := range carried {
+		belongs := c == r.cred || (r.kind != "" && slices.Contains(c.kinds, r.kind))
+		if !belongs || !overTLS {
+			v.rec.elsewhere(c.label(), host)
+			continue
+		}
+		echoes, ok := c.putBack(h, r.kind != "" && strings.HasPrefix(r.kind, Secret+" "))
+		if !ok {
+			v.rec.elsewhere(c.label(), host) // not in a header it may be put back in
+			continue
+		}
+		d.Injected = append(d.Injected, c.label())
+		for _, e := range echoes {
+			// And as an upstream could quote it in a URL.
+			d.Echoes = append(d.Echoes, e)
+			if q := url.QueryEscape(e); q != e {
+				d.Echoes = append(d.Echoes, q)
 			}
 		}
-		if !carried {
-			v.rec.refused("none", host, r.name, d.Rule)
-		}
+		v.rec.injected(c.label(), host, r.name)
 	}
 	return d
 }
 
-// PutBack puts the real value of every credential whose route this
-// request is on back in place of its placeholder in the headers, in
-// every form, and returns their names and real values (for the gateway
-// to blank an upstream's echo of them). A placeholder of a credential
-// that does not belong here stays as it is, and is counted. Call it only
-// for a request that is allowed and goes upstream over TLS.
-func (v *Vault) PutBack(host string, port int, method string, u *url.URL, h http.Header) (names, values []string) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	r, onRoute := v.routeOf(host, port, method, u)
-	for _, c := range v.creds {
-		if !c.in(h) {
-			continue
+// plainPath reports a URL path in plain form: no doubled slash, no dot
+// segment, no encoded dot, slash or backslash, no backslash. Servers
+// normalise such paths in ways of their own: one the vault classified as
+// a read could reach a write.
+func plainPath(u *url.URL) bool {
+	raw := u.EscapedPath()
+	low := strings.ToLower(raw)
+	for _, bad := range []string{"//", "/./", "/../", "%2e", "%2f", "%5c", "\\"} {
+		if strings.Contains(low, bad) {
+			return false
 		}
-		if !onRoute || !slices.Contains(c.kinds, r.kind) {
-			v.rec.elsewhere(c.label(), host)
-			continue
-		}
-		c.putBack(h)
-		names = append(names, c.label())
-		values = append(values, c.real, basicAuth(c.real))
-		v.rec.injected(c.label(), host, r.name)
 	}
-	return names, values
+	return !strings.HasSuffix(raw, "/.") && !strings.HasSuffix(raw, "/..") && raw != "." && raw != ".."
 }
 
-// Elsewhere counts the placeholders a request carries that go out as
-// they are: a request in clear, into which nothing is ever put back.
-func (v *Vault) Elsewhere(host string, h http.Header) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	for _, c := range v.creds {
-		if c.in(h) {
-			v.rec.elsewhere(c.label(), host)
-		}
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
 	}
+	return s
 }
 
 // in reports whether a placeholder of c is in any header value of h
@@ -456,22 +507,36 @@ func (c *credential) in(h http.Header) bool {
 }
 
 // putBack replaces c's placeholder with its value in h, in every form:
-// as it is (Bearer, token, a custom header), and inside basic auth
-// whatever the user name.
-func (c *credential) putBack(h http.Header) {
+// as it is (Bearer, token), and inside basic auth whatever the user
+// name; in the Authorization header only, but for a secret (anyHeader:
+// the policy named its hosts, and clients send some in headers of their
+// own). It returns the header values as sent (what an upstream's echo
+// would repeat) and whether anything was put back.
+func (c *credential) putBack(h http.Header, anyHeader bool) (echoes []string, ok bool) {
 	for k, vs := range h {
+		auth := strings.EqualFold(k, "Authorization")
+		if !auth && !anyHeader {
+			continue
+		}
 		for i, val := range vs {
-			if strings.EqualFold(k, "Authorization") {
+			was := val
+			if auth {
 				if dec := decodeBasic(val); strings.Contains(dec, c.ph) {
-					val = "Basic " + base64.StdEncoding.EncodeToString([]byte(strings.ReplaceAll(dec, c.ph, c.real)))
+					blob := base64.StdEncoding.EncodeToString([]byte(strings.ReplaceAll(dec, c.ph, c.real)))
+					val = "Basic " + blob
+					echoes = append(echoes, blob)
 				}
 			}
 			for _, f := range c.forms {
 				val = strings.ReplaceAll(val, f[1], f[0])
 			}
-			h[k][i] = val
+			if val != was {
+				h[k][i], ok = val, true
+				echoes = append(echoes, c.real, val)
+			}
 		}
 	}
+	return echoes, ok
 }
 
 // decodeBasic is the credentials of an HTTP basic Authorization value,

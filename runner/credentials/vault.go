@@ -26,6 +26,7 @@ package credentials
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"math/big"
 	"regexp"
 	"slices"
@@ -93,7 +94,6 @@ func NewVault(pol Policy, serverURL, apiURL string) *Vault {
 func (v *Vault) Withhold(env map[string]string) map[string]string {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.ends.learn(env)
 	for _, k := range sortedKeys(env) {
 		val := env[k]
 		switch kind := v.kindOf(k, val); {
@@ -103,6 +103,7 @@ func (v *Vault) Withhold(env map[string]string) map[string]string {
 			v.byReal[val].addVar(k)
 		}
 	}
+	v.learn(env)
 	out := make(map[string]string, len(env))
 	for k, val := range env {
 		out[k] = v.replace(k, val)
@@ -146,9 +147,13 @@ func (v *Vault) kindOf(name, val string) string {
 		return RuntimeToken
 	case name == "ACTIONS_ID_TOKEN_REQUEST_TOKEN":
 		return OIDCRequestToken
-	case name == "GITHUB_TOKEN" || name == "GH_TOKEN" || githubTokenShape.MatchString(val):
+	case githubTokenShape.MatchString(val):
+		// GITHUB_TOKEN, GH_TOKEN, checkout's token input: by its shape,
+		// never by the variable's name alone (a step could name any
+		// value so through $GITHUB_ENV, and have it blanked from the
+		// record).
 		return GitHubToken
-	case v.pol.Secrets[name] != nil:
+	case v.pol.Secrets[name] != nil && len(val) >= minSubstring:
 		return Secret
 	}
 	return ""
@@ -159,7 +164,7 @@ func (v *Vault) kindOf(name, val string) string {
 func (v *Vault) add(name, kind, real string) {
 	c := v.byReal[real]
 	if c == nil {
-		c = &credential{real: real, ph: placeholder(real)}
+		c = &credential{real: real, ph: placeholder(real, kind)}
 		c.forms = [][2]string{{real, c.ph}, {basicAuth(real), basicAuth(c.ph)}}
 		v.creds = append(v.creds, c)
 		v.byReal[real] = c
@@ -216,6 +221,9 @@ func (v *Vault) replace(name, val string) string {
 	return out
 }
 
+// maxMasks bounds the values a job may mask.
+const maxMasks = 1024
+
 // Mask adds a value the job asked to mask (::add-mask::): it is not a
 // credential the gateway injects, but it is redacted from what airlock
 // records and signs.
@@ -225,37 +233,98 @@ func (v *Vault) Mask(val string) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if !slices.Contains(v.masks, val) {
+	if !slices.Contains(v.masks, val) && len(v.masks) < maxMasks {
 		v.masks = append(v.masks, val)
 	}
 }
 
 // Redact blanks every withheld or masked value in s (and the encoded
-// forms of the withheld ones), for what airlock records and signs.
+// forms of the withheld ones), for what airlock records and signs: where
+// it stands inside s when it is at least minSubstring long, else only
+// when it is the whole of s (a short value could be a piece of any word,
+// and a job could mask one to blank what it likes from its record).
 func (v *Vault) Redact(s string) string {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	blank := func(val string) {
+		switch {
+		case val == "":
+		case len(val) >= minSubstring:
+			s = strings.ReplaceAll(s, val, redacted)
+		case s == val:
+			s = redacted
+		}
+	}
 	for _, c := range v.creds {
 		for _, f := range c.forms {
-			s = strings.ReplaceAll(s, f[0], redacted)
+			blank(f[0])
 		}
 	}
 	for _, m := range v.masks {
-		s = strings.ReplaceAll(s, m, redacted)
+		blank(m)
 	}
 	return s
+}
+
+// RedactCut is Redact for a string the record cut at its end: the start
+// of a withheld or masked value left at the cut is blanked too.
+func (v *Vault) RedactCut(s string) string {
+	s = v.Redact(s)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, val := range v.secretsLocked() {
+		if len(val) < minSubstring {
+			continue
+		}
+		for n := min(len(val)-1, len(s)); n >= 4; n-- {
+			if strings.HasSuffix(s, val[:n]) {
+				s = s[:len(s)-n] + redacted
+				break
+			}
+		}
+	}
+	return s
+}
+
+// Hide replaces every credential the vault knows, in every form, with
+// its placeholder, wherever it stands in text (a script the runner
+// wrote, a container's arguments). Nothing is learned.
+func (v *Vault) Hide(text string) string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, c := range v.creds {
+		if len(c.real) < minSubstring && text != c.real {
+			continue
+		}
+		for _, f := range c.forms {
+			text = strings.ReplaceAll(text, f[0], f[1])
+		}
+	}
+	return text
+}
+
+// secretsLocked are the values Redact blanks; v.mu is held.
+func (v *Vault) secretsLocked() []string {
+	var out []string
+	for _, c := range v.creds {
+		for _, f := range c.forms {
+			out = append(out, f[0])
+		}
+	}
+	return append(out, v.masks...)
 }
 
 // redacted stands for a value airlock will not record.
 const redacted = "***"
 
 // placeholder makes a value's stand-in, random per job and never the
-// value: a JWT keeps its header and claims (clients read them: the
-// artifact client takes its scope from the runtime token's scp claim)
-// with a signature that does not verify; a GitHub token keeps its prefix;
-// anything else becomes random letters and digits of its length.
-func placeholder(real string) string {
-	if parts := strings.Split(real, "."); len(parts) == 3 && len(parts[2]) > 0 {
+// value: the runtime (or OIDC request) token, a JWT, keeps its header and
+// claims (clients read them: the artifact client takes its scope from
+// the scp claim) with a signature that does not verify; a GitHub token
+// keeps its prefix; anything else becomes random letters and digits of
+// its length.
+func placeholder(real, kind string) string {
+	if parts := strings.Split(real, "."); (kind == RuntimeToken || kind == OIDCRequestToken) && len(parts) == 3 && len(parts[2]) > 0 && jsonPart(parts[0]) && jsonPart(parts[1]) {
 		sig := randomFrom(base64URL, len(parts[2]))
 		for sig == parts[2] {
 			sig = randomFrom(base64URL, len(parts[2]))
@@ -272,6 +341,12 @@ func placeholder(real string) string {
 			return ph
 		}
 	}
+}
+
+// jsonPart reports a JWT part that decodes to a JSON object.
+func jsonPart(p string) bool {
+	b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(p, "="))
+	return err == nil && json.Valid(b) && strings.HasPrefix(strings.TrimSpace(string(b)), "{")
 }
 
 const (

@@ -140,14 +140,17 @@ func TestRequest(t *testing.T) {
 		{"OIDC, allowed audience", Policy{OIDCAudiences: []string{"sts.amazonaws.com"}}, req{"token.actions.githubusercontent.com", 443, "GET", "/.well-known/openid-configuration/token?api-version=2.0&audience=sts.amazonaws.com", "Bearer PH", "runtime"}, "oidc", true, true, ""},
 		{"OIDC, another audience", Policy{OIDCAudiences: []string{"sts.amazonaws.com"}}, req{"token.actions.githubusercontent.com", 443, "GET", "/.well-known/openid-configuration/token?api-version=2.0&audience=evil", "Bearer PH", "runtime"}, "oidc", false, false, "credentials.oidc.audiences"},
 		{"OIDC, none allowed", Policy{}, req{"token.actions.githubusercontent.com", 443, "GET", "/.well-known/openid-configuration/token?api-version=2.0&audience=sts.amazonaws.com", "Bearer PH", "runtime"}, "oidc", false, false, "credentials.oidc.audiences"},
-		{"REST API, token form", Policy{}, req{"api.github.com", 443, "GET", "/repos/acme/app", "token PH", "github"}, "api", true, true, ""},
+		{"REST API, token form", Policy{API: "read"}, req{"api.github.com", 443, "GET", "/repos/acme/app", "token PH", "github"}, "api", true, true, ""},
+		{"REST API write, read only", Policy{API: "read"}, req{"api.github.com", 443, "PUT", "/repos/acme/app/contents/x", "token PH", "github"}, "api", false, false, "credentials.api"},
+		{"GraphQL, read only", Policy{API: "read"}, req{"api.github.com", 443, "POST", "/graphql", "bearer PH", "github"}, "api", false, false, "credentials.api"},
+		{"REST API write, readwrite", Policy{API: "readwrite"}, req{"api.github.com", 443, "PATCH", "/repos/acme/app/git/refs/heads/main", "token PH", "github"}, "api", true, true, ""},
 		{"git fetch, basic x-access-token", Policy{}, req{"github.com", 443, "POST", "/acme/app/git-upload-pack", "basic PHBASIC", "github"}, "git", true, true, ""},
 		{"git fetch, basic another user", Policy{}, req{"github.com", 443, "GET", "/acme/app.git/info/refs?service=git-upload-pack", "Basic PHBASICUSER", "github"}, "git", true, true, ""},
 		{"git push refused", Policy{GitPush: false}, req{"github.com", 443, "POST", "/acme/app.git/git-receive-pack", "basic PHBASIC", "github"}, "git", false, false, "credentials.gitPush"},
 		{"git push advertisement refused", Policy{GitPush: false}, req{"github.com", 443, "GET", "/acme/app/info/refs?service=git-receive-pack", "basic PHBASIC", "github"}, "git", false, false, "credentials.gitPush"},
 		{"git push allowed", Policy{GitPush: true}, req{"github.com", 443, "POST", "/acme/app.git/git-receive-pack", "basic PHBASIC", "github"}, "git", true, true, ""},
 		{"GitHub web page: not a credential route", Policy{}, req{"github.com", 443, "GET", "/acme/app/settings", "token PH", "github"}, "", true, false, ""},
-		{"the runtime token to the API: not its route", Policy{}, req{"api.github.com", 443, "GET", "/user", "Bearer PH", "runtime"}, "api", true, false, ""},
+		{"the runtime token to the API: not its route", Policy{API: "read"}, req{"api.github.com", 443, "GET", "/user", "Bearer PH", "runtime"}, "api", true, false, ""},
 		{"the GitHub token to an attacker", Policy{}, req{"evil.example", 443, "POST", "/", "Bearer PH", "github"}, "", true, false, ""},
 		{"a secret to its host", Policy{}, req{"registry.npmjs.org", 443, "PUT", "/pkg", "Bearer PH", "npm"}, "secret NPM_TOKEN", true, true, ""},
 		{"a secret elsewhere", Policy{}, req{"evil.example", 443, "PUT", "/pkg", "Bearer PH", "npm"}, "", true, false, ""},
@@ -162,11 +165,8 @@ func TestRequest(t *testing.T) {
 				"PHBASIC", basicAuth(placeholder), "PH", placeholder).Replace(tc.req.auth)
 			h := http.Header{"Authorization": {auth}, "User-Agent": {"git/2.39"}}
 			u, _ := url.Parse("https://" + tc.req.host + tc.req.url)
-			d := v.Decide(tc.req.host, tc.req.port, tc.req.method, u, h)
-			var injected, values []string
-			if d.Allowed {
-				injected, values = v.PutBack(tc.req.host, tc.req.port, tc.req.method, u, h)
-			}
+			d := v.Request(tc.req.host, tc.req.port, tc.req.method, u, h, true, true)
+			injected, values := d.Injected, d.Echoes
 			if d.Route != tc.route || d.Allowed != tc.allowed || (tc.rule != "" && d.Rule != tc.rule) {
 				t.Errorf("decision %+v; want route %q allowed %v rule %q", d, tc.route, tc.allowed, tc.rule)
 			}
@@ -194,12 +194,13 @@ func TestRecordAndRedact(t *testing.T) {
 	v := newTestVault(Policy{Cache: "read"})
 	ph := v.Withhold(stepEnv(t))
 	u, _ := url.Parse("https://api.github.com/repos/acme/app")
-	v.PutBack("api.github.com", 443, "GET", u, http.Header{"Authorization": {"token " + ph["INPUT_TOKEN"]}})
+	v.Request("api.github.com", 443, "GET", u, http.Header{"Authorization": {"token " + ph["INPUT_TOKEN"]}}, true, true)
 	u, _ = url.Parse("https://evil.example/x")
-	v.PutBack("evil.example", 443, "GET", u, http.Header{"Authorization": {"token " + ph["INPUT_TOKEN"]}})
+	v.Request("evil.example", 443, "GET", u, http.Header{"Authorization": {"token " + ph["INPUT_TOKEN"]}}, true, true)
 	u, _ = url.Parse("https://results-receiver.actions.githubusercontent.com/twirp/github.actions.results.api.v1.CacheService/CreateCacheEntry")
-	v.Decide("results-receiver.actions.githubusercontent.com", 443, "POST", u, http.Header{"Authorization": {"Bearer " + ph["ACTIONS_RUNTIME_TOKEN"]}})
-	v.Elsewhere("plain.example", http.Header{"X-Token": {ph["NPM_TOKEN"]}})
+	v.Request("results-receiver.actions.githubusercontent.com", 443, "POST", u, http.Header{"Authorization": {"Bearer " + ph["ACTIONS_RUNTIME_TOKEN"]}}, true, true)
+	u, _ = url.Parse("http://registry.npmjs.org/pkg")
+	v.Request("registry.npmjs.org", 80, "GET", u, http.Header{"X-Token": {ph["NPM_TOKEN"]}}, true, false)
 	v.Mask("hunter2-masked")
 	rec := v.Record()
 	b, _ := json.Marshal(rec)
@@ -212,7 +213,7 @@ func TestRecordAndRedact(t *testing.T) {
 		{Credential: "GitHub token", Host: "api.github.com", Route: "api", Injected: 1},
 		{Credential: "GitHub token", Host: "evil.example", Elsewhere: 1},
 		{Credential: "runtime token", Host: "results-receiver.actions.githubusercontent.com", Route: "cache", Refused: 1, Rule: "credentials.cache"},
-		{Credential: "secret NPM_TOKEN", Host: "plain.example", Elsewhere: 1},
+		{Credential: "secret NPM_TOKEN", Host: "registry.npmjs.org", Elsewhere: 1},
 	}
 	if !slices.Equal(rec.Uses, want) || rec.Masked != 1 {
 		t.Errorf("uses %+v masked %d", rec.Uses, rec.Masked)
@@ -302,10 +303,11 @@ func TestWithholdGitConfig(t *testing.T) {
 			header = header[:strings.Index(header, "\n")]
 			h := http.Header{"Authorization": {header}}
 			u, _ := url.Parse("https://github.com/acme/app.git/git-upload-pack")
-			if d := v.Decide("github.com", 443, "POST", u, h); !d.Allowed {
+			d := v.Request("github.com", 443, "POST", u, h, true, true)
+			if !d.Allowed {
 				t.Fatalf("fetch refused: %+v", d)
 			}
-			names, _ := v.PutBack("github.com", 443, "POST", u, h)
+			names := d.Injected
 			if len(names) != 1 || decodeBasic(h.Get("Authorization")) != tc.user+":"+ghToken {
 				t.Errorf("put back %v: %q", names, decodeBasic(h.Get("Authorization")))
 			}
@@ -320,20 +322,106 @@ func TestWithholdGitConfig(t *testing.T) {
 	}
 }
 
-// BenchmarkPutBack: the vault's part of an injected request (the
+// BenchmarkVaultRequest: the vault's part of an injected request (the
 // credentials policy's decision and the put-back into the headers), as
 // the gateway runs it for each request. See BENCHMARKS.md.
-func BenchmarkPutBack(b *testing.B) {
+func BenchmarkVaultRequest(b *testing.B) {
 	v := newTestVault(Policy{Cache: "read", Artifacts: true})
 	ph := v.Withhold(stepEnv(b))
 	u, _ := url.Parse("https://results-receiver.actions.githubusercontent.com/twirp/github.actions.results.api.v1.CacheService/GetCacheEntryDownloadURL")
 	for i := 0; i < b.N; i++ {
 		h := http.Header{"Authorization": {"Bearer " + ph["ACTIONS_RUNTIME_TOKEN"]}, "User-Agent": {"actions/cache"}, "Content-Type": {"application/json"}}
-		if d := v.Decide(u.Host, 443, "POST", u, h); !d.Allowed {
+		if d := v.Request(u.Host, 443, "POST", u, h, true, true); !d.Allowed || len(d.Injected) != 1 {
 			b.Fatal(d)
 		}
-		if names, _ := v.PutBack(u.Host, 443, "POST", u, h); len(names) != 1 {
-			b.Fatal(names)
-		}
+	}
+}
+
+// What a hostile step tries against the routes, with the URLs laid out
+// as on github.com (the OIDC token endpoint below the runtime service's
+// URL): each is refused, or the real value is not put back.
+func TestRequestAttacks(t *testing.T) {
+	const runtimeURL = "https://pipelines.actions.githubusercontent.com/abc123/"
+	const oidcURL = runtimeURL + "00000000-0000-0000-0000-000000000000/_apis/distributedtask/hubs/Actions/plans/p/jobs/j/idtoken?api-version=2.0"
+	const results = "https://results-receiver.actions.githubusercontent.com"
+	for _, tc := range []struct {
+		name, method, url, auth string
+		route                   string
+		allowed, injected       bool
+	}{
+		{"OIDC, allowed audience", "GET", oidcURL + "&audience=sts.amazonaws.com", "Bearer PH", "oidc", true, true},
+		{"OIDC for another audience (below the runtime URL)", "GET", oidcURL + "&audience=evil", "Bearer PH", "oidc", false, false},
+		{"OIDC, the audience twice", "GET", oidcURL + "&audience=sts.amazonaws.com&audience=evil", "Bearer PH", "oidc", false, false},
+		{"OIDC, a ';' hiding a second audience", "GET", oidcURL + "&audience=evil;&audience=sts.amazonaws.com", "Bearer PH", "oidc", false, false},
+		{"OIDC, no audience", "GET", oidcURL, "Bearer PH", "oidc", false, false},
+		{"OIDC endpoint in other case", "GET", strings.Replace(oidcURL, "idtoken", "IdToken", 1) + "&audience=evil", "Bearer PH", "oidc", false, false},
+		{"another request to the runtime service", "POST", runtimeURL + "_apis/distributedtask/hubs/Actions/plans/p/logs", "Bearer PH", "actions", false, false},
+		{"another request to the results service", "POST", results + "/twirp/github.actions.results.api.v1.WorkflowService/Anything", "Bearer PH", "actions", false, false},
+		{"cache save in lower case", "POST", results + "/twirp/github.actions.results.api.v1.cacheservice/createcacheentry", "Bearer PH", "cache", false, false},
+		{"cache save with a trailing slash", "POST", results + "/twirp/github.actions.results.api.v1.CacheService/CreateCacheEntry/", "Bearer PH", "cache", false, false},
+		{"cache, an unknown RPC", "POST", results + "/twirp/github.actions.results.api.v1.CacheService/DeleteCacheEntry", "Bearer PH", "cache", false, false},
+		{"cache save behind a doubled slash", "POST", results + "//twirp/github.actions.results.api.v1.CacheService/CreateCacheEntry", "Bearer PH", "path", false, false},
+		{"a dot segment", "POST", results + "/twirp/x/../github.actions.results.api.v1.CacheService/CreateCacheEntry", "Bearer PH", "path", false, false},
+		{"an encoded dot segment", "POST", results + "/twirp/%2e%2e/github.actions.results.api.v1.CacheService/CreateCacheEntry", "Bearer PH", "path", false, false},
+		{"an encoded slash", "POST", results + "/twirp%2fgithub.actions.results.api.v1.CacheService/CreateCacheEntry", "Bearer PH", "path", false, false},
+		{"cache restore in plain form", "POST", results + "/twirp/github.actions.results.api.v1.CacheService/GetCacheEntryDownloadURL", "Bearer PH", "cache", true, true},
+		{"the placeholder in another header", "POST", results + "/twirp/github.actions.results.api.v1.CacheService/GetCacheEntryDownloadURL", "X-Token: PH", "cache", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := newTestVault(Policy{Cache: "read", API: "read", OIDCAudiences: []string{"sts.amazonaws.com"}})
+			env := map[string]string{"ACTIONS_RUNTIME_TOKEN": runtimeToken(t), "ACTIONS_ID_TOKEN_REQUEST_TOKEN": runtimeToken(t),
+				"ACTIONS_RUNTIME_URL": runtimeURL, "ACTIONS_RESULTS_URL": results + "/", "ACTIONS_ID_TOKEN_REQUEST_URL": oidcURL}
+			ph := v.Withhold(env)["ACTIONS_RUNTIME_TOKEN"]
+			h := http.Header{}
+			if k, val, ok := strings.Cut(tc.auth, ": "); ok {
+				h.Set(k, strings.ReplaceAll(val, "PH", ph))
+			} else {
+				h.Set("Authorization", strings.ReplaceAll(tc.auth, "PH", ph))
+			}
+			u, err := url.Parse(tc.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			port := 443
+			d := v.Request(u.Hostname(), port, tc.method, u, h, false, true)
+			sent := strings.Join(slices.Concat(h.Values("Authorization"), h.Values("X-Token")), " ")
+			if d.Route != tc.route || d.Allowed != tc.allowed || strings.Contains(sent, runtimeToken(t)) != tc.injected {
+				t.Errorf("route %q allowed %v (%s), sent %.30q; want route %q allowed %v injected %v", d.Route, d.Allowed, d.Reason, sent, tc.route, tc.allowed, tc.injected)
+			}
+		})
+	}
+}
+
+// A step can set the Actions service URLs for the steps after it
+// ($GITHUB_ENV), with a runtime token of its own making: a URL outside
+// the Actions services' domain is never learned (so never resolved,
+// reached or given a token), and the runner's real token is never put
+// back on a URL learned with another.
+func TestLearnedEndpoints(t *testing.T) {
+	v := newTestVault(Policy{Cache: "readwrite"})
+	real := v.Withhold(stepEnv(t))["ACTIONS_RUNTIME_TOKEN"]
+	fake := "eyJhbGciOiJub25lIn0.eyJzY3AiOiJ4In0.bWFkZS11cA"
+	v.Withhold(map[string]string{"ACTIONS_RUNTIME_TOKEN": fake, "ACTIONS_CACHE_URL": "https://gist.github.com/x/", "ACTIONS_RESULTS_URL": "https://evil.actions.githubusercontent.com/"})
+	if v.ServiceHost("gist.github.com", 443) || v.Intercept("gist.github.com") {
+		t.Error("a job-set URL outside the Actions services' domain was learned")
+	}
+	u, _ := url.Parse("https://evil.actions.githubusercontent.com/twirp/github.actions.results.api.v1.CacheService/CreateCacheEntry")
+	h := http.Header{"Authorization": {"Bearer " + real}}
+	if d := v.Request("evil.actions.githubusercontent.com", 443, "POST", u, h, false, true); len(d.Injected) != 0 || strings.Contains(h.Get("Authorization"), runtimeToken(t)) {
+		t.Errorf("the runner's token was put back on a URL the job named: %+v", d)
+	}
+}
+
+// An upstream that echoes what it was sent gets every form blanked: the
+// real value, and the basic blob of whatever user name the client used.
+func TestEchoes(t *testing.T) {
+	v := newTestVault(Policy{})
+	ph := v.Withhold(stepEnv(t))["INPUT_TOKEN"]
+	h := http.Header{"Authorization": {"Basic " + base64.StdEncoding.EncodeToString([]byte("foo:"+ph))}}
+	u, _ := url.Parse("https://github.com/acme/app/info/refs?service=git-upload-pack")
+	d := v.Request("github.com", 443, "GET", u, h, true, true)
+	blob := base64.StdEncoding.EncodeToString([]byte("foo:" + ghToken))
+	if !slices.Contains(d.Echoes, ghToken) || !slices.Contains(d.Echoes, blob) {
+		t.Errorf("echoes %q lack the token or the blob sent", d.Echoes)
 	}
 }

@@ -40,7 +40,7 @@ const benchGitHubAddr = "127.0.0.79"
 // request, TLS interception included). The tunnel request is a GET: Go's
 // HTTP/2 server resets a stream whose body the handler left unread, which
 // curl reports as an error (the tunnel only carries the bytes).
-// BenchmarkPutBack (runner/credentials) times the put-back itself.
+// BenchmarkVaultRequest (runner/credentials) times the put-back itself.
 // See BENCHMARKS.md.
 func BenchmarkCredentialInjection(b *testing.B) {
 	if os.Geteuid() != 0 {

@@ -81,10 +81,16 @@ echo "oidc-allowed=$(oidc sts.amazonaws.com) $(cat /tmp/oidc)"
 echo "oidc-refused=$(oidc evil.example)"
 echo "api=$(curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: token $GITHUB_TOKEN" https://api.github.test/repos/acme/app)"
 curl -sS -o /dev/null -H "Authorization: Bearer $GITHUB_TOKEN" https://github.test/exfil
+# The runner expands ${{ github.token }} into the script it writes.
+echo "inline: INLINE_TOKEN"
+# Another request to the runtime service with its token: refused.
+echo "runtime-other=$(curl -sS -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $ACTIONS_RUNTIME_TOKEN" "${ACTIONS_RUNTIME_URL}_apis/distributedtask/logs")"
+# The cache save spelled otherwise.
+echo "save-lower=$(post cacheservice/createcacheentry)"
 echo "::add-mask::masked-value-12345"
 /bin/echo "the masked value: masked-value-12345"
 true`
-	code, out := h.script(state, "bash", "--noprofile --norc -e -o pipefail {0}", script, env)
+	code, out := h.script(state, "bash", "--noprofile --norc -e -o pipefail {0}", strings.ReplaceAll(script, "INLINE_TOKEN", gh.Token), env)
 	if code != 0 {
 		t.Fatalf("step: exit %d: %s", code, out)
 	}
@@ -95,7 +101,7 @@ true`
 		}
 	}
 	for _, want := range []string{"GITHUB_TOKEN=ghs_", "ACTIONS_RUNTIME_TOKEN=ey", "extraheader = AUTHORIZATION: basic ", "fetch=ok", "restore=200", "node-restore=200", "save=403",
-		`credentials.cache`, "artifact=200", "oidc-allowed=200 {\"value\":\"oidc-token-for-sts.amazonaws.com\"}", "oidc-refused=403", "api=200", "push=refused"} {
+		`credentials.cache`, "artifact=200", "oidc-allowed=200 {\"value\":\"oidc-token-for-sts.amazonaws.com\"}", "oidc-refused=403", "api=200", "push=refused", "runtime-other=403", "save-lower=403", "inline: ghs_"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the step's output lacks %q:\n%s", want, out)
 		}
@@ -108,13 +114,13 @@ true`
 		"github.test /acme/app.git/git-upload-pack":                                                      "Basic " + basic,
 		"results.github.test /twirp/github.actions.results.api.v1.CacheService/GetCacheEntryDownloadURL": runtime,
 		"results.github.test /twirp/github.actions.results.api.v1.ArtifactService/CreateArtifact":        runtime,
-		"pipelines.github.test /oidc/token":                                                              runtime,
+		"pipelines.github.test /runtime/oidc/token":                                                      runtime,
 		"api.github.test /repos/acme/app":                                                                "token " + gh.Token,
 	}
 	for _, s := range gh.Requests() {
 		key := s.Host + " " + s.Path
 		switch {
-		case strings.Contains(s.Path, "receive-pack") || strings.Contains(s.Query, "receive-pack"), strings.Contains(s.Path, "CreateCacheEntry"), strings.Contains(s.Path, "FinalizeCacheEntryUpload"), strings.Contains(s.Query, "evil.example"):
+		case strings.Contains(s.Path, "receive-pack") || strings.Contains(s.Query, "receive-pack"), strings.Contains(strings.ToLower(s.Path), "createcacheentry"), strings.Contains(s.Path, "FinalizeCacheEntryUpload"), strings.Contains(s.Query, "evil.example"), strings.Contains(s.Path, "distributedtask"):
 			t.Errorf("a refused request reached GitHub: %+v", s)
 		case s.Path == "/exfil":
 			if s.Authorization == bearer || !strings.HasPrefix(s.Authorization, "Bearer ghs_") {
@@ -164,7 +170,8 @@ true`
 		"GitHub token github.test git":                {2, 1, 0},
 		"GitHub token api.github.test api":            {1, 0, 0},
 		"GitHub token github.test ":                   {0, 0, 1},
-		"runtime token results.github.test cache":     {1, 2, 0},
+		"runtime token results.github.test cache":     {2, 3, 0},
+		"runtime token pipelines.github.test actions": {0, 1, 0},
 		"runtime token results.github.test artifacts": {1, 0, 0},
 		"runtime token pipelines.github.test oidc":    {1, 1, 0},
 	} {

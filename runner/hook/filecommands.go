@@ -94,12 +94,12 @@ func (d *job) copyBack(staged []stagedFile, w io.Writer) {
 // FIFO would block the hook, another name could be anywhere), at most
 // maxFileCommand bytes.
 func copyFileCommand(dir, name, work, runner string) error {
-	src, err := openRegular(dir, filepath.Join(dir, name), os.O_RDONLY)
+	src, err := files.OpenRegularBeneath(dir, filepath.Join(dir, name), os.O_RDONLY)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
-	dst, err := openRegular(work, runner, os.O_WRONLY|os.O_TRUNC)
+	dst, err := files.OpenRegularBeneath(work, runner, os.O_WRONLY|os.O_TRUNC)
 	if err != nil {
 		return err
 	}
@@ -111,25 +111,4 @@ func copyFileCommand(dir, name, work, runner string) error {
 		return fmt.Errorf("larger than %d bytes: cut there", maxFileCommand)
 	}
 	return nil
-}
-
-// openRegular opens p (below base) with flags when it is a regular file
-// with one link: its O_PATH descriptor (files.OpenBeneath, no symlink
-// followed) is checked, then opened again through its /proc link, which
-// names that very inode.
-func openRegular(base, p string, flags int) (*os.File, error) {
-	f, err := files.OpenBeneath(base, p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.Mode().IsRegular() || !ok || st.Nlink != 1 {
-		return nil, fmt.Errorf("%s is not a regular file with one name", filepath.Base(p))
-	}
-	return os.OpenFile(files.FDPath(f), flags|syscall.O_NONBLOCK, 0)
 }

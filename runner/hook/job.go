@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -446,8 +447,28 @@ func (d *job) Step(ctx context.Context, a ScriptArgs, stdout, stderr io.Writer) 
 	defer d.copyBack(staged, stderr)
 	return d.runStep(ctx, runner.StepSpec{
 		Name: path.Base(a.EntryPoint), Command: append([]string{a.EntryPoint}, args...),
-		Env: env, WorkingDirectory: a.WorkingDirectory,
+		Env: env, WorkingDirectory: a.WorkingDirectory, Scripts: d.scripts(args),
 	}, stdout, stderr)
+}
+
+// tempFile is a file of the runner's temp directory named in a step's
+// arguments: the script of a run: step (bash's path, or pwsh's
+// ". '/__w/_temp/x.ps1'").
+var tempFile = regexp.MustCompile(`/__w/_temp/[A-Za-z0-9._-]+`)
+
+// scripts are the files of the runner's temp directory a step's
+// arguments name, for the session to hide the job's credentials in.
+func (d *job) scripts(args []string) []runner.HostFile {
+	work, _ := d.mounts.Host(containerWork)
+	var out []runner.HostFile
+	for _, a := range args {
+		for _, p := range tempFile.FindAllString(a, -1) {
+			if h, ok := d.mounts.Host(p); ok {
+				out = append(out, runner.HostFile{Base: work, Path: h})
+			}
+		}
+	}
+	return out
 }
 
 // takeBaseline takes the trust baseline before the first step that finds

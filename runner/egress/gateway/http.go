@@ -166,38 +166,32 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, d *rules.
 // secret blanked.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decision, overTLS bool) {
 	v := g.cfg.Policy.Request(d.Name, d.Port, r.Method, r.URL.Path, r.URL.EscapedPath())
+	var injected, echoes []string
 	if vault := g.cfg.Credentials; vault != nil {
 		// The credentials policy decides the requests of the job's own
-		// credential routes; on an Actions service route it also stands
-		// in for egress.allow.
-		switch cd := vault.Decide(d.Name, d.Port, r.Method, r.URL, r.Header); {
+		// credential routes (on an Actions service route it also stands
+		// in for egress.allow), and the vault puts the credentials back
+		// where they belong, over TLS only.
+		cd := vault.Request(d.Name, d.Port, r.Method, r.URL, r.Header, v.Allowed, overTLS)
+		switch {
 		case !cd.Allowed:
 			g.refuse(w, d, rules.Verdict{Rule: cd.Rule, Reason: cd.Reason, Suggest: cd.Suggest})
 			return
 		case !v.Allowed && cd.Service:
 			v = rules.Verdict{Allowed: true, Rule: cd.Rule}
 		}
+		injected, echoes = cd.Injected, cd.Echoes
 	}
 	if !v.Allowed {
 		g.refuse(w, d, v)
 		return
 	}
 	secrets := g.cfg.Policy.SecretsFor(d.Name)
-	var echoes []string
 	for _, s := range secrets {
 		d.SecretsInjected = append(d.SecretsInjected, s.Header)
 		echoes = append(echoes, s.Value)
 	}
-	switch vault := g.cfg.Credentials; {
-	case vault != nil && overTLS:
-		names, values := vault.PutBack(d.Name, d.Port, r.Method, r.URL, r.Header)
-		d.SecretsInjected = append(d.SecretsInjected, names...)
-		echoes = append(echoes, values...)
-	case vault != nil:
-		// A credential never goes upstream in clear: its placeholder
-		// goes as it is, and is counted.
-		vault.Elsewhere(d.Name, r.Header)
-	}
+	d.SecretsInjected = append(d.SecretsInjected, injected...)
 	reqBody := &countingReader{r: r.Body}
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = reqBody
