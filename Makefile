@@ -27,6 +27,7 @@ vet:
 
 # See BENCHMARKS.md.
 bench:
+	go test -timeout 30m -run XXX -bench WholeProcess -benchtime 7x ./cmd/airlock/
 	go test -run XXX -bench 'ColdStart|IdleMemory|ContainerStep' -benchtime 20x ./gvisor/
 	go test -run XXX -bench Workload -benchtime 1x ./gvisor/
 	go test -run XXX -bench ConnectionSetup -benchtime 2000x ./runner/egress/gateway/
@@ -34,6 +35,8 @@ bench:
 	go test -run XXX -bench Answers -benchtime 20x ./runner/egress/dns/
 	go test -run XXX -bench SignVerify -benchtime 10x ./attest/
 	go test -run XXX -bench HookStep -benchtime 20x ./runner/hook/
+	go test -run XXX -bench CredentialInjection -benchtime 300x ./runner/egress/
+	go test -run XXX -bench VaultRequest ./runner/credentials/
 
 clean:
 	rm -rf bin

@@ -142,6 +142,14 @@ func (s *Sandbox) prepare(exe string) error {
 		Source: rootSource(s.cfg), Target: filepath.Join(s.dir, "rootfs"),
 		Files: []string{initPath[1:]}, MaskDirs: masks.dirs, MaskFiles: masks.files, EmptyFile: empty,
 	}
+	reaper := ""
+	if elf := reaperELF(); elf != nil {
+		reaper = filepath.Join(s.dir, "reaper")
+		if err := os.WriteFile(reaper, elf, 0o555); err != nil {
+			return fmt.Errorf("write the init: %w", err)
+		}
+		plan.Files = append(plan.Files, reaperPath[1:])
+	}
 	if err := plan.addMountPoints(append([]string{s.cfg.WorkspaceMount}, mountDestinations(s.cfg.Mounts)...)...); err != nil {
 		return err
 	}
@@ -153,7 +161,7 @@ func (s *Sandbox) prepare(exe string) error {
 	if cfg.Mounts, err = plan.pinMounts(cfg.Mounts, s.dir); err != nil {
 		return err
 	}
-	spec, err := buildSpec(cfg, plan.Target, exe, empty)
+	spec, err := buildSpec(cfg, plan.Target, exe, reaper, empty)
 	if err != nil {
 		return err
 	}
@@ -170,7 +178,9 @@ func (s *Sandbox) prepare(exe string) error {
 	if s.recv, err = monitor.Listen(sock, s.record); err != nil {
 		return err
 	}
-	return monitor.WritePodInitConfig(filepath.Join(s.dir, "pod-init.json"), sock)
+	// Refused writes are watched where the job has read-only paths of
+	// its workspace (the trust paths): see monitor.PodInitConfig.
+	return monitor.WritePodInitConfig(filepath.Join(s.dir, "pod-init.json"), sock, len(s.cfg.ReadOnlyPaths) > 0)
 }
 
 // start creates and starts the sandbox. The container's init is our own

@@ -39,9 +39,10 @@ func rootSource(c Config) string {
 
 // buildSpec returns the OCI spec of the job's sandbox. skeleton is the
 // root directory runsc gets (see buildRootSkeleton); exe is the host path
-// of the binary that serves as init; emptyFile is an empty, mode-0 host
-// file used to mask files.
-func buildSpec(c Config, skeleton, exe, emptyFile string) (*specs.Spec, error) {
+// of the airlock binary (the sandbox's tools, and its init where reaper,
+// the host path of the small init of reaper.go, is empty); emptyFile is
+// an empty, mode-0 host file used to mask files.
+func buildSpec(c Config, skeleton, exe, reaper, emptyFile string) (*specs.Spec, error) {
 	rl := rlimits(c.Limits)
 	spec := &specs.Spec{
 		Version: specs.Version,
@@ -79,6 +80,13 @@ func buildSpec(c Config, skeleton, exe, emptyFile string) (*specs.Spec, error) {
 		Destination: initPath, Type: "bind", Source: exe,
 		Options: []string{"bind", "ro", "nosuid", "nodev"},
 	})
+	if reaper != "" {
+		spec.Process.Args = []string{reaperPath}
+		spec.Mounts = append(spec.Mounts, specs.Mount{
+			Destination: reaperPath, Type: "bind", Source: reaper,
+			Options: []string{"bind", "ro", "nosuid", "nodev"},
+		})
+	}
 	// Masks inside the workspace must be sandbox mounts on top of the
 	// workspace mount; masks in the root are done in the skeleton.
 	wsMasks, err := lookupMasks(c.Workspace, inWorkspace(c, allMasks(c)))

@@ -100,3 +100,22 @@ func TestAttestationUnsigned(t *testing.T) {
 		t.Fatalf("files %v, stderr %s", files, errb.String())
 	}
 }
+
+// airlock's own attestation directory keeps a bounded past: with
+// --keep-attestations 1, the second run leaves only its own statement.
+func TestAttestationRetention(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	ws, state := workspace(t), stateDir(t)
+	for i := 0; i < 2; i++ {
+		var out, errb bytes.Buffer
+		if code := execute([]string{"run", "-w", ws, "--state-dir", state, "--keep-attestations", "1", "--", "true"}, &out, &errb); code != 0 {
+			t.Fatalf("run %d: exit %d: %s", i, code, errb.String())
+		}
+	}
+	left, _ := filepath.Glob(filepath.Join(state, "attestations", "*"))
+	if len(left) != 1 || !strings.HasSuffix(left[0], ".UNSIGNED.intoto.json") {
+		t.Errorf("left: %v", left)
+	}
+}

@@ -53,6 +53,7 @@ type runOptions struct {
 	jobFromPolicy string
 	// Attestation.
 	attestDir          string
+	retention          runner.Retention
 	attestKey          string
 	attestPasswordFile string
 }
@@ -86,6 +87,8 @@ func (o *runOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.eventFile, "event", "", "pull request event payload (JSON, as in GITHUB_EVENT_PATH): agent detection, base and head")
 	f.StringVar(&o.jobFromPolicy, "job", "", "run the policy's steps.NAME job")
 	f.StringVar(&o.attestDir, "attest-dir", "", "where the signed attestation goes (default STATE-DIR/attestations)")
+	f.IntVar(&o.retention.Keep, "keep-attestations", runner.DefaultRetention.Keep, "how many jobs' attestations STATE-DIR/attestations keeps (0: all); not applied to --attest-dir")
+	f.DurationVar(&o.retention.MaxAge, "attestation-max-age", runner.DefaultRetention.MaxAge, "how long STATE-DIR/attestations keeps a job's attestation (0: for ever)")
 	f.StringVar(&o.attestKey, "attest-key", "", "signing key: a key file (PEM, ECDSA P-256 or Ed25519; encrypted ones take the password from "+runner.PasswordEnv+") or a KMS URI; default the policy's attest.key")
 	f.StringVar(&o.attestPasswordFile, "attest-key-password-file", "", "file with the signing key's password, when "+runner.PasswordEnv+" is not set")
 	f.StringArrayVar(&o.runscFlags, "runsc-flag", nil, "extra global runsc flag, e.g. --runsc-flag=--directfs=false (experts)")
@@ -260,6 +263,13 @@ func runJob(ctx context.Context, plan runner.Plan, o *runOptions, stdout, stderr
 		return 0, err
 	}
 	att := runner.WriteAttestation(ctx, res, &plan.Attest, stderr)
+	if o.attestDir == "" {
+		// airlock's own directory keeps a bounded past; a directory the
+		// user named is theirs.
+		if _, err := o.retention.Prune(plan.Attest.Dir, time.Now()); err != nil {
+			fmt.Fprintf(stderr, "airlock: pruning %s: %v\n", plan.Attest.Dir, err)
+		}
+	}
 	runner.WriteSummary(stderr, res)
 	if res.Trust != nil {
 		runner.PublishTrust(res.Trust, stdout, stderr)

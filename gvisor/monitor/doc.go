@@ -1,5 +1,8 @@
 // Package monitor receives gVisor runtime-monitoring events from a sandbox
-// and turns them into a bounded process record.
+// and turns them into a bounded process record: execs (with the binary's
+// sha256), exits, connects, forks refused with EAGAIN, and, when the job
+// has read-only trust paths, writes refused with EROFS (opens are most of
+// a build's events, so they are traced only then: PodInitConfig).
 //
 // The sentry sends events over a SOCK_SEQPACKET Unix socket: one handshake
 // message each way, then one packet per event made of a small header

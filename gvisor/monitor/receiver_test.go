@@ -257,3 +257,22 @@ func FuzzHandlePacket(f *testing.F) {
 		r.record.Snapshot()
 	})
 }
+
+// Opens, most of a build's events, are traced only when asked for (the
+// job has read-only trust paths); the rest always.
+func TestPodInitConfigPoints(t *testing.T) {
+	for _, opens := range []bool{false, true} {
+		b, err := PodInitConfig("/run/x/monitor.sock", opens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{"sentry/execve", "syscall/connect/exit", "syscall/clone/exit", "sentry/task_exit"} {
+			if !strings.Contains(string(b), `"`+p+`"`) {
+				t.Errorf("opens %v: no %s", opens, p)
+			}
+		}
+		if got := strings.Contains(string(b), `"syscall/openat/exit"`); got != opens {
+			t.Errorf("opens %v: openat traced %v", opens, got)
+		}
+	}
+}

@@ -8,8 +8,11 @@ import (
 
 // PodInitConfig returns the contents of a runsc --pod-init-config file that
 // starts a trace session sending the points this package decodes to the
-// receiver's socket.
-func PodInitConfig(socketPath string) ([]byte, error) {
+// receiver's socket. Opens are traced only when opens is set: they are
+// most of a build's events (each one a message to airlock), and only
+// the writes refused on read-only paths are kept of them, which only
+// matter where the job has read-only trust paths.
+func PodInitConfig(socketPath string, opens bool) ([]byte, error) {
 	ctx := []string{"time", "thread_id", "group_id", "parent_thread_group_id", "credentials"}
 	ctx = ctx[:len(ctx):len(ctx)] // appends below make new slices
 	type point struct {
@@ -17,25 +20,30 @@ func PodInitConfig(socketPath string) ([]byte, error) {
 		OptionalFields []string `json:"optional_fields,omitempty"`
 		ContextFields  []string `json:"context_fields,omitempty"`
 	}
+	points := []point{
+		{Name: "sentry/execve", OptionalFields: []string{"binary_sha256"}, ContextFields: ctx},
+		// A container's first process is started, not exec'd. Its
+		// environment (the optional field) is not asked for.
+		{Name: "container/start", ContextFields: ctx},
+		{Name: "sentry/exit_notify_parent", ContextFields: ctx},
+		{Name: "sentry/task_exit", ContextFields: ctx},
+		{Name: "syscall/connect/exit", ContextFields: ctx},
+		// Forks refused with EAGAIN: the process limit at work.
+		{Name: "syscall/clone/exit"},
+		{Name: "syscall/fork/exit"},
+		{Name: "syscall/vfork/exit"},
+	}
+	if opens {
+		// For the writes refused on read-only paths (only those are
+		// kept; see Record.addOpen).
+		points = append(points,
+			point{Name: "syscall/openat/exit", OptionalFields: []string{"fd_path"}, ContextFields: append(ctx, "cwd")},
+			point{Name: "syscall/open/exit", ContextFields: append(ctx, "cwd")})
+	}
 	cfg := map[string]any{
 		"trace_session": map[string]any{
-			"name": "Default",
-			"points": []point{
-				{Name: "sentry/execve", OptionalFields: []string{"binary_sha256"}, ContextFields: ctx},
-				// A container's first process is started, not exec'd.
-				// Its environment (the optional field) is not asked for.
-				{Name: "container/start", ContextFields: ctx},
-				{Name: "sentry/exit_notify_parent", ContextFields: ctx},
-				{Name: "sentry/task_exit", ContextFields: ctx},
-				{Name: "syscall/connect/exit", ContextFields: ctx},
-				// Opens, for the writes refused on read-only paths (only
-				// those are kept; see Record.addOpen).
-				{Name: "syscall/openat/exit", OptionalFields: []string{"fd_path"}, ContextFields: append(ctx, "cwd")},
-				{Name: "syscall/open/exit", ContextFields: append(ctx, "cwd")},
-				{Name: "syscall/clone/exit"},
-				{Name: "syscall/fork/exit"},
-				{Name: "syscall/vfork/exit"},
-			},
+			"name":   "Default",
+			"points": points,
 			"sinks": []map[string]any{{
 				"name": "remote",
 				// A few retries with short backoff: losing fewer events is
@@ -52,9 +60,10 @@ func PodInitConfig(socketPath string) ([]byte, error) {
 	return json.MarshalIndent(cfg, "", "  ")
 }
 
-// WritePodInitConfig writes PodInitConfig(socketPath) to file with mode 0600.
-func WritePodInitConfig(file, socketPath string) error {
-	b, err := PodInitConfig(socketPath)
+// WritePodInitConfig writes PodInitConfig(socketPath, opens) to file
+// with mode 0600.
+func WritePodInitConfig(file, socketPath string, opens bool) error {
+	b, err := PodInitConfig(socketPath, opens)
 	if err != nil {
 		return fmt.Errorf("encode pod init config: %w", err)
 	}

@@ -3,8 +3,11 @@ package hook
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"time"
 
 	"github.com/airlock-ci/airlock/internal/files"
+	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/github"
 )
 
@@ -13,6 +16,10 @@ const (
 	JobsRootEnv  = "AIRLOCK_HOOK_DIR" // where job directories go (default /run/airlock/hooks)
 	OrgDirEnv    = "AIRLOCK_ORG_DIR"  // organisation policy (default /etc/airlock)
 	AttestKeyEnv = "AIRLOCK_ATTEST_KEY"
+	// How many jobs' attestations the jobs root keeps, and for how long
+	// (runner.DefaultRetention unless set; 0: no bound).
+	KeepAttestationsEnv  = "AIRLOCK_KEEP_ATTESTATIONS"
+	AttestationMaxAgeEnv = "AIRLOCK_ATTESTATION_MAX_AGE"
 	// The GitHub API, optional: a token, or a GitHub App (id,
 	// installation, private key file); the API root for GHES and tests.
 	GitHubTokenEnv        = "AIRLOCK_GITHUB_TOKEN"
@@ -44,6 +51,8 @@ type Config struct {
 	OrgDir string
 	// AttestKey is the signing key; empty: the organisation policy's.
 	AttestKey string
+	// Retention bounds the attestations kept in JobsRoot/attestations.
+	Retention runner.Retention
 }
 
 // ConfigFromEnv reads the hook's configuration from the environment.
@@ -51,6 +60,13 @@ func ConfigFromEnv(b Build) Config {
 	c := Config{Build: b, JobsRoot: os.Getenv(JobsRootEnv), OrgDir: os.Getenv(OrgDirEnv), AttestKey: os.Getenv(AttestKeyEnv)}
 	if c.JobsRoot == "" {
 		c.JobsRoot = defaultJobsRoot
+	}
+	c.Retention = runner.DefaultRetention
+	if n, err := strconv.Atoi(os.Getenv(KeepAttestationsEnv)); err == nil {
+		c.Retention.Keep = n
+	}
+	if d, err := time.ParseDuration(os.Getenv(AttestationMaxAgeEnv)); err == nil {
+		c.Retention.MaxAge = d
 	}
 	return c
 }

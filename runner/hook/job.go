@@ -518,6 +518,9 @@ func (d *job) Cleanup(ctx context.Context, stdout, stderr io.Writer) error {
 	d.pinWorkspace()
 	d.serviceLog.writeTo(stderr)
 	att := runner.WriteAttestation(ctx, res, &d.attest, stderr)
+	if _, err := d.cfg.Retention.Prune(d.attest.Dir, time.Now()); err != nil {
+		fmt.Fprintf(stderr, "airlock: pruning %s: %v\n", d.attest.Dir, err)
+	}
 	runner.WriteSummary(stderr, res)
 	if res.Trust != nil {
 		res.Trust.WriteAnnotations(stdout)
