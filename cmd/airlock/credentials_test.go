@@ -67,17 +67,7 @@ func TestRunCheckoutToken(t *testing.T) {
 			for _, f := range hostFiles {
 				before[f], _ = os.ReadFile(f)
 			}
-			org := t.TempDir()
-			resolve := ""
-			for _, n := range testhost.GitHubHosts {
-				resolve += fmt.Sprintf("%q: %q\n", n, fakeGitHubAddr)
-			}
-			os.WriteFile(filepath.Join(org, "org.cue"), []byte(`package airlock
-egress: allow: [{host: "github.test", ports: [443]}]
-egress: allowCIDRs: ["`+fakeGitHubAddr+`/32"]
-egress: resolve: {
-`+resolve+`}
-`), 0o644)
+			org := fakeGitHubOrg(t, "github.test")
 			state := stateDir(t)
 			cmd := cli(t, "run", "-w", ws, "--state-dir", state, "--org", org, "--", "sh", "-c",
 				`cat .git/config .git/modules/*/config 2>/dev/null; git fetch -q https://github.test/acme/app.git HEAD && echo fetch=ok; git config user.name agent 2>&1 || echo config-read-only`)
@@ -114,5 +104,77 @@ egress: resolve: {
 				t.Errorf("views left behind: %v", views)
 			}
 		})
+	}
+}
+
+// fakeGitHubOrg writes an organisation policy that resolves the fake
+// GitHub's names to its loopback address and allows host on 443.
+func fakeGitHubOrg(t *testing.T, host string) string {
+	t.Helper()
+	org := t.TempDir()
+	resolve := ""
+	for _, n := range testhost.GitHubHosts {
+		resolve += fmt.Sprintf("%q: %q\n", n, fakeGitHubAddr)
+	}
+	policy := `package airlock
+egress: allow: [{host: "` + host + `", ports: [443]}]
+egress: allowCIDRs: ["` + fakeGitHubAddr + `/32"]
+egress: resolve: {
+` + resolve + `}
+`
+	if err := os.WriteFile(filepath.Join(org, "org.cue"), []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return org
+}
+
+// A token airlock run passes to the job (--env) is a placeholder in every
+// step, the same one each time, and the gateway puts the real token back
+// on each step's request to the API: the job's variables are withheld
+// again at every step, and a placeholder is never taken for a credential
+// of its own (which would send the server a placeholder).
+func TestRunTokenEveryStep(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	ws := workspace(t)
+	// The fake GitHub serves the workspace's repository.
+	for _, args := range [][]string{{"init", "-q"}, {"-c", "safe.directory=*", "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "--allow-empty", "-m", "base"}} {
+		if out, err := exec.Command("git", append([]string{"-C", ws}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+	}
+	gh := testhost.NewGitHub(t, fakeGitHubAddr, ws)
+	steps := filepath.Join(t.TempDir(), "steps.yaml")
+	call := `echo "token=$GITHUB_TOKEN"; curl -fsS -H "Authorization: token $GITHUB_TOKEN" https://api.github.test/repos/acme/app`
+	os.WriteFile(steps, []byte("steps:\n  - {name: one, run: '"+call+"'}\n  - {name: two, run: '"+call+"'}\n"), 0o644)
+	cmd := cli(t, "run", "-w", ws, "--state-dir", stateDir(t), "--org", fakeGitHubOrg(t, "api.github.test"), "--steps", steps, "--env", "GITHUB_TOKEN")
+	cmd.Env = append(cmd.Env, "GITHUB_TOKEN="+gh.Token, "SSL_CERT_FILE="+gh.CAFile, "GITHUB_SERVER_URL="+testhost.GitHubServerURL, "GITHUB_API_URL="+testhost.GitHubAPIURL)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("airlock run: %v\n%s", err, out.String())
+	}
+	got := out.String()
+	if strings.Contains(got, gh.Token) {
+		t.Fatalf("the token reached the sandbox:\n%s", got)
+	}
+	placeholders := map[string]bool{}
+	for _, line := range strings.Split(got, "\n") {
+		if _, ph, ok := strings.Cut(line, "token="); ok {
+			placeholders[ph] = true
+		}
+	}
+	if len(placeholders) != 1 || strings.Count(got, `"full_name":"acme/app"`) != 2 {
+		t.Errorf("want one placeholder and two answers from the API, got %v:\n%s", placeholders, got)
+	}
+	real := 0
+	for _, s := range gh.Requests() {
+		if s.Host == "api.github.test" && s.Authorization == "token "+gh.Token && s.Status == 200 {
+			real++
+		}
+	}
+	if real != 2 {
+		t.Errorf("the API saw the real token on %d of 2 requests: %+v", real, gh.Requests())
 	}
 }

@@ -72,16 +72,20 @@ type Vault struct {
 	mu     sync.Mutex
 	creds  []*credential
 	byReal map[string]*credential
-	ends   endpoints
-	masks  []string
-	rec    recorder
+	// byPh finds a credential by its placeholder: an environment that
+	// already went through the vault (a step's, built on the job's) must
+	// not have its placeholders learned as credentials of their own.
+	byPh  map[string]*credential
+	ends  endpoints
+	masks []string
+	rec   recorder
 }
 
 // NewVault returns the vault of a job under pol. serverURL and apiURL are
 // the GitHub server's and API's (GITHUB_SERVER_URL, GITHUB_API_URL; empty
 // when unknown): where the GitHub token may go.
 func NewVault(pol Policy, serverURL, apiURL string) *Vault {
-	v := &Vault{pol: pol, byReal: map[string]*credential{}}
+	v := &Vault{pol: pol, byReal: map[string]*credential{}, byPh: map[string]*credential{}}
 	v.ends.learnGitHub(serverURL, apiURL)
 	return v
 }
@@ -96,6 +100,10 @@ func (v *Vault) Withhold(env map[string]string) map[string]string {
 	defer v.mu.Unlock()
 	for _, k := range sortedKeys(env) {
 		val := env[k]
+		if c := v.byPh[val]; c != nil && val != "" {
+			c.addVar(k)
+			continue
+		}
 		switch kind := v.kindOf(k, val); {
 		case kind != "":
 			v.add(k, kind, val)
@@ -128,7 +136,7 @@ func (v *Vault) WithholdGitConfig(text, what string) string {
 		m := gitBasicHeader.FindStringSubmatch(h)
 		b, err := base64.StdEncoding.DecodeString(m[2])
 		user, token, ok := strings.Cut(string(b), ":")
-		if err != nil || !ok || len(token) < minSubstring {
+		if err != nil || !ok || len(token) < minSubstring || v.byPh[token] != nil {
 			return h
 		}
 		v.add(what, GitHubToken, token)
@@ -168,6 +176,7 @@ func (v *Vault) add(name, kind, real string) {
 		c.forms = [][2]string{{real, c.ph}, {basicAuth(real), basicAuth(c.ph)}}
 		v.creds = append(v.creds, c)
 		v.byReal[real] = c
+		v.byPh[c.ph] = c
 	}
 	if !slices.Contains(c.kinds, kind) {
 		c.kinds = append(c.kinds, kind)

@@ -3,6 +3,7 @@ package credentials
 import (
 	"encoding/base64"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -96,6 +97,13 @@ func TestWithhold(t *testing.T) {
 	// A later step's variable holding a known value is withheld too.
 	if later := v.Withhold(map[string]string{"MY_TOKEN": ghToken}); later["MY_TOKEN"] != got["INPUT_TOKEN"] {
 		t.Errorf("a known value under another name: %q", later["MY_TOKEN"])
+	}
+	// An environment that already went through the vault (a step's, built
+	// on the job's) keeps its placeholders: they are never learned as
+	// credentials of their own, which would put a placeholder, not the
+	// real value, back on the way out.
+	if twice := v.Withhold(got); !maps.Equal(twice, got) {
+		t.Errorf("withheld twice, the placeholders changed:\n%v\n%v", got, twice)
 	}
 	rec := v.Record()
 	var names []string
