@@ -150,7 +150,14 @@ type Exec struct {
 // decisions are rows under Columns (DecisionColumns), times in
 // milliseconds since Start: 10,000 of them fit in about a megabyte.
 type Egress struct {
-	Gateway   string            `json:"gateway"`
+	Gateway string `json:"gateway"`
+	// Mode is "enforce" or "audit" (egress.mode): under audit, what the
+	// rules deny was let through and recorded as "would-deny". ModeNote
+	// says why a job ran enforced under an organisation policy in audit
+	// (agent work is never audited). Empty in statements made before
+	// audit existed.
+	Mode      string            `json:"mode"`
+	ModeNote  string            `json:"modeNote"`
 	Start     time.Time         `json:"start"`
 	Columns   []string          `json:"columns"`
 	Decisions []json.RawMessage `json:"decisions"`
@@ -230,6 +237,7 @@ type EgressSummary struct {
 	Destination string `json:"destination"`
 	Allowed     int    `json:"allowed"`
 	Denied      int    `json:"denied"`
+	WouldDeny   int    `json:"wouldDeny"`
 	BytesOut    int64  `json:"bytesOut"`
 	BytesIn     int64  `json:"bytesIn"`
 }

@@ -286,6 +286,7 @@ func orgOnly(eff *Effective) error {
 		{"sandbox.platform", "it picks how the runner's host runs sandboxes", o.Policy.Sandbox.Platform, eff.Policy.Sandbox.Platform},
 		{"sandbox.user", privileges, o.Policy.Sandbox.User, eff.Policy.Sandbox.User},
 		{"sandbox.capabilities", privileges, o.Policy.Sandbox.Capabilities, eff.Policy.Sandbox.Capabilities},
+		{"egress.mode", "it decides whether the egress rules are enforced at all, which only the organisation policy on the runner may choose", o.Policy.Egress.Mode, eff.Policy.Egress.Mode},
 	} {
 		if !reflect.DeepEqual(f.org, f.repo) {
 			problems = append(problems, fmt.Sprintf("%s: set by the repository policy (%s); %s: remove it from the repository policy, or ask the runner's administrators to add it", f.name, repoPaths(eff.Sources), f.why))

@@ -112,6 +112,12 @@ func TestOrgAndRepo(t *testing.T) {
 		{name: "choose the root filesystem", repo: "sandbox: rootfs: \"/home\"\n", wantErr: []string{"sandbox.rootfs: set by the repository policy"}},
 		{name: "run as the image's user", repo: "sandbox: user: \"image\"\n", wantErr: []string{"sandbox.user: set by the repository policy", "privileges"}},
 		{name: "pick the platform", repo: "sandbox: platform: \"systrap\"\n", wantErr: []string{"sandbox.platform: set by the repository policy"}},
+		{name: "turn on audit", repo: "egress: mode: \"audit\"\n", wantErr: []string{"egress.mode: set by the repository policy", "enforced at all"}},
+		{name: "restate enforcement", repo: "egress: mode: \"enforce\"\n", check: func(t *testing.T, p Policy) {
+			if p.Egress.Mode != "enforce" {
+				t.Errorf("mode = %q", p.Egress.Mode)
+			}
+		}},
 		{name: "take a capability", repo: "sandbox: capabilities: [\"CAP_SYS_ADMIN\"]\n", wantErr: []string{"sandbox.capabilities: set by the repository policy"}},
 		{name: "map an image to a host directory", repo: "sandbox: images: \"node:20\": \"/\"\n", wantErr: []string{"sandbox.images: set by the repository policy"}},
 		{name: "restate the default root", repo: "sandbox: rootfs: \"host\"\nsandbox: services: true\n", check: func(t *testing.T, p Policy) {

@@ -106,8 +106,10 @@ type Limits struct {
 
 // Egress is the network policy.
 type Egress struct {
-	Default string       `json:"default"`
-	Allow   []EgressRule `json:"allow"`
+	Default string `json:"default"`
+	// Mode is "enforce" or "audit" (organisation only).
+	Mode  string       `json:"mode"`
+	Allow []EgressRule `json:"allow"`
 	// DenyCIDRs is a set: range -> true.
 	DenyCIDRs  map[string]bool `json:"denyCIDRs"`
 	AllowCIDRs []string        `json:"allowCIDRs"`

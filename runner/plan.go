@@ -213,15 +213,16 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
-	if p.Job.Egress, err = EgressFromPolicy(pol.Egress, lookup); err != nil {
+	// Agent work is never audited, and its credentials get the stricter
+	// defaults of what they may do.
+	agent := p.Job.Policy.Agent != nil && p.Job.Policy.Agent.Agent
+	if p.Job.Egress, err = EgressFromPolicy(pol.Egress, agent, lookup); err != nil {
 		return p, PolicyError{err}
 	}
 	for _, s := range in.Services {
 		p.Job.Egress.LocalNames = append(p.Job.Egress.LocalNames, s.Name)
 	}
-	// The job's credentials stay out of its sandbox; agent work gets the
-	// stricter defaults of what they may do.
-	agent := p.Job.Policy.Agent != nil && p.Job.Policy.Agent.Agent
+	// The job's credentials stay out of its sandbox.
 	creds := credentials.PolicyFor(pol.Credentials, agent)
 	if eff.Org != nil {
 		// The organisation pins what the job's credentials may do; a

@@ -130,6 +130,28 @@ steps: build: [{name: "vet", run: "go vet ./..."}]
 				}
 			},
 		},
+		{
+			name: "audit in the organisation policy: what the rules deny passes, recorded",
+			org:  orgPolicy + "egress: mode: \"audit\"\n",
+			pr:   PullRequest{Event: &policies.PullRequest{Number: 8, Author: "alice", BaseSHA: "b", HeadSHA: "h"}},
+			in:   Inputs{LookupEnv: secrets},
+			check: func(t *testing.T, p Plan) {
+				if e := p.Job.Egress; !e.Policy.Audit || e.ModeNote != "" || !e.Policy.NameWouldDeny("example.com") {
+					t.Errorf("egress audit %v, note %q", e.Policy.Audit, e.ModeNote)
+				}
+			},
+		},
+		{
+			name: "audit never applies to agent work: enforced, and the job says why",
+			org:  orgPolicy + "egress: mode: \"audit\"\n",
+			pr:   PullRequest{Event: agentPR},
+			in:   Inputs{LookupEnv: secrets},
+			check: func(t *testing.T, p Plan) {
+				if e := p.Job.Egress; e.Policy.Audit || e.Policy.NameAllowed("example.com") || !strings.Contains(e.ModeNote, "agent work") {
+					t.Errorf("egress audit %v, note %q", e.Policy.Audit, e.ModeNote)
+				}
+			},
+		},
 		{name: "a flag that loosens a limit", org: orgPolicy, in: Inputs{Requests: Requests{Limits: looser, Set: set("memory")}}, wantErr: "--memory asks for more", input: true},
 		{name: "another root filesystem", org: orgPolicy, in: Inputs{Requests: Requests{RootFS: "/img", Set: set("rootfs")}}, wantErr: "--rootfs: the policy sets", input: true},
 		{name: "a capability the policy does not grant", org: orgPolicy, in: Inputs{Requests: Requests{Capabilities: []string{"CAP_SYS_ADMIN"}, Set: set("cap")}}, wantErr: "--cap CAP_SYS_ADMIN", input: true},

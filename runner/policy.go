@@ -128,12 +128,20 @@ func StepsFromPolicy(p policies.Policy, name string) ([]StepSpec, error) {
 // EgressFromPolicy compiles the policy's egress section into the job's
 // gateway configuration. lookupEnv reads airlock's own environment, where
 // the values of the policy's secrets live.
-func EgressFromPolicy(e policies.Egress, lookupEnv func(string) (string, bool)) (*egress.Config, error) {
+//
+// Agent work is never audited: with agent set, egress.mode "audit" is
+// enforced, and the configuration says why.
+func EgressFromPolicy(e policies.Egress, agent bool, lookupEnv func(string) (string, bool)) (*egress.Config, error) {
+	note := ""
+	if e.Mode == "audit" && agent {
+		e.Mode = "enforce"
+		note = "egress enforced: the organisation policy asks for audit (egress.mode), which never applies to a pull request detected as agent work"
+	}
 	pol, err := rules.Compile(e, lookupEnv)
 	if err != nil {
 		return nil, err
 	}
-	cfg := &egress.Config{Policy: pol, ProxyPort: e.Network.ProxyPort}
+	cfg := &egress.Config{Policy: pol, ProxyPort: e.Network.ProxyPort, ModeNote: note}
 	for _, f := range []struct {
 		name, val string
 		dst       *netip.Prefix

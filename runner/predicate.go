@@ -87,7 +87,7 @@ func Predicate(res Result, m attest.Meta) attest.Predicate {
 		p.Processes.Execs = append(p.Processes.Execs, e)
 	}
 	if eg := res.Egress; eg != nil {
-		p.Egress.Gateway = eg.Gateway
+		p.Egress.Gateway, p.Egress.Mode, p.Egress.ModeNote = eg.Gateway, eg.Mode, clip(eg.ModeNote, 256)
 		p.Egress.Dropped = eg.Dropped
 		ds := eg.Decisions
 		if len(ds) > attest.MaxDecisions {
@@ -112,6 +112,7 @@ func Predicate(res Result, m attest.Meta) attest.Predicate {
 			for _, d := range p.Egress.Summary[attest.MaxDestinations:] {
 				other.Allowed += d.Allowed
 				other.Denied += d.Denied
+				other.WouldDeny += d.WouldDeny
 				other.BytesOut += d.BytesOut
 				other.BytesIn += d.BytesIn
 			}
@@ -216,9 +217,12 @@ func summarize(ds []rules.Decision) []attest.EgressSummary {
 			s = &attest.EgressSummary{Destination: dest}
 			by[dest] = s
 		}
-		if d.Decision == rules.Allowed {
+		switch d.Decision {
+		case rules.Allowed:
 			s.Allowed++
-		} else {
+		case rules.WouldDeny:
+			s.WouldDeny++
+		default:
 			s.Denied++
 		}
 		s.BytesOut += d.BytesOut

@@ -36,25 +36,7 @@ func WriteSummary(w io.Writer, res Result) {
 	}
 	fmt.Fprintf(w, "job %s %s in %s (sandbox %s, %d processes recorded)\n",
 		res.Job, verdict, res.Duration.Round(time.Millisecond), res.Sandbox.ID, len(res.Processes.Execs))
-	if e := res.Egress; e != nil {
-		fmt.Fprintf(w, "egress through gateway %s: %d allowed, %d denied", e.Gateway, e.Allowed, e.Denied)
-		if e.Dropped > 0 {
-			fmt.Fprintf(w, " (%d more not recorded: the record was full)", e.Dropped)
-		}
-		fmt.Fprintln(w)
-		refused := egress.Refusals(e.Decisions)
-		for i, d := range refused {
-			if i == 10 {
-				fmt.Fprintf(w, "  ... and %d more (airlock run --json)\n", len(refused)-i)
-				break
-			}
-			dest := d.Name
-			if dest == "" {
-				dest = d.Address
-			}
-			fmt.Fprintf(w, "  denied %s:%d (%s) %s\n", textsafe.Line(dest), d.Port, d.Protocol, textsafe.Line(d.Rule))
-		}
-	}
+	WriteEgress(w, res.Egress)
 	WriteCredentials(w, res.Credentials)
 	if t := res.Trust; t != nil {
 		fmt.Fprintf(w, "trust: %d finding(s)", len(t.Findings))
@@ -115,5 +97,37 @@ func WriteCredentials(w io.Writer, c *credentials.Record) {
 			line += " [" + u.Rule + "]"
 		}
 		fmt.Fprintln(w, textsafe.Line(line))
+	}
+}
+
+// WriteEgress prints a job's egress in a few lines: the totals, and each
+// destination refused (or, under audit, let through that enforcement
+// would refuse) with the rule at work.
+func WriteEgress(w io.Writer, e *egress.Report) {
+	if e == nil {
+		return
+	}
+	fmt.Fprintf(w, "egress through gateway %s: %d allowed, %d denied", e.Gateway, e.Allowed, e.Denied)
+	if e.Mode == "audit" {
+		fmt.Fprintf(w, ", %d would-deny (audit: not enforced)", e.WouldDeny)
+	}
+	if e.Dropped > 0 {
+		fmt.Fprintf(w, " (%d more not recorded: the record was full)", e.Dropped)
+	}
+	fmt.Fprintln(w)
+	refused := egress.Refusals(e.Decisions)
+	for i, d := range refused {
+		if i == 10 {
+			fmt.Fprintf(w, "  ... and %d more (airlock run --json)\n", len(refused)-i)
+			break
+		}
+		dest := d.Name
+		if dest == "" {
+			dest = d.Address
+		}
+		fmt.Fprintf(w, "  %s %s:%d (%s) %s\n", d.Decision, textsafe.Line(dest), d.Port, d.Protocol, textsafe.Line(d.Rule))
+	}
+	if e.ModeNote != "" {
+		fmt.Fprintf(w, "  %s\n", textsafe.Line(e.ModeNote))
 	}
 }

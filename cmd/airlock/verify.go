@@ -118,9 +118,20 @@ func printVerified(out io.Writer, v *attest.Verified) {
 		fmt.Fprintf(w, "  %-12s %-7s exit %d %s\n", s.Name, s.Status, s.ExitCode, s.Limit)
 	}
 	fmt.Fprintf(w, "processes: %d recorded, %d dropped, %d lost by the sentry\n", len(p.Processes.Execs), p.Processes.Dropped, p.Processes.DroppedBySentry)
-	fmt.Fprintf(w, "egress: %d decisions recorded, %d not\n", len(p.Egress.Decisions), p.Egress.Dropped)
+	fmt.Fprintf(w, "egress: %d decisions recorded, %d not", len(p.Egress.Decisions), p.Egress.Dropped)
+	if p.Egress.Mode == "audit" {
+		fmt.Fprint(w, "; AUDIT: what the rules deny was let through (would-deny)")
+	}
+	fmt.Fprintln(w)
+	if p.Egress.ModeNote != "" {
+		fmt.Fprintf(w, "  %s\n", p.Egress.ModeNote)
+	}
 	for _, e := range p.Egress.Summary {
-		fmt.Fprintf(w, "  %-40s allowed %d denied %d (%d B out, %d B in)\n", e.Destination, e.Allowed, e.Denied, e.BytesOut, e.BytesIn)
+		would := ""
+		if e.WouldDeny > 0 {
+			would = fmt.Sprintf(" would-deny %d", e.WouldDeny)
+		}
+		fmt.Fprintf(w, "  %-40s allowed %d denied %d%s (%d B out, %d B in)\n", e.Destination, e.Allowed, e.Denied, would, e.BytesOut, e.BytesIn)
 	}
 	if c := p.Credentials; len(c.Withheld) > 0 || c.Masked > 0 {
 		fmt.Fprintf(w, "credentials: %d withheld from the sandbox, %d masked value(s) redacted\n", len(c.Withheld), c.Masked)

@@ -65,6 +65,9 @@ type Config struct {
 	// Credentials is the job's vault: its credentials are put back into
 	// the requests where they belong, which the job CA must cover.
 	Credentials *credentials.Vault
+	// ModeNote says why the job is enforced although the organisation
+	// asked for audit (agent work); recorded in the report.
+	ModeNote string
 }
 
 // maxNames bounds the pool addresses one job can use.
@@ -81,6 +84,8 @@ type Egress struct {
 	udp   net.PacketConn
 	ca    *gateway.CA
 	local []string
+	// mode and modeNote are the report's (Report.Mode, ModeNote).
+	mode, modeNote string
 }
 
 // Start creates the namespaces and starts the DNS server and the gateway.
@@ -104,7 +109,10 @@ func Start(cfg Config) (_ *Egress, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Egress{pair: pair, log: rules.NewLog(rules.MaxLog), proxy: netip.AddrPortFrom(pair.GatewayAddr, uint16(cfg.ProxyPort)), local: cfg.LocalNames}
+	e := &Egress{pair: pair, log: rules.NewLog(rules.MaxLog), proxy: netip.AddrPortFrom(pair.GatewayAddr, uint16(cfg.ProxyPort)), local: cfg.LocalNames, mode: "enforce", modeNote: cfg.ModeNote}
+	if cfg.Policy.Audit {
+		e.mode = "audit"
+	}
 	defer func() {
 		if err != nil {
 			e.Close()
@@ -115,12 +123,13 @@ func Start(cfg Config) (_ *Egress, err error) {
 	for i := 1; i < maxNames && cfg.Pool.Contains(last.Next()); i++ {
 		last = last.Next()
 	}
-	allowed := cfg.Policy.NameAllowed
+	allowed, audited := cfg.Policy.NameAllowed, cfg.Policy.NameWouldDeny
 	hosts := secretHosts(cfg.Policy)
 	if v := cfg.Credentials; v != nil {
 		// The job's Actions service hosts resolve once a step named them
 		// (each request then passes the credentials policy).
 		allowed = func(name string) bool { return cfg.Policy.NameAllowed(name) || v.ServiceHost(name, 0) }
+		audited = func(name string) bool { return cfg.Policy.NameWouldDeny(name) && !v.ServiceHost(name, 0) }
 		for _, h := range v.CAHosts() {
 			if !slices.Contains(hosts, h) {
 				hosts = append(hosts, h)
@@ -175,7 +184,10 @@ func Start(cfg Config) (_ *Egress, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e.dns = dns.New(e.book, cfg.DNSTTL, rules.NewLog(dns.MaxLog), pair.GatewayAddr)
+	if !cfg.Policy.Audit {
+		audited = nil
+	}
+	e.dns = dns.New(e.book, cfg.DNSTTL, rules.NewLog(dns.MaxLog), pair.GatewayAddr, audited)
 	e.dns.Serve(e.udp, e.gw.DNSListener())
 	return e, nil
 }

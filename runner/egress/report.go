@@ -19,6 +19,12 @@ type Report struct {
 	Decisions []rules.Decision `json:"decisions"`
 	Allowed   int              `json:"allowed"`
 	Denied    int              `json:"denied"`
+	// WouldDeny counts what audit let through (egress.mode "audit").
+	WouldDeny int `json:"wouldDeny"`
+	// Mode is "enforce" or "audit"; ModeNote says why a job runs
+	// enforced under an organisation policy in audit (agent work).
+	Mode     string `json:"mode"`
+	ModeNote string `json:"modeNote,omitempty"`
 	// Dropped counts decisions not kept because the record was full.
 	Dropped uint64 `json:"dropped"`
 }
@@ -42,10 +48,14 @@ func (e *Egress) Report(snap monitor.Snapshot) Report {
 	if r.Decisions == nil {
 		r.Decisions = []rules.Decision{}
 	}
+	r.Mode, r.ModeNote = e.mode, e.modeNote
 	for _, d := range all {
-		if d.Decision == rules.Allowed {
+		switch d.Decision {
+		case rules.Allowed:
 			r.Allowed++
-		} else {
+		case rules.WouldDeny:
+			r.WouldDeny++
+		default:
 			r.Denied++
 		}
 	}
@@ -221,15 +231,16 @@ func binaryOf(execs []monitor.Exec, t time.Time) string {
 	return bin
 }
 
-// Refusals returns the denied decisions, one per destination and reason.
+// Refusals returns the denied and would-deny decisions, one per
+// destination, outcome and reason.
 func Refusals(ds []rules.Decision) []rules.Decision {
 	seen := map[string]bool{}
 	var out []rules.Decision
 	for _, d := range ds {
-		if d.Decision != rules.Denied {
+		if d.Decision != rules.Denied && d.Decision != rules.WouldDeny {
 			continue
 		}
-		k := fmt.Sprintf("%s|%s|%d|%s", d.Name, d.Address, d.Port, d.Reason)
+		k := fmt.Sprintf("%s|%s|%d|%s|%s", d.Name, d.Address, d.Port, d.Reason, d.Decision)
 		if seen[k] {
 			continue
 		}
@@ -240,14 +251,27 @@ func Refusals(ds []rules.Decision) []rules.Decision {
 }
 
 // WriteRefusals prints the block a step's stderr gets when egress was
-// refused during it: each destination, why, and the policy line that
-// would allow it.
+// refused during it (or, under audit, would have been): each
+// destination, why, and the policy line that would allow it.
 func WriteRefusals(w io.Writer, ds []rules.Decision) {
+	var denied, would []rules.Decision
+	for _, d := range ds {
+		if d.Decision == rules.WouldDeny {
+			would = append(would, d)
+		} else {
+			denied = append(denied, d)
+		}
+	}
+	writeRefusals(w, "airlock: network egress refused during this step", denied)
+	writeRefusals(w, "airlock: network egress let through by audit during this step, which enforcement would refuse", would)
+}
+
+func writeRefusals(w io.Writer, title string, ds []rules.Decision) {
 	if len(ds) == 0 {
 		return
 	}
 	const most = 20
-	fmt.Fprintf(w, "airlock: network egress refused during this step (%d):\n", len(ds))
+	fmt.Fprintf(w, "%s (%d):\n", title, len(ds))
 	for i, d := range ds {
 		if i == most {
 			fmt.Fprintf(w, "  ... and %d more (see the egress section of airlock run --json)\n", len(ds)-most)

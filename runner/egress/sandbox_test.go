@@ -567,3 +567,148 @@ func TestReadSystemBundle(t *testing.T) {
 		})
 	}
 }
+
+// Under egress.mode "audit" a sandboxed client reaches what the rules
+// do not name, by the proxy, by name directly and through a CONNECT
+// tunnel, and each attempt is recorded as would-deny with the rule that
+// would have refused it. What audit must not open stays shut: addresses
+// in the deny ranges (metadata, loopback), IP literals instead of names,
+// direct connections outside the gateway, and DNS answers other than the
+// gateway's own.
+func TestSandboxAudit(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if _, err := os.Stat("/usr/bin/curl"); err != nil {
+		t.Skip("needs /usr/bin/curl on the host root for the in-sandbox client")
+	}
+	httpLn := listenUpstream(t)
+	up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from %s%s", r.Host, r.URL.Path)
+	})}
+	go up.Serve(httpLn)
+	defer up.Close()
+	cert, caPEM := testhost.ServerCert(t, "tls.other.test")
+	tlsLn := listenUpstream(t)
+	tlsUp := &http.Server{Handler: up.Handler, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
+	go tlsUp.ServeTLS(tlsLn, "", "")
+	defer tlsUp.Close()
+	p1, p2 := httpLn.Addr().(*net.TCPAddr).Port, tlsLn.Addr().(*net.TCPAddr).Port
+	resolver := &recordingResolver{names: map[string]string{"meta.test": "169.254.169.254", "rebind.test": "127.0.0.1"}}
+	dialer := &net.Dialer{Timeout: 2 * time.Second, Control: func(_, address string, _ syscall.RawConn) error {
+		if !strings.HasPrefix(address, upstreamAddr+":") {
+			return fmt.Errorf("test dialer: refusing %s", address)
+		}
+		return nil
+	}}
+	pol, err := rules.Compile(policies.Egress{
+		Mode:       "audit",
+		Allow:      []policies.EgressRule{{Host: "up.test", Ports: []int{p1}, Methods: []string{"GET"}}},
+		Resolve:    map[string]string{"up.test": upstreamAddr, "other.test": upstreamAddr, "tls.other.test": upstreamAddr},
+		AllowCIDRs: []string{upstreamAddr + "/32"},
+	}, os.LookupEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eg, err := Start(Config{Policy: pol, Resolver: resolver, Dialer: dialer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eg.Close()
+	sb := sandboxBehind(t, eg, caPEM)
+	script := fmt.Sprintf(`
+P1=%d; P2=%d
+echo "allowed $(curl -sS --max-time 5 http://up.test:$P1/a)"
+echo "post $(curl -sS --max-time 5 -d x http://up.test:$P1/p)"
+echo "proxy-http $(curl -sS --max-time 5 http://other.test:$P1/b)"
+echo "direct-http $(curl -sS --noproxy '*' --max-time 5 http://other.test:$P1/c)"
+echo "connect $(curl -sS --max-time 5 --cacert upstream-ca.pem https://tls.other.test:$P2/d)"
+echo "answer $(getent hosts other.test | cut -d' ' -f1)"
+for n in meta rebind; do curl -s --max-time 5 -o /dev/null -w "$n-status %%{http_code}\n" http://$n.test:$P1/; done
+curl -s --max-time 5 -o /dev/null -w "ip-literal-status %%{http_code}\n" http://%s:$P1/
+curl -sS --noproxy '*' --max-time 5 http://%s:$P1/ >/dev/null 2>&1; echo "direct-ip-exit $?"
+`, p1, p2, upstreamAddr, upstreamAddr)
+	var out bytes.Buffer
+	mark, connects := eg.Mark(), sb.ConnectCount()
+	if _, err := sb.Exec(context.Background(), gvisor.Step{Args: []string{"/bin/bash", "-c", script}, Env: append(eg.Env(), "PATH=/usr/bin:/bin"), Stdout: &out, Stderr: &out, Dir: "/workspace"}); err != nil {
+		t.Fatal(err)
+	}
+	var block bytes.Buffer
+	WriteRefusals(&block, eg.RefusalsSince(mark, sb.ConnectsFrom(connects)))
+	if err := sb.Destroy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rep := eg.Report(sb.Record())
+	lines := map[string]string{}
+	for _, l := range strings.Split(out.String(), "\n") {
+		if k, v, ok := strings.Cut(l, " "); ok {
+			lines[k] = v
+		}
+	}
+	t.Logf("in the sandbox:\n%s\nthe step's block:\n%s", out.String(), block.String())
+	for k, want := range map[string]string{
+		"allowed":           fmt.Sprintf("hello from up.test:%d/a", p1),
+		"post":              fmt.Sprintf("hello from up.test:%d/p", p1),
+		"proxy-http":        fmt.Sprintf("hello from other.test:%d/b", p1),
+		"direct-http":       fmt.Sprintf("hello from other.test:%d/c", p1),
+		"connect":           fmt.Sprintf("hello from tls.other.test:%d/d", p2),
+		"meta-status":       "403",
+		"rebind-status":     "403",
+		"ip-literal-status": "403",
+	} {
+		if lines[k] != want {
+			t.Errorf("%s: got %q, want %q", k, lines[k], want)
+		}
+	}
+	if !strings.HasPrefix(lines["answer"], "198.19.") {
+		t.Errorf("DNS answered %q for a name only audit lets through: the gateway's own addresses only", lines["answer"])
+	}
+	if lines["direct-ip-exit"] == "0" {
+		t.Error("a direct connection to an IP address got out under audit")
+	}
+	if rep.Mode != "audit" || rep.WouldDeny == 0 || rep.Allowed == 0 || rep.Denied == 0 {
+		t.Errorf("report: mode %q, %d allowed, %d denied, %d would-deny", rep.Mode, rep.Allowed, rep.Denied, rep.WouldDeny)
+	}
+	has := func(what string, pred func(d rules.Decision) bool) {
+		t.Helper()
+		if !slices.ContainsFunc(rep.Decisions, pred) {
+			t.Errorf("no decision: %s", what)
+		}
+	}
+	wouldDeny := func(d rules.Decision) bool {
+		return d.Decision == rules.WouldDeny && d.Rule != "" && d.Reason != "" && d.Suggest != ""
+	}
+	has("a POST outside the rule's methods, would-deny by that rule", func(d rules.Decision) bool {
+		return wouldDeny(d) && d.Name == "up.test" && d.Method == "POST" && strings.HasPrefix(d.Rule, "egress.allow[0]")
+	})
+	has("the proxied request, would-deny with method and path", func(d rules.Decision) bool {
+		return wouldDeny(d) && d.Protocol == rules.ProtoProxyHTTP && d.Name == "other.test" && d.Method == "GET" && d.Path == "/b" && d.BytesIn > 0
+	})
+	has("the direct request, would-deny", func(d rules.Decision) bool {
+		return wouldDeny(d) && d.Protocol == rules.ProtoHTTP && d.Name == "other.test" && d.Path == "/c"
+	})
+	has("the name's DNS query, would-deny", func(d rules.Decision) bool {
+		return wouldDeny(d) && d.Protocol == rules.ProtoDNS && d.Name == "other.test"
+	})
+	has("the CONNECT tunnel, would-deny with bytes", func(d rules.Decision) bool {
+		return wouldDeny(d) && d.Protocol == rules.ProtoProxyConnect && d.Name == "tls.other.test" && d.Port == p2 && d.BytesIn > 0
+	})
+	for _, n := range []string{"meta.test", "rebind.test"} {
+		has(n+" refused by its deny range", func(d rules.Decision) bool {
+			return d.Name == n && d.Decision == rules.Denied && strings.Contains(d.Rule, "/")
+		})
+	}
+	has("the IP literal refused", func(d rules.Decision) bool {
+		return d.Name == upstreamAddr && d.Decision == rules.Denied
+	})
+	for _, want := range []string{"refused during this step", "let through by audit during this step", "other.test"} {
+		if !strings.Contains(block.String(), want) {
+			t.Errorf("the step's block lacks %q:\n%s", want, block.String())
+		}
+	}
+	if t.Failed() {
+		for _, d := range rep.Decisions {
+			t.Logf("%+v", d)
+		}
+	}
+}

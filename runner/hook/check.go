@@ -49,7 +49,12 @@ func checkReport(res runner.Result, att *runner.Attestation, fails []string) git
 	r.Summary = sum.String()
 	var text strings.Builder
 	if e := res.Egress; e != nil {
-		fmt.Fprintf(&text, "Egress: %d allowed, %d denied.\n", e.Allowed, e.Denied)
+		var b strings.Builder
+		runner.WriteEgress(&b, e)
+		fmt.Fprintf(&text, "```\n%s```\n", strings.ReplaceAll(b.String(), "`", "'"))
+		if e.Mode == "audit" {
+			text.WriteString("Egress ran in audit (egress.mode): what enforcement would refuse was let through and recorded as would-deny; `airlock policy suggest` turns it into rules.\n")
+		}
 	}
 	if c := res.Credentials; c != nil && len(c.Withheld) > 0 {
 		var b strings.Builder

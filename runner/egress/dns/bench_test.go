@@ -22,7 +22,7 @@ func BenchmarkAnswers(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ours := New(book, time.Minute, rules.NewLog(MaxLog), netip.MustParseAddr("127.0.0.1"))
+	ours := New(book, time.Minute, rules.NewLog(MaxLog), netip.MustParseAddr("127.0.0.1"), nil)
 	oursAddr := serve(b, ours.Serve)
 	defer ours.Shutdown()
 	bare := func(udp net.PacketConn, _ net.Listener) {

@@ -45,6 +45,9 @@ type Server struct {
 	ttl  uint32
 	log  *rules.Log
 	self string // the address the sandbox asks, for the record
+	// audited reports a name the book answers only because egress is in
+	// audit (nil when enforced): its queries are recorded as would-deny.
+	audited func(name string) bool
 
 	mu      sync.Mutex
 	servers []*mdns.Server
@@ -52,9 +55,10 @@ type Server struct {
 
 // New returns a server that answers from book with the given TTL and
 // records every query as a decision in log (self is the server's address
-// as the sandbox asks it, port 53).
-func New(book Book, ttl time.Duration, log *rules.Log, self netip.Addr) *Server {
-	return &Server{book: book, ttl: uint32(ttl / time.Second), log: log, self: self.String()}
+// as the sandbox asks it, port 53). audited, when not nil, names what the
+// book answers only because egress is in audit.
+func New(book Book, ttl time.Duration, log *rules.Log, self netip.Addr, audited func(name string) bool) *Server {
+	return &Server{book: book, ttl: uint32(ttl / time.Second), log: log, self: self.String(), audited: audited}
 }
 
 // Serve answers on an already-open UDP socket and TCP listener (opened in
@@ -90,9 +94,9 @@ func (s *Server) Log() *rules.Log { return s.log }
 func (s *Server) handle(w mdns.ResponseWriter, req *mdns.Msg) {
 	resp := new(mdns.Msg)
 	d := rules.Decision{Time: time.Now().UTC(), Protocol: rules.ProtoDNS, Transport: w.RemoteAddr().Network(), Address: s.self, Port: 53}
-	raw, allowed := "", false
+	raw, allowed, audited := "", false, false
 	defer func() {
-		s.log.Add(decide(d, raw, allowed, mdns.RcodeToString[resp.Rcode]))
+		s.log.Add(decide(d, raw, allowed, audited, mdns.RcodeToString[resp.Rcode]))
 		w.WriteMsg(resp)
 	}()
 	if req.Opcode != mdns.OpcodeQuery || len(req.Question) != 1 || req.Response {
@@ -117,6 +121,7 @@ func (s *Server) handle(w mdns.ResponseWriter, req *mdns.Msg) {
 	}
 	addr, ok := s.book.Lookup(name)
 	allowed = ok
+	audited = ok && s.audited != nil && s.audited(name)
 	switch {
 	case !ok:
 		// Not allowed: the name does not exist for the sandbox, and it
@@ -137,13 +142,20 @@ func (s *Server) handle(w mdns.ResponseWriter, req *mdns.Msg) {
 }
 
 // decide completes a query's decision: allowed (the name is in the
-// policy), or refused with the reason and the policy line that would
-// allow it. The answer is the address given, or else the rcode.
-func decide(d rules.Decision, raw string, allowed bool, rcode string) rules.Decision {
+// policy), would-deny (answered only because of audit), or refused with
+// the reason and the policy line that would allow it. The answer is the
+// address given, or else the rcode.
+func decide(d rules.Decision, raw string, allowed, audited bool, rcode string) rules.Decision {
 	if d.Answer == "" {
 		d.Answer = rcode
 	}
-	if allowed {
+	switch {
+	case audited:
+		d.Decision, d.Rule = rules.WouldDeny, rules.DefaultDeny
+		d.Reason = fmt.Sprintf("%s is not in egress.allow; answered because egress is in audit", d.Name)
+		d.Suggest = rules.SuggestHost(d.Name, 443)
+		return d
+	case allowed:
 		d.Decision, d.Rule = rules.Allowed, "egress.allow"
 		return d
 	}

@@ -41,7 +41,7 @@ func startServer(t *testing.T, hosts []string, first, last string) (*Server, str
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(book, time.Minute, rules.NewLog(MaxLog), netip.MustParseAddr("127.0.0.1"))
+	s := New(book, time.Minute, rules.NewLog(MaxLog), netip.MustParseAddr("127.0.0.1"), nil)
 	s.Serve(udp, tcp)
 	t.Cleanup(s.Shutdown)
 	return s, udp.LocalAddr().String(), book

@@ -73,7 +73,7 @@ func TestSandboxResolvesThroughGateway(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	srv := New(book, time.Minute, rules.NewLog(MaxLog), pair.GatewayAddr)
+	srv := New(book, time.Minute, rules.NewLog(MaxLog), pair.GatewayAddr, nil)
 	srv.Serve(udp, tcp)
 	defer srv.Shutdown()
 

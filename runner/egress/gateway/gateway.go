@@ -301,7 +301,7 @@ func (g *Gateway) serveDirect(c net.Conn, local netip.AddrPort) {
 		reset(c)
 		return
 	}
-	g.tunnel(c, bufio.NewReaderSize(c, 1<<14+5), &d, rule)
+	g.tunnel(c, bufio.NewReaderSize(c, 1<<14+5), &d, rule, v)
 }
 
 // connectRule decides a connection to name:port: egress.allow, or, for
@@ -310,7 +310,7 @@ func (g *Gateway) serveDirect(c net.Conn, local netip.AddrPort) {
 // which the gateway reads, gets through).
 func (g *Gateway) connectRule(name string, port int) (rules.Rule, rules.Verdict) {
 	rule, v := g.cfg.Policy.Connect(name, port)
-	if !v.Allowed && g.cfg.CA != nil && g.cfg.Credentials != nil && g.cfg.Credentials.ServiceHost(name, port) {
+	if (!v.Allowed || v.WouldDeny) && g.cfg.CA != nil && g.cfg.Credentials != nil && g.cfg.Credentials.ServiceHost(name, port) {
 		return rules.Rule{Index: -1, Host: name, Ports: []int{port}, PathPrefixes: []string{"/"}}, rules.Verdict{Allowed: true, Rule: "credentials (the job's Actions services)"}
 	}
 	return rule, v
@@ -327,8 +327,17 @@ func (g *Gateway) intercepts(name string) bool {
 
 // tunnel carries an allowed connection to name:port (d.Name, d.Port)
 // upstream, after the client's first bytes passed the SNI and Host
-// checks. c is already accepted (or CONNECT-ed); br reads it.
-func (g *Gateway) tunnel(c net.Conn, br *bufio.Reader, d *rules.Decision, rule rules.Rule) {
+// checks. c is already accepted (or CONNECT-ed); br reads it. cv is the
+// connection's verdict: allowed by rule, or let through by audit
+// (would-deny), which is what the record says of it. The gateway's own
+// checks (fronting, web ports, deny ranges) hold either way.
+func (g *Gateway) tunnel(c net.Conn, br *bufio.Reader, d *rules.Decision, rule rules.Rule, cv rules.Verdict) {
+	passed := func(reason string) rules.Verdict {
+		if cv.WouldDeny {
+			return cv
+		}
+		return rules.Verdict{Allowed: true, Rule: rule.Name(), Reason: reason}
+	}
 	var up net.Conn
 	var upR *bufio.Reader
 	deny := func(v rules.Verdict) {
@@ -379,7 +388,7 @@ func (g *Gateway) tunnel(c net.Conn, br *bufio.Reader, d *rules.Decision, rule r
 	}
 	switch kind {
 	case kindClosed, kindUnknown:
-		d.Apply(rules.Verdict{Allowed: true, Rule: rule.Name(), Reason: "closed or idle before anything was sent"})
+		d.Apply(passed("closed or idle before anything was sent"))
 		g.finish(d)
 		c.Close()
 		if up != nil {
@@ -432,7 +441,7 @@ func (g *Gateway) tunnel(c net.Conn, br *bufio.Reader, d *rules.Decision, rule r
 		return
 	}
 	d.Upstream = up.RemoteAddr().String()
-	d.Apply(rules.Verdict{Allowed: true, Rule: rule.Name()})
+	d.Apply(passed(""))
 	g.setActive(d, true)
 	out, in := pipe(c, br, up, upR, g.cfg.IdleTimeout, g.cfg.MaxDuration)
 	g.setActive(d, false)

@@ -157,7 +157,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, d *rules.
 		return
 	}
 	defer g.wg.Done()
-	g.tunnel(inner, br, d, rule)
+	g.tunnel(inner, br, d, rule, v)
 }
 
 // forward sends an allowed-so-far HTTP request upstream (over TLS when
@@ -172,12 +172,14 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decis
 		// credential routes (on an Actions service route it also stands
 		// in for egress.allow), and the vault puts the credentials back
 		// where they belong, over TLS only.
-		cd := vault.Request(d.Name, d.Port, r.Method, r.URL, r.Header, v.Allowed, overTLS)
+		// Audit never puts a credential back on what the rules would
+		// deny.
+		cd := vault.Request(d.Name, d.Port, r.Method, r.URL, r.Header, v.Allowed && !v.WouldDeny, overTLS)
 		switch {
 		case !cd.Allowed:
 			g.refuse(w, d, rules.Verdict{Rule: cd.Rule, Reason: cd.Reason, Suggest: cd.Suggest})
 			return
-		case !v.Allowed && cd.Service:
+		case (!v.Allowed || v.WouldDeny) && cd.Service:
 			v = rules.Verdict{Allowed: true, Rule: cd.Rule}
 		}
 		injected, echoes = cd.Injected, cd.Echoes
@@ -186,7 +188,10 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decis
 		g.refuse(w, d, v)
 		return
 	}
-	secrets := g.cfg.Policy.SecretsFor(d.Name)
+	var secrets []rules.Secret
+	if !v.WouldDeny {
+		secrets = g.cfg.Policy.SecretsFor(d.Name)
+	}
 	for _, s := range secrets {
 		d.SecretsInjected = append(d.SecretsInjected, s.Header)
 		echoes = append(echoes, s.Value)
@@ -258,7 +263,9 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decis
 				g.refuse(w, d, *dialVerdict)
 				return
 			}
-			d.Apply(rules.Verdict{Allowed: true, Rule: v.Rule, Reason: "upstream error: " + err.Error()})
+			uv := v
+			uv.Reason = strings.TrimPrefix(v.Reason+"; upstream error: "+err.Error(), "; ")
+			d.Apply(uv)
 			w.WriteHeader(http.StatusBadGateway)
 			fmt.Fprintf(w, "airlock: upstream %s:%d: %v\n", d.Name, d.Port, err)
 			g.finish(d)

@@ -37,7 +37,8 @@ type Decision struct {
 	Method    string `json:"method,omitempty"`
 	Path      string `json:"path,omitempty"`
 	QueryType string `json:"queryType,omitempty"`
-	// Decision is "allowed" or "denied".
+	// Decision is "allowed", "denied" or "would-deny" (audit let it
+	// through; Rule, Reason and Suggest say what would have denied it).
 	Decision string `json:"decision"`
 	Rule     string `json:"rule"`
 	Reason   string `json:"reason,omitempty"`
@@ -61,22 +62,28 @@ type Decision struct {
 
 // Decision values.
 const (
-	Allowed = "allowed"
-	Denied  = "denied"
+	Allowed   = "allowed"
+	Denied    = "denied"
+	WouldDeny = "would-deny"
 )
 
 // Apply copies a verdict into the decision.
 func (d *Decision) Apply(v Verdict) {
-	d.Decision = Denied
-	if v.Allowed {
+	switch {
+	case v.WouldDeny:
+		d.Decision = WouldDeny
+	case v.Allowed:
 		d.Decision = Allowed
+	default:
+		d.Decision = Denied
 	}
 	d.Rule, d.Reason, d.Suggest = v.Rule, v.Reason, v.Suggest
 }
 
 // MaxLog bounds the allowed and the denied decisions a gateway's log
 // keeps per job, each on its own (a flood of refusals cannot push allowed
-// traffic out of the record); later ones are counted.
+// traffic out of the record; would-deny counts as denied); later ones are
+// counted.
 const MaxLog = 20000
 
 // Log is the bounded, concurrency-safe list of decisions that every

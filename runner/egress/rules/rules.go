@@ -72,6 +72,10 @@ type Policy struct {
 	// Pinned maps names to upstream addresses without asking a resolver.
 	Pinned  map[string]netip.Addr
 	Secrets []Secret
+	// Audit is egress.mode "audit": what the rules deny is let through,
+	// its verdict Allowed with WouldDeny set. The deny ranges are not
+	// rules: they still hold (Ranges).
+	Audit bool
 }
 
 // DefaultPorts are the ports egress.default "allow" opens.
@@ -80,7 +84,7 @@ var DefaultPorts = []int{80, 443}
 // Compile checks and compiles a policy's egress section. lookupEnv reads
 // airlock's own environment for secrets (os.LookupEnv).
 func Compile(e policies.Egress, lookupEnv func(string) (string, bool)) (*Policy, error) {
-	p := &Policy{AllowAll: e.Default == "allow", Pinned: map[string]netip.Addr{}}
+	p := &Policy{AllowAll: e.Default == "allow", Audit: e.Mode == "audit", Pinned: map[string]netip.Addr{}}
 	for i, a := range e.Allow {
 		ports := a.Ports
 		if len(ports) == 0 {
@@ -129,6 +133,10 @@ func keys(m map[string]bool) []string {
 // Verdict is the outcome of one check.
 type Verdict struct {
 	Allowed bool
+	// WouldDeny marks an attempt the rules deny that audit lets through
+	// (Allowed is true); Rule, Reason and Suggest say what would have
+	// denied it.
+	WouldDeny bool
 	// Rule cites what decided: an allow rule, a deny range, or the
 	// default.
 	Rule string
@@ -142,8 +150,18 @@ type Verdict struct {
 // DefaultDeny cites the default for anything no rule allows.
 const DefaultDeny = "egress.default (deny)"
 
-// NameAllowed reports whether any rule (or the default) lets name resolve.
+// NameAllowed reports whether name resolves: a rule (or the default)
+// allows it, or audit lets it through (NameWouldDeny).
 func (p *Policy) NameAllowed(name string) bool {
+	return p.Audit || p.nameInRules(name)
+}
+
+// NameWouldDeny reports a name that resolves only because of audit.
+func (p *Policy) NameWouldDeny(name string) bool {
+	return p.Audit && !p.nameInRules(name)
+}
+
+func (p *Policy) nameInRules(name string) bool {
 	if p.AllowAll {
 		return true
 	}
@@ -178,7 +196,21 @@ func (p *Policy) Connect(name string, port int) (Rule, Verdict) {
 	} else {
 		v.Reason = fmt.Sprintf("%s is not in egress.allow", name)
 	}
+	if p.Audit {
+		// Any request through the connection is decided again by
+		// Request, and recorded as would-deny there too.
+		return Rule{Index: -1, Host: name, Ports: []int{port}}, p.audit(v)
+	}
 	return Rule{}, v
+}
+
+// audit turns a denial into what audit does with it: let it through,
+// recorded as would-deny.
+func (p *Policy) audit(v Verdict) Verdict {
+	if p.Audit && !v.Allowed {
+		v.Allowed, v.WouldDeny = true, true
+	}
+	return v
 }
 
 // Request decides one HTTP request to name:port. path is the decoded
@@ -206,11 +238,11 @@ func (p *Policy) Request(name string, port int, method, path, rawPath string) Ve
 		_, v := p.Connect(name, port)
 		return v
 	}
-	return Verdict{
+	return p.audit(Verdict{
 		Rule:    near.Name(),
 		Reason:  fmt.Sprintf("%s %s is outside the methods %v and path prefixes %v of %s", method, path, near.Methods, near.PathPrefixes, near.Name()),
 		Suggest: fmt.Sprintf("add {host: %q, ports: [%d], methods: [%q], pathPrefixes: [%q]} to egress.allow in %s", name, port, method, pathDir(path), policies.RepoPolicyPath),
-	}
+	})
 }
 
 // matchPath matches prefixes on segment boundaries ("/api" covers "/api"
@@ -275,7 +307,10 @@ func (p *Policy) SecretsFor(name string) []Secret {
 // Ports returns every port some rule (or the default) allows, sorted.
 func (p *Policy) Ports() []int {
 	var out []int
-	if p.AllowAll {
+	if p.AllowAll || p.Audit {
+		// Under audit a direct connection may go anywhere the rules do
+		// not name: the gateway listens on the usual ports (any other
+		// port is reached through the proxy).
 		out = append(out, DefaultPorts...)
 	}
 	for _, r := range p.Rules {

@@ -67,11 +67,38 @@ func TestConnectAndRequest(t *testing.T) {
 			}
 		})
 	}
-	if !p.NameAllowed("a.githubusercontent.com") || p.NameAllowed("evil.test") {
+	if !p.NameAllowed("a.githubusercontent.com") || p.NameAllowed("evil.test") || p.NameWouldDeny("evil.test") {
 		t.Error("NameAllowed disagrees with the rules")
 	}
 	if got := p.Ports(); len(got) != 2 || got[0] != 80 || got[1] != 443 {
 		t.Errorf("Ports = %v", got)
+	}
+
+	// The same rules under audit: everything passes, and what the rules
+	// deny is marked would-deny with the same rule, reason and
+	// suggestion.
+	audit := *p
+	audit.Audit = true
+	for _, tc := range tests {
+		var enforced, v Verdict
+		if tc.method == "" {
+			_, enforced = p.Connect(tc.name, tc.port)
+			_, v = audit.Connect(tc.name, tc.port)
+		} else {
+			enforced = p.Request(tc.name, tc.port, tc.method, tc.path, tc.path)
+			v = audit.Request(tc.name, tc.port, tc.method, tc.path, tc.path)
+		}
+		if !v.Allowed || v.WouldDeny != !tc.allow || v.Rule != enforced.Rule || v.Reason != enforced.Reason || v.Suggest != enforced.Suggest {
+			t.Errorf("audit %s:%d %s %s: got %+v, enforced %+v", tc.name, tc.port, tc.method, tc.path, v, enforced)
+		}
+	}
+	if !audit.NameAllowed("evil.test") || !audit.NameWouldDeny("evil.test") || audit.NameWouldDeny("a.githubusercontent.com") {
+		t.Error("under audit every name resolves, and those outside the rules would be denied")
+	}
+	var d Decision
+	_, v := audit.Connect("evil.test", 443)
+	if d.Apply(v); d.Decision != WouldDeny {
+		t.Errorf("decision %q, want would-deny", d.Decision)
 	}
 }
 
