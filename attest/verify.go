@@ -182,14 +182,31 @@ func Inspect(bundle []byte) (*Verified, error) {
 	if pt := b.GetDsseEnvelope().GetPayloadType(); pt != PayloadType {
 		return nil, fmt.Errorf("payload type %q, want %q", pt, PayloadType)
 	}
+	return inspectStatement(b.GetDsseEnvelope().GetPayload())
+}
+
+// InspectStatement decodes an unsigned in-toto statement (what airlock
+// writes when it has no signing key), for a caller that labels what it
+// read as unverified.
+func InspectStatement(statement []byte) (*Verified, error) {
+	if len(statement) > MaxBundleSize {
+		return nil, fmt.Errorf("the statement is %d bytes, more than %d", len(statement), MaxBundleSize)
+	}
+	if err := checkDepth(statement, maxJSONDepth); err != nil {
+		return nil, err
+	}
+	return inspectStatement(statement)
+}
+
+func inspectStatement(payload []byte) (*Verified, error) {
 	var st statementJSON
-	if err := json.Unmarshal(b.GetDsseEnvelope().GetPayload(), &st); err != nil {
+	if err := json.Unmarshal(payload, &st); err != nil {
 		return nil, fmt.Errorf("payload is not an in-toto statement: %v", err)
 	}
 	if st.PredicateType != PredicateType {
 		return nil, fmt.Errorf("predicate type %q, want %q", st.PredicateType, PredicateType)
 	}
-	out := &Verified{Predicate: st.Predicate, Statement: b.GetDsseEnvelope().GetPayload()}
+	out := &Verified{Predicate: st.Predicate, Statement: payload}
 	if len(st.Subject) > 0 {
 		out.Subject = st.Subject[0]
 	}

@@ -4,12 +4,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 	"strings"
 
+	"github.com/sigstore/sigstore/pkg/signature"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/policies"
+	"github.com/airlock-ci/airlock/policies/suggest"
 	"github.com/airlock-ci/airlock/runner"
 )
 
@@ -37,7 +43,7 @@ func newPolicyCmd(code *int) *cobra.Command {
 		Use:   "policy",
 		Short: "Validate and evaluate airlock policies (CUE)",
 	}
-	cmd.AddCommand(newPolicyVetCmd(code), newPolicyEvalCmd(code), newPolicyTestCmd(code))
+	cmd.AddCommand(newPolicyVetCmd(code), newPolicyEvalCmd(code), newPolicyTestCmd(code), newPolicySuggestCmd(code))
 	return cmd
 }
 
@@ -182,4 +188,155 @@ func orgSources(dir string) ([]policies.Source, error) {
 		return nil, usageError{err}
 	}
 	return srcs, nil
+}
+
+// suggestOptions are the flags of `airlock policy suggest`.
+type suggestOptions struct {
+	keyFile       string
+	allowUnsigned bool
+	repo, base    string
+	orgDir        string
+	output        string
+}
+
+func newPolicySuggestCmd(code *int) *cobra.Command {
+	o := &suggestOptions{}
+	cmd := &cobra.Command{
+		Use:   "suggest [--key PUB] [--repo DIR --base REV] [--org DIR] BUNDLE...",
+		Short: "Suggest the repository's egress rules from the attestations of audit (or refused) runs",
+		Long: `suggest reads attested runs (airlock's Sigstore bundles; with
+--allow-unsigned also unsigned statements), verifying each with --key
+first, and turns the egress they were refused, or under egress.mode
+"audit" would have been refused, into egress.allow rules as narrow as
+the evidence: host, ports, and for plain HTTP the methods and path
+prefixes seen, each rule with a comment on what it rests on. The rules
+are merged into the repository's .github/airlock.cue at --base (what it
+allows already is left out) and the file is printed, or written to -o.
+It never suggests an IP address, a deny range or anything for trust;
+a "*.suffix" rule only stands for several sibling names seen. The
+result passes "airlock policy vet --org" before it is printed.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.run(cmd, args, code)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.keyFile, "key", "", "public key (PEM) the bundles must be signed with")
+	f.BoolVar(&o.allowUnsigned, "allow-unsigned", false, "also read bundles no key verifies and unsigned statements (*.UNSIGNED.intoto.json), as unverified evidence")
+	f.StringVar(&o.repo, "repo", "", "git repository whose "+policies.RepoPolicyPath+" the rules are merged into")
+	f.StringVar(&o.base, "base", "", "the commit to read the repository policy from (with --repo)")
+	f.StringVar(&o.orgDir, "org", "", "organisation policy directory (default "+policies.DefaultOrgDir+" when it exists): what it allows is left out, and the result is vetted against it")
+	f.StringVarP(&o.output, "output", "o", "", "write the policy to this file instead of standard output")
+	return cmd
+}
+
+func (o *suggestOptions) run(cmd *cobra.Command, args []string, code *int) error {
+	if o.keyFile == "" && !o.allowUnsigned {
+		return usagef("give --key PUB to verify the bundles, or --allow-unsigned to read them unverified")
+	}
+	if (o.repo == "") != (o.base == "") {
+		return usagef("--repo and --base go together: the repository policy is read from the base commit")
+	}
+	var ver signature.Verifier
+	if o.keyFile != "" {
+		pub, err := files.ReadCapped(o.keyFile, 64<<10)
+		if err != nil {
+			return usageError{err}
+		}
+		if ver, err = attest.LoadVerifier(pub); err != nil {
+			return usageError{err}
+		}
+	}
+	var runs []suggest.Run
+	for _, name := range args {
+		v, unverified, err := readEvidence(name, ver, o.allowUnsigned)
+		if err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", name, err)
+			*code = exitDataErr
+			return nil
+		}
+		if unverified {
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s: read UNVERIFIED (--allow-unsigned)\n", name)
+		}
+		runs = append(runs, suggest.Run{Name: name, Predicate: v.Predicate})
+	}
+	org, err := orgSources(o.orgDir)
+	if err != nil {
+		return err
+	}
+	srcs := slices.Clone(org)
+	var existing []byte
+	if o.repo != "" {
+		src, err := policies.FromCommit(cmd.Context(), o.repo, o.base)
+		if err != nil {
+			return usageError{fmt.Errorf("repository policy: %w", err)}
+		}
+		if src != nil {
+			existing = src.Data
+			srcs = append(srcs, *src)
+		}
+	}
+	var current *policies.Egress
+	if len(srcs) > 0 {
+		eff, err := policies.Load(cmd.Context(), srcs)
+		if err != nil {
+			fmt.Fprintln(cmd.ErrOrStderr(), err)
+			*code = exitDataErr
+			return nil
+		}
+		current = &eff.Policy.Egress
+	}
+	res, err := suggest.Suggest(runs, existing, policies.RepoPolicyPath, current)
+	if err != nil {
+		fmt.Fprintln(cmd.ErrOrStderr(), err)
+		*code = exitDataErr
+		return nil
+	}
+	// What is printed must pass `airlock policy vet --org`.
+	if _, err := policies.Load(cmd.Context(), append(slices.Clone(org), policies.Source{Kind: policies.KindRepo, Path: policies.RepoPolicyPath, Data: res.File})); err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "the suggested policy does not pass policy vet (report this as an airlock bug): %v\n", err)
+		*code = exitDataErr
+		return nil
+	}
+	for _, n := range res.Notes {
+		fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", n)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "%d rule(s) suggested from %d run(s); nothing for trust (review the trust findings in the reports)\n", len(res.Rules), len(runs))
+	if o.output == "" {
+		_, err := cmd.OutOrStdout().Write(res.File)
+		return err
+	}
+	return os.WriteFile(o.output, res.File, 0o644)
+}
+
+// readEvidence reads one run: a bundle verified with ver, or, with
+// allowUnsigned, a bundle no key checked or an unsigned statement
+// (reported as unverified). A bundle whose signature does not verify is
+// refused whatever the flags say.
+func readEvidence(name string, ver signature.Verifier, allowUnsigned bool) (v *attest.Verified, unverified bool, err error) {
+	b, err := files.ReadCapped(name, attest.MaxBundleSize)
+	if err != nil {
+		return nil, false, err
+	}
+	if _, berr := attest.Inspect(b); berr == nil {
+		if ver != nil {
+			if v, err = attest.Verify(b, ver, attest.VerifyOptions{}); err != nil {
+				return nil, false, fmt.Errorf("NOT VERIFIED: %w", err)
+			}
+			return v, false, nil
+		}
+		if !allowUnsigned {
+			return nil, false, fmt.Errorf("not verified: give the signer's key with --key")
+		}
+		v, err = attest.Inspect(b)
+		return v, true, err
+	}
+	st, err := attest.InspectStatement(b)
+	if err != nil {
+		return nil, false, fmt.Errorf("neither an airlock bundle nor an airlock statement: %w", err)
+	}
+	if !allowUnsigned {
+		return nil, false, fmt.Errorf("an unsigned statement: refused without --allow-unsigned")
+	}
+	return st, true, nil
 }

@@ -1,0 +1,530 @@
+// Package suggest turns the egress that attested runs were refused (or,
+// under egress.mode "audit", would have been refused) into a repository
+// policy: egress.allow rules as narrow as the evidence (host, ports, and
+// for plain HTTP the methods and path prefixes seen), each with a comment
+// saying what it rests on, merged into the repository's existing
+// .github/airlock.cue without repeating what it allows already.
+//
+// It never suggests an IP address, a deny range (those are the
+// organisation's allowCIDRs to open, not a repository's rules) or
+// anything for trust, and it offers a "*.suffix" rule only when several
+// sibling names were seen, saying so.
+//
+// Layer: above policies, attest and runner/egress/rules (whose compiled
+// policy says what is allowed already); `airlock policy suggest` in
+// cmd/airlock verifies the bundles and calls Suggest.
+package suggest
+
+import (
+	"fmt"
+	"net/netip"
+	pathpkg "path"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/net/publicsuffix"
+
+	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/internal/textsafe"
+	"github.com/airlock-ci/airlock/policies"
+	"github.com/airlock-ci/airlock/runner/egress/rules"
+)
+
+// Run is one attested run's predicate; Name says where it came from.
+type Run struct {
+	Name      string
+	Predicate attest.Predicate
+}
+
+// Rule is one suggested egress.allow entry and the evidence behind it.
+type Rule struct {
+	Host         string
+	Ports        []int
+	Methods      []string
+	PathPrefixes []string
+	Evidence     Evidence
+	// Siblings are the names a "*." rule stands for.
+	Siblings []string
+}
+
+// Evidence is what a rule rests on.
+type Evidence struct {
+	// Attempts counts the decisions (DNS queries, connections, requests);
+	// Denied and WouldDeny split them by outcome.
+	Attempts, Denied, WouldDeny int
+	Runs                        int
+	Steps, Programs             []string
+	// DNSOnly: only DNS queries were seen, so the port is assumed (443).
+	DNSOnly bool
+	// Paths is set when a path the rule could not narrow to was seen.
+	UnplainPaths bool
+}
+
+// Result is the suggestion: the rules, what was left out and why, and the
+// repository policy file with the rules merged in.
+type Result struct {
+	Rules []Rule
+	Notes []string
+	File  []byte
+}
+
+// hostName is a name a rule may hold (the schema's #EgressRule host
+// without the wildcard).
+var hostName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$`)
+
+// schemaMethods are the methods a rule may name.
+var schemaMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+
+// siblingsForWildcard is how many names below one parent a "*." rule
+// needs.
+const siblingsForWildcard = 3
+
+// maxPrefixes bounds a rule's path prefixes; past it the rule keeps their
+// common directory.
+const maxPrefixes = 8
+
+// attempt is one refused decision reduced to what a rule needs.
+type attempt struct {
+	host, method, path string
+	port               int
+	kind               int // dnsAttempt, tunnelAttempt or httpAttempt
+	wouldDeny          bool
+	run                int
+	step, program      string
+}
+
+const (
+	dnsAttempt = iota
+	tunnelAttempt
+	httpAttempt
+)
+
+// Suggest builds the rules from runs. existing is the repository's policy
+// file at the base commit (nil when it has none), path its name for
+// messages; current, when not nil, is the effective egress policy at the
+// base commit (organisation and repository), and what it allows already
+// is not suggested again.
+func Suggest(runs []Run, existing []byte, path string, current *policies.Egress) (Result, error) {
+	var res Result
+	var allowed *rules.Policy
+	if current != nil {
+		e := *current
+		e.Mode = "enforce" // what the rules allow, not what audit lets through
+		var err error
+		// Secrets' values do not matter here; only the rules do.
+		if allowed, err = rules.Compile(e, func(string) (string, bool) { return "unused", true }); err != nil {
+			return res, fmt.Errorf("the current policy: %w", err)
+		}
+	}
+	var atts []attempt
+	skipped := map[string]int{}
+	for i, r := range runs {
+		for _, a := range attempts(i, r.Predicate, skipped) {
+			if allowed != nil && allowedBy(allowed, a) {
+				skipped["allowed by the policy at the base commit already"]++
+				continue
+			}
+			atts = append(atts, a)
+		}
+	}
+	res.Rules = build(atts)
+	res.Rules, res.Notes = wildcards(res.Rules)
+	for _, why := range sortedKeys(skipped) {
+		res.Notes = append(res.Notes, fmt.Sprintf("%d attempt(s) not suggested: %s", skipped[why], why))
+	}
+	file, err := merge(existing, path, res.Rules, len(runs))
+	if err != nil {
+		return res, err
+	}
+	res.File = file
+	return res, nil
+}
+
+// attempts reads one predicate's refused decisions, counting those no
+// repository rule could allow under skipped.
+func attempts(run int, p attest.Predicate, skipped map[string]int) []attempt {
+	var out []attempt
+	execs := execsByPID(p.Processes.Execs)
+	for _, d := range p.Egress.Rows() {
+		if d.Decision != rules.Denied && d.Decision != rules.WouldDeny {
+			continue
+		}
+		name := strings.TrimSuffix(strings.ToLower(d.Name), ".")
+		switch {
+		case !byRules(d.Rule):
+			skipped[fmt.Sprintf("refused by %s, which no egress.allow rule changes", category(d.Rule))]++
+			continue
+		case name == "":
+			skipped["no host name (a connection to an address)"]++
+			continue
+		case isAddr(name):
+			skipped["an IP address (egress is allowed by name only)"]++
+			continue
+		case !hostName.MatchString(name):
+			skipped["not a host name"]++
+			continue
+		}
+		a := attempt{host: name, port: d.Port, wouldDeny: d.Decision == rules.WouldDeny, run: run, step: stepAt(p.Steps, d.Time), program: programAt(execs[d.PID], d.Time)}
+		switch {
+		case d.Protocol == rules.ProtoDNS:
+			a.kind, a.port = dnsAttempt, 0
+		case d.Method != "" && (d.Protocol == rules.ProtoHTTP || d.Protocol == rules.ProtoProxyHTTP || d.Protocol == rules.ProtoHTTPS):
+			a.kind, a.method, a.path = httpAttempt, d.Method, d.Path
+		default:
+			a.kind = tunnelAttempt
+		}
+		if a.kind != dnsAttempt && (a.port <= 0 || a.port > 65535) {
+			skipped["no valid port"]++
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// byRules reports a decision that egress.allow decided: the default, or
+// a rule whose methods or paths did not match. (Decision rows cite rules
+// in short form, "default (deny)" and "allow[N]".)
+func byRules(rule string) bool {
+	r := strings.TrimPrefix(rule, "egress.")
+	return r == "default (deny)" || strings.HasPrefix(r, "allow[")
+}
+
+// category names what refused a decision, for the notes.
+func category(rule string) string {
+	switch r := strings.TrimPrefix(rule, "egress."); {
+	case strings.HasPrefix(r, "deny range"), strings.HasPrefix(r, "denyCIDRs"):
+		return "a deny range (the organisation's allowCIDRs opens one)"
+	case r == "fronting":
+		return "the fronting check"
+	case strings.HasPrefix(r, "credentials"):
+		return "the credentials policy"
+	case r == "":
+		return "an unnamed check"
+	default:
+		return textsafe.Line(clip(r, 40))
+	}
+}
+
+func isAddr(s string) bool {
+	_, err := netip.ParseAddr(strings.Trim(s, "[]"))
+	return err == nil
+}
+
+// allowedBy reports an attempt the policy allows already.
+func allowedBy(p *rules.Policy, a attempt) bool {
+	switch a.kind {
+	case dnsAttempt:
+		return p.NameAllowed(a.host)
+	case httpAttempt:
+		return p.Request(a.host, a.port, a.method, a.path, a.path).Allowed
+	default:
+		_, v := p.Connect(a.host, a.port)
+		return v.Allowed
+	}
+}
+
+// hostEvidence gathers one host's attempts.
+type hostEvidence struct {
+	tunnel      map[int]bool
+	http        map[int]bool
+	methods     map[string]bool
+	paths       map[string]bool
+	unplain     bool
+	dns         bool
+	ev          Evidence
+	runs        map[int]bool
+	steps, bins map[string]bool
+}
+
+// build makes one or two rules per host: connections the gateway could
+// not read into (TLS, CONNECT, other TCP) need the port alone; plain HTTP
+// requests get the methods and path prefixes seen. A host seen only in
+// DNS gets port 443.
+func build(atts []attempt) []Rule {
+	hosts := map[string]*hostEvidence{}
+	for _, a := range atts {
+		h := hosts[a.host]
+		if h == nil {
+			h = &hostEvidence{tunnel: map[int]bool{}, http: map[int]bool{}, methods: map[string]bool{}, paths: map[string]bool{}, runs: map[int]bool{}, steps: map[string]bool{}, bins: map[string]bool{}}
+			hosts[a.host] = h
+		}
+		h.ev.Attempts++
+		if a.wouldDeny {
+			h.ev.WouldDeny++
+		} else {
+			h.ev.Denied++
+		}
+		h.runs[a.run] = true
+		if a.step != "" {
+			h.steps[a.step] = true
+		}
+		if a.program != "" {
+			h.bins[a.program] = true
+		}
+		switch a.kind {
+		case dnsAttempt:
+			h.dns = true
+		case tunnelAttempt:
+			h.tunnel[a.port] = true
+		case httpAttempt:
+			h.http[a.port] = true
+			h.methods[a.method] = true
+			if dir, ok := pathDir(a.path); ok {
+				h.paths[dir] = true
+			} else {
+				h.unplain = true
+			}
+		}
+	}
+	var out []Rule
+	for _, host := range sortedKeys(hosts) {
+		h := hosts[host]
+		ev := h.ev
+		ev.Runs, ev.Steps, ev.Programs = len(h.runs), sortedKeys(h.steps), sortedKeys(h.bins)
+		var httpPorts []int
+		for p := range h.http {
+			if !h.tunnel[p] {
+				httpPorts = append(httpPorts, p)
+			}
+		}
+		if len(h.tunnel) > 0 {
+			out = append(out, Rule{Host: host, Ports: sortedKeys(h.tunnel), Evidence: ev})
+		}
+		if len(httpPorts) > 0 {
+			slices.Sort(httpPorts)
+			r := Rule{Host: host, Ports: httpPorts, Evidence: ev}
+			methods := sortedKeys(h.methods)
+			if !slices.ContainsFunc(methods, func(m string) bool { return !slices.Contains(schemaMethods, m) }) {
+				r.Methods = methods
+			}
+			if !h.unplain {
+				r.PathPrefixes = prefixes(sortedKeys(h.paths))
+			}
+			r.Evidence.UnplainPaths = h.unplain
+			out = append(out, r)
+		}
+		if len(h.tunnel) == 0 && len(httpPorts) == 0 {
+			ev.DNSOnly = true
+			out = append(out, Rule{Host: host, Ports: []int{443}, Evidence: ev})
+		}
+	}
+	return out
+}
+
+// pathDir is the directory of a plain request path, as a prefix ("/a/b/c"
+// is "/a/b/"); false for a path a prefix could not match (dot segments,
+// encoded slashes: the gateway never matches those).
+func pathDir(p string) (string, bool) {
+	if !strings.HasPrefix(p, "/") || strings.Contains(p, "\\") || strings.Contains(strings.ToLower(p), "%2") {
+		return "", false
+	}
+	if c := pathpkg.Clean(p); c != p && c+"/" != p {
+		return "", false
+	}
+	return p[:strings.LastIndexByte(p, '/')+1], true
+}
+
+// prefixes drops the prefixes another one covers; past maxPrefixes it
+// keeps their longest common directory.
+func prefixes(dirs []string) []string {
+	var out []string
+	for _, d := range dirs {
+		covered := false
+		for _, o := range dirs {
+			if o != d && strings.HasPrefix(d, o) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, d)
+		}
+	}
+	if len(out) <= maxPrefixes {
+		return out
+	}
+	common := out[0]
+	for _, d := range out[1:] {
+		for !strings.HasPrefix(d, common) {
+			common = common[:strings.LastIndexByte(strings.TrimSuffix(common, "/"), '/')+1]
+		}
+	}
+	return []string{common}
+}
+
+// wildcards folds the rules of siblingsForWildcard or more names below
+// one parent into "*.parent" rules, never below a public suffix ("*.com",
+// "*.co.uk"), and says so in the notes.
+func wildcards(in []Rule) ([]Rule, []string) {
+	byParent := map[string][]string{}
+	for _, r := range in {
+		_, parent, _ := strings.Cut(r.Host, ".")
+		if !slices.Contains(byParent[parent], r.Host) {
+			byParent[parent] = append(byParent[parent], r.Host)
+		}
+	}
+	var notes []string
+	folded := map[string]string{}
+	for _, parent := range sortedKeys(byParent) {
+		names := byParent[parent]
+		if len(names) < siblingsForWildcard || !strings.Contains(parent, ".") {
+			continue
+		}
+		if suffix, _ := publicsuffix.PublicSuffix(parent); suffix == parent {
+			continue
+		}
+		for _, n := range names {
+			folded[n] = "*." + parent
+		}
+		notes = append(notes, fmt.Sprintf("*.%s stands for %d sibling names seen (%s): a rule per name would be narrower", parent, len(names), strings.Join(names, ", ")))
+	}
+	if len(folded) == 0 {
+		return in, notes
+	}
+	var out []Rule
+	index := map[string]int{} // wildcard host and shape -> position in out
+	for _, r := range in {
+		w, ok := folded[r.Host]
+		if !ok {
+			out = append(out, r)
+			continue
+		}
+		key := fmt.Sprintf("%s|%v", w, r.Methods != nil || r.PathPrefixes != nil)
+		i, seen := index[key]
+		if !seen {
+			index[key] = len(out)
+			_, parent, _ := strings.Cut(r.Host, ".")
+			r.Siblings = byParent[parent]
+			r.Host = w
+			out = append(out, r)
+			continue
+		}
+		m := &out[i]
+		m.Ports = union(m.Ports, r.Ports)
+		if m.Methods != nil && r.Methods != nil {
+			m.Methods = union(m.Methods, r.Methods)
+		} else {
+			m.Methods = nil
+		}
+		if m.PathPrefixes != nil && r.PathPrefixes != nil {
+			m.PathPrefixes = prefixes(union(m.PathPrefixes, r.PathPrefixes))
+		} else {
+			m.PathPrefixes = nil
+		}
+		m.Evidence = mergeEvidence(m.Evidence, r.Evidence)
+	}
+	slices.SortStableFunc(out, func(a, b Rule) int { return strings.Compare(a.Host, b.Host) })
+	return out, notes
+}
+
+func mergeEvidence(a, b Evidence) Evidence {
+	a.Attempts += b.Attempts
+	a.Denied += b.Denied
+	a.WouldDeny += b.WouldDeny
+	a.Runs = max(a.Runs, b.Runs)
+	a.Steps = union(a.Steps, b.Steps)
+	a.Programs = union(a.Programs, b.Programs)
+	a.DNSOnly = a.DNSOnly && b.DNSOnly
+	a.UnplainPaths = a.UnplainPaths || b.UnplainPaths
+	return a
+}
+
+// comment is the evidence in one line (or two), safe inside a CUE line
+// comment: no control character, bounded.
+func (r Rule) comment() []string {
+	ev := r.Evidence
+	var outcome []string
+	if ev.WouldDeny > 0 {
+		outcome = append(outcome, fmt.Sprintf("%d would-deny", ev.WouldDeny))
+	}
+	if ev.Denied > 0 {
+		outcome = append(outcome, fmt.Sprintf("%d denied", ev.Denied))
+	}
+	line := fmt.Sprintf("%d attempt(s) (%s) in %d run(s)", ev.Attempts, strings.Join(outcome, ", "), ev.Runs)
+	if len(ev.Steps) > 0 {
+		line += "; steps: " + listOf(ev.Steps)
+	}
+	if len(ev.Programs) > 0 {
+		line += "; programs: " + listOf(ev.Programs)
+	}
+	lines := []string{line}
+	if ev.DNSOnly {
+		lines = append(lines, "only DNS queries were seen: port 443 is assumed")
+	}
+	if ev.UnplainPaths {
+		lines = append(lines, "a request path with dot segments or encoded slashes was seen: no path prefix")
+	}
+	if len(r.Siblings) > 0 {
+		lines = append(lines, fmt.Sprintf("stands for %d sibling names seen: %s", len(r.Siblings), listOf(r.Siblings)))
+	}
+	for i, l := range lines {
+		lines[i] = "// " + clip(textsafe.Line(l), 300)
+	}
+	return lines
+}
+
+// listOf names at most five items.
+func listOf(items []string) string {
+	if len(items) <= 5 {
+		return strings.Join(items, ", ")
+	}
+	return strings.Join(items[:5], ", ") + fmt.Sprintf(" and %d more", len(items)-5)
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "..."
+}
+
+// execsByPID lists each pid's execs in time order.
+func execsByPID(execs []attest.Exec) map[int32][]attest.Exec {
+	out := map[int32][]attest.Exec{}
+	for _, e := range execs {
+		out[e.PID] = append(out[e.PID], e)
+	}
+	for _, l := range out {
+		slices.SortStableFunc(l, func(a, b attest.Exec) int { return a.Time.Compare(b.Time) })
+	}
+	return out
+}
+
+// programAt is the program a pid ran at t: its last exec before then.
+func programAt(execs []attest.Exec, t time.Time) string {
+	bin := ""
+	for _, e := range execs {
+		if !e.Time.After(t) {
+			bin = e.Binary
+		}
+	}
+	return bin
+}
+
+// stepAt is the step running at t.
+func stepAt(steps []attest.Step, t time.Time) string {
+	for _, s := range steps {
+		if !t.Before(s.Start) && (s.End.IsZero() || !t.After(s.End)) {
+			return s.Name
+		}
+	}
+	return ""
+}
+
+func sortedKeys[K interface{ ~string | ~int }, V any](m map[K]V) []K {
+	out := make([]K, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func union[T interface{ ~string | ~int }](a, b []T) []T {
+	out := append(slices.Clone(a), b...)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
