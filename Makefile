@@ -6,7 +6,7 @@ GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 VERSION    ?= dev
 LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(GIT_COMMIT)
 
-.PHONY: build sample test vet bench clean
+.PHONY: build sample onboard-sample test vet bench clean
 
 build:
 	go build -ldflags "$(LDFLAGS)" -o bin/airlock ./cmd/airlock
@@ -14,6 +14,10 @@ build:
 # The main job on the included sample pull request (needs root).
 sample:
 	sh testdata/run-sample.sh
+
+# Onboarding a repository (README): audit run, policy suggest, enforced run.
+onboard-sample:
+	sh testdata/onboard-sample.sh
 
 # The whole test suite (needs root: the tests start real sandboxes). One
 # package at a time: each starts many sandboxes, and on 2 cores the limit

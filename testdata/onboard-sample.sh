@@ -50,7 +50,8 @@ steps:
   - name: fetch
     run: curl -fsS http://registry.demo.test:18080/greeting.txt
   - name: anything else
-    run: curl -sS -o /dev/null -w "other.demo.test: HTTP %{http_code}\n" http://other.demo.test:18080/
+    run: |
+      curl -sS -o /dev/null -w "other.demo.test: HTTP %{http_code}\n" http://other.demo.test:18080/
 STEPS
 
 echo "== 1. audit run (egress.mode \"audit\" in the organisation policy)"
@@ -71,4 +72,5 @@ git_ commit -q -m "airlock policy, from the audit run"
 chown -R 1000:1000 "$ws"
 
 echo "== 4. enforced run under the suggested policy"
-bin/airlock run --workspace "$ws" --org testdata/onboard-org --base main --steps "$tmp/fetch-and-more.yaml"
+bin/airlock run --workspace "$ws" --org testdata/onboard-org --base main --steps "$tmp/fetch-and-more.yaml" \
+  --attest-key "$keys/ci.key" --attest-dir "$tmp/enforced"
