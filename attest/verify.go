@@ -281,3 +281,32 @@ func noDuplicateKeys(b []byte) error {
 		}
 	}
 }
+
+// ReadEvidence reads one run's attestation for a tool that learns from
+// it (airlock policy suggest): a bundle verified with v; or, with
+// allowUnsigned, a bundle no key checked (v nil) or an unsigned
+// statement, reported as unverified. A bundle whose signature does not
+// verify is refused whatever allowUnsigned says.
+func ReadEvidence(b []byte, v signature.Verifier, allowUnsigned bool) (out *Verified, unverified bool, err error) {
+	if _, berr := Inspect(b); berr == nil {
+		if v != nil {
+			if out, err = Verify(b, v, VerifyOptions{}); err != nil {
+				return nil, false, fmt.Errorf("NOT VERIFIED: %w", err)
+			}
+			return out, false, nil
+		}
+		if !allowUnsigned {
+			return nil, false, fmt.Errorf("not verified: give the signer's key with --key")
+		}
+		out, err = Inspect(b)
+		return out, true, err
+	}
+	st, err := InspectStatement(b)
+	if err != nil {
+		return nil, false, fmt.Errorf("neither an airlock bundle nor an airlock statement: %w", err)
+	}
+	if !allowUnsigned {
+		return nil, false, fmt.Errorf("an unsigned statement: refused without --allow-unsigned")
+	}
+	return st, true, nil
+}

@@ -4,8 +4,9 @@
 # sample organisation policy (testdata/sample-org).
 #
 # The pull request is built as a real git repository in a temporary
-# directory: testdata/sample-base over testdata/sample-pr is the base
-# commit, testdata/sample-pr the agent's commit. The job reaches the demo
+# directory: testdata/sample-pr with testdata/sample-base's .github is the
+# base commit, testdata/sample-pr the agent's commit (its workflow change
+# and its instructions for the next agent). The job reaches the demo
 # registry by name and is refused everything else; the agent's workflow
 # change and the hook its job tries to plant are both reported. Needs root.
 set -eu
@@ -33,6 +34,7 @@ done
 
 git_() { git -C "$ws" -c safe.directory='*' -c user.name=sample -c user.email=sample@example.com "$@"; }
 cp -R testdata/sample-pr/. "$ws"
+rm -rf "$ws/.github"
 cp -R testdata/sample-base/.github "$ws"
 git_ init -q -b main
 git_ add -A

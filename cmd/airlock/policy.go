@@ -249,7 +249,11 @@ func (o *suggestOptions) run(cmd *cobra.Command, args []string, code *int) error
 	}
 	var runs []suggest.Run
 	for _, name := range args {
-		v, unverified, err := readEvidence(name, ver, o.allowUnsigned)
+		b, err := files.ReadCapped(name, attest.MaxBundleSize)
+		if err != nil {
+			return usageError{err}
+		}
+		v, unverified, err := attest.ReadEvidence(b, ver, o.allowUnsigned)
 		if err != nil {
 			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", name, err)
 			*code = exitDataErr
@@ -307,36 +311,4 @@ func (o *suggestOptions) run(cmd *cobra.Command, args []string, code *int) error
 		return err
 	}
 	return os.WriteFile(o.output, res.File, 0o644)
-}
-
-// readEvidence reads one run: a bundle verified with ver, or, with
-// allowUnsigned, a bundle no key checked or an unsigned statement
-// (reported as unverified). A bundle whose signature does not verify is
-// refused whatever the flags say.
-func readEvidence(name string, ver signature.Verifier, allowUnsigned bool) (v *attest.Verified, unverified bool, err error) {
-	b, err := files.ReadCapped(name, attest.MaxBundleSize)
-	if err != nil {
-		return nil, false, err
-	}
-	if _, berr := attest.Inspect(b); berr == nil {
-		if ver != nil {
-			if v, err = attest.Verify(b, ver, attest.VerifyOptions{}); err != nil {
-				return nil, false, fmt.Errorf("NOT VERIFIED: %w", err)
-			}
-			return v, false, nil
-		}
-		if !allowUnsigned {
-			return nil, false, fmt.Errorf("not verified: give the signer's key with --key")
-		}
-		v, err = attest.Inspect(b)
-		return v, true, err
-	}
-	st, err := attest.InspectStatement(b)
-	if err != nil {
-		return nil, false, fmt.Errorf("neither an airlock bundle nor an airlock statement: %w", err)
-	}
-	if !allowUnsigned {
-		return nil, false, fmt.Errorf("an unsigned statement: refused without --allow-unsigned")
-	}
-	return st, true, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -63,5 +64,55 @@ func TestTrustDiff(t *testing.T) {
 	errb.Reset()
 	if code := execute([]string{"trust", "diff", "--base", strings.Repeat("ab", 20), repo}, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), "fetch-depth") {
 		t.Errorf("missing base: exit %d: %s", code, errb.String())
+	}
+}
+
+// A job that writes an MCP server list at run time fails under the
+// default policy (agent-tools: runtime "fail"), and the result names the
+// server and the command it would start on the next developer's machine.
+func TestRunWritesAgentToolConfig(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	ws := workspace(t)
+	git := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", ws, "-c", "safe.directory=*", "-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+	}
+	git("init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(ws, "README"), []byte("x\n"), 0o644)
+	git("add", "-A")
+	git("commit", "-q", "-m", "base")
+	exec.Command("chown", "-R", "1000:1000", ws).Run()
+	org := t.TempDir()
+	os.WriteFile(filepath.Join(org, "org.cue"), []byte("package airlock\n"), 0o644)
+	var out, errb bytes.Buffer
+	code := execute([]string{"run", "-w", ws, "--state-dir", stateDir(t), "--org", org, "--base", "main", "--json", "--", "sh", "-c",
+		`printf '{"mcpServers": {"helper": {"command": "npx", "args": ["-y", "some-package@latest"]}}}\n' > .mcp.json`}, &out, &errb)
+	if code == 0 {
+		t.Fatalf("the job passed:\n%s", errb.String())
+	}
+	var res struct {
+		Trust struct {
+			Findings []struct{ Phase, Category, Path, Kind, Reason, Action string }
+			Failed   bool
+		}
+	}
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range res.Trust.Findings {
+		found = found || f.Phase == "runtime" && f.Category == "agent-tools" && f.Path == ".mcp.json" && f.Action == "fail" &&
+			strings.Contains(f.Reason, `new MCP server "helper" runs "npx -y some-package@latest"`)
+	}
+	if !found || !res.Trust.Failed {
+		t.Errorf("findings %+v\n%s", res.Trust, errb.String())
+	}
+	if !strings.Contains(errb.String(), `runtime agent-tools .mcp.json`) {
+		t.Errorf("the summary lacks the finding:\n%s", errb.String())
 	}
 }

@@ -81,6 +81,26 @@ func sandboxBehind(t testing.TB, eg *Egress, upstreamCA []byte) *gvisor.Sandbox 
 	return sb
 }
 
+// startUpstreams serves "hello from HOST/PATH" over plain HTTP and over
+// TLS (a certificate for tlsName from caPEM) on upstreamAddr, until the
+// test ends.
+func startUpstreams(t *testing.T, tlsName string) (httpPort, tlsPort int, caPEM []byte) {
+	t.Helper()
+	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from %s%s", r.Host, r.URL.Path)
+	})
+	httpLn := listenUpstream(t)
+	up := &http.Server{Handler: hello}
+	go up.Serve(httpLn)
+	t.Cleanup(func() { up.Close() })
+	cert, caPEM := testhost.ServerCert(t, tlsName)
+	tlsLn := listenUpstream(t)
+	tlsUp := &http.Server{Handler: hello, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
+	go tlsUp.ServeTLS(tlsLn, "", "")
+	t.Cleanup(func() { tlsUp.Close() })
+	return httpLn.Addr().(*net.TCPAddr).Port, tlsLn.Addr().(*net.TCPAddr).Port, caPEM
+}
+
 func listenUpstream(t *testing.T) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp4", upstreamAddr+":0")
@@ -160,18 +180,7 @@ func TestSandboxEgress(t *testing.T) {
 	nsBefore := leakcheck.NetNamespaces()
 	fdsBefore := openFDs()
 
-	httpLn := listenUpstream(t)
-	up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "hello from %s%s", r.Host, r.URL.Path)
-	})}
-	go up.Serve(httpLn)
-	defer up.Close()
-	cert, caPEM := testhost.ServerCert(t, "tls.up.test")
-	tlsLn := listenUpstream(t)
-	tlsUp := &http.Server{Handler: up.Handler, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
-	go tlsUp.ServeTLS(tlsLn, "", "")
-	defer tlsUp.Close()
-	p1, p2 := httpLn.Addr().(*net.TCPAddr).Port, tlsLn.Addr().(*net.TCPAddr).Port
+	p1, p2, caPEM := startUpstreams(t, "tls.up.test")
 
 	resolver := &recordingResolver{names: map[string]string{
 		"private.test": "10.0.0.1", "meta.test": "169.254.169.254", "rebind.test": "127.0.0.1",
@@ -582,18 +591,7 @@ func TestSandboxAudit(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/curl"); err != nil {
 		t.Skip("needs /usr/bin/curl on the host root for the in-sandbox client")
 	}
-	httpLn := listenUpstream(t)
-	up := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "hello from %s%s", r.Host, r.URL.Path)
-	})}
-	go up.Serve(httpLn)
-	defer up.Close()
-	cert, caPEM := testhost.ServerCert(t, "tls.other.test")
-	tlsLn := listenUpstream(t)
-	tlsUp := &http.Server{Handler: up.Handler, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
-	go tlsUp.ServeTLS(tlsLn, "", "")
-	defer tlsUp.Close()
-	p1, p2 := httpLn.Addr().(*net.TCPAddr).Port, tlsLn.Addr().(*net.TCPAddr).Port
+	p1, p2, caPEM := startUpstreams(t, "tls.other.test")
 	resolver := &recordingResolver{names: map[string]string{"meta.test": "169.254.169.254", "rebind.test": "127.0.0.1"}}
 	dialer := &net.Dialer{Timeout: 2 * time.Second, Control: func(_, address string, _ syscall.RawConn) error {
 		if !strings.HasPrefix(address, upstreamAddr+":") {

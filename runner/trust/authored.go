@@ -126,6 +126,9 @@ func describeChange(c change, cat string, oldData, newData []byte, unreadable st
 	if cat == CI && isWorkflow(c.path) && c.status != 'D' {
 		out = append(out, WorkflowEscalations(c.path, oldData, newData)...)
 	}
+	if c.status != 'D' {
+		out = append(out, agentFindings(cat, c.path, oldData, newData)...)
+	}
 	return out
 }
 

@@ -28,6 +28,7 @@ const (
 	KindEscalation   = "escalation"    // a workflow became more dangerous
 	KindWriteRefused = "write-refused" // the job tried to write a read-only path
 	KindIncomplete   = "incomplete"    // the inspection stopped at a bound
+	KindUnparsable   = "unparsable"    // an agent tool config that does not parse
 )
 
 // Finding is one change to the trust set.
@@ -165,8 +166,23 @@ func Compare(before, after *Snapshot, set *Set) []Finding {
 		f.Diff, f.DiffSHA256 = entryDiff(p, b, a)
 		f.Line = firstChangedLine(f.Diff)
 		out = append(out, *f)
+		if a != nil {
+			for _, af := range agentFindings(f.Category, p, dataOf(b), dataOf(a)) {
+				af.Phase, af.Category, af.Action, af.Severity = Runtime, f.Category, f.Action, f.Severity
+				out = append(out, af)
+			}
+		}
 	}
 	return out
+}
+
+// dataOf is an entry's kept bytes (nil for none, or a file too large to
+// keep).
+func dataOf(e *Entry) []byte {
+	if e == nil || !e.kept {
+		return nil
+	}
+	return e.data
 }
 
 // subsequence reports whether list is base with some lines removed and

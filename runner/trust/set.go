@@ -35,6 +35,11 @@ const (
 	GitAttributes = "git-attributes"
 	CI            = "ci"
 	BuildEntry    = "build-entry"
+	// AgentInstructions are the files that tell the next agent what to
+	// do; AgentTools the agent tool configs that start programs (MCP
+	// servers, agent hooks). See agent.go.
+	AgentInstructions = "agent-instructions"
+	AgentTools        = "agent-tools"
 )
 
 // Actions.
@@ -61,6 +66,16 @@ var defaultGlobs = map[string][]string{
 		".gitlab-ci.yml", ".circleci/**", "Jenkinsfile", "azure-pipelines.yml", ".buildkite/**",
 		policies.RepoPolicyPath,
 	},
+	AgentInstructions: {
+		"**/AGENTS.md", "**/AGENTS.override.md", "**/CLAUDE.md", "**/CLAUDE.local.md", "**/GEMINI.md",
+		".github/copilot-instructions.md", ".github/instructions/**", ".github/prompts/**", ".github/chatmodes/**", ".github/agents/**",
+		".cursorrules", ".cursor/rules/**", ".windsurfrules", ".windsurf/rules/**", ".clinerules", ".clinerules/**",
+		".claude/commands/**", ".claude/agents/**",
+	},
+	AgentTools: {
+		".mcp.json", ".vscode/mcp.json", ".cursor/mcp.json", ".gemini/settings.json",
+		".claude/settings.json", ".claude/settings.local.json", ".codex/config.toml",
+	},
 	BuildEntry: {
 		"**/Makefile", "**/makefile", "**/GNUmakefile", "**/*.mk", "**/package.json", ".husky/**",
 		".pre-commit-config.yaml", "lefthook.yml", "lefthook.yaml", ".lefthook.yml", ".lefthook.yaml",
@@ -72,7 +87,7 @@ var defaultGlobs = map[string][]string{
 }
 
 // categoryOrder decides for a path that several categories match.
-var categoryOrder = []string{GitHooks, GitConfig, GitAttributes, CI, BuildEntry}
+var categoryOrder = []string{GitHooks, GitConfig, GitAttributes, CI, AgentTools, AgentInstructions, BuildEntry}
 
 // Set is the compiled trust section of a policy.
 type Set struct {
