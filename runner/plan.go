@@ -168,6 +168,14 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	p.Job.Policy = &PolicyInfo{Digest: eff.Digest, Sources: eff.Sources, HeadChangesPolicy: pr.HeadChangesPolicy}
 	if pr.Event != nil {
 		d := policies.Decide(pol.Agents, *pr.Event)
+		if eff.Org != nil && !d.Agent {
+			// A repository policy may add agents, never take the
+			// organisation's away.
+			if od := policies.Decide(eff.Org.Agents, *pr.Event); od.Agent {
+				d = od
+				d.Reason += " (the organisation policy's agents)"
+			}
+		}
 		p.Job.Policy.Agent = &d
 	}
 	cfg, err := SandboxFromPolicy(pol.Sandbox)
@@ -214,9 +222,11 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 		lookup = os.LookupEnv
 	}
 	// Agent work is never audited, and its credentials get the stricter
-	// defaults of what they may do.
+	// defaults of what they may do. Audit needs a pull request that is
+	// known not to be agent work: without an event (a push, an event
+	// that does not parse) the job is enforced.
 	agent := p.Job.Policy.Agent != nil && p.Job.Policy.Agent.Agent
-	if p.Job.Egress, err = EgressFromPolicy(pol.Egress, agent, lookup); err != nil {
+	if p.Job.Egress, err = EgressFromPolicy(pol.Egress, p.Job.Policy.Agent, lookup); err != nil {
 		return p, PolicyError{err}
 	}
 	for _, s := range in.Services {

@@ -152,6 +152,31 @@ steps: build: [{name: "vet", run: "go vet ./..."}]
 				}
 			},
 		},
+		{
+			name: "audit with no pull request event (a push): enforced",
+			org:  orgPolicy + "egress: mode: \"audit\"\n",
+			in:   Inputs{LookupEnv: secrets},
+			check: func(t *testing.T, p Plan) {
+				if e := p.Job.Egress; e.Policy.Audit || !strings.Contains(e.ModeNote, "no pull request event") {
+					t.Errorf("egress audit %v, note %q", e.Policy.Audit, e.ModeNote)
+				}
+			},
+		},
+		{
+			name: "a repository policy that clears the agent lists: still agent work, still enforced",
+			org:  orgPolicy + "egress: mode: \"audit\"\n",
+			repo: "agents: {logins: [], botSuffix: false, labels: [], headBranchPrefixes: []}\n",
+			pr:   PullRequest{Event: agentPR},
+			in:   Inputs{LookupEnv: secrets},
+			check: func(t *testing.T, p Plan) {
+				if a := p.Job.Policy.Agent; a == nil || !a.Agent || !strings.Contains(a.Reason, "organisation") {
+					t.Errorf("agent decision %+v", a)
+				}
+				if e := p.Job.Egress; e.Policy.Audit {
+					t.Errorf("audited: %q", e.ModeNote)
+				}
+			},
+		},
 		{name: "a flag that loosens a limit", org: orgPolicy, in: Inputs{Requests: Requests{Limits: looser, Set: set("memory")}}, wantErr: "--memory asks for more", input: true},
 		{name: "another root filesystem", org: orgPolicy, in: Inputs{Requests: Requests{RootFS: "/img", Set: set("rootfs")}}, wantErr: "--rootfs: the policy sets", input: true},
 		{name: "a capability the policy does not grant", org: orgPolicy, in: Inputs{Requests: Requests{Capabilities: []string{"CAP_SYS_ADMIN"}, Set: set("cap")}}, wantErr: "--cap CAP_SYS_ADMIN", input: true},

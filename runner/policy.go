@@ -129,13 +129,21 @@ func StepsFromPolicy(p policies.Policy, name string) ([]StepSpec, error) {
 // gateway configuration. lookupEnv reads airlock's own environment, where
 // the values of the policy's secrets live.
 //
-// Agent work is never audited: with agent set, egress.mode "audit" is
-// enforced, and the configuration says why.
-func EgressFromPolicy(e policies.Egress, agent bool, lookupEnv func(string) (string, bool)) (*egress.Config, error) {
+// Audit applies only to a pull request known not to be agent work
+// (agent, the detection's outcome, nil when there was no pull request
+// event): otherwise egress.mode "audit" is enforced, and the
+// configuration says why.
+func EgressFromPolicy(e policies.Egress, agent *policies.Detection, lookupEnv func(string) (string, bool)) (*egress.Config, error) {
 	note := ""
-	if e.Mode == "audit" && agent {
-		e.Mode = "enforce"
-		note = "egress enforced: the organisation policy asks for audit (egress.mode), which never applies to a pull request detected as agent work"
+	if e.Mode == "audit" {
+		switch {
+		case agent == nil:
+			e.Mode = "enforce"
+			note = "egress enforced: the organisation policy asks for audit (egress.mode), which applies only to a pull request known not to be agent work, and this job has no pull request event"
+		case agent.Agent:
+			e.Mode = "enforce"
+			note = "egress enforced: the organisation policy asks for audit (egress.mode), which never applies to a pull request detected as agent work"
+		}
 	}
 	pol, err := rules.Compile(e, lookupEnv)
 	if err != nil {

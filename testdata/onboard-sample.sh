@@ -55,7 +55,10 @@ steps:
 STEPS
 
 echo "== 1. audit run (egress.mode \"audit\" in the organisation policy)"
-bin/airlock run --workspace "$ws" --org "$audit_org" --base main --steps "$tmp/fetch.yaml" \
+# Audit applies only to a pull request known not to be agent work: the
+# sample's event is a human's.
+bin/airlock run --workspace "$ws" --org "$audit_org" --base main --head main \
+  --event testdata/events/pr-opened-by-human.json --steps "$tmp/fetch.yaml" \
   --attest-key "$keys/ci.key" --attest-dir "$tmp/audit"
 
 echo "== 2. airlock policy suggest"

@@ -90,8 +90,11 @@ func TestOnboarding(t *testing.T) {
 		return o.String() + e.String(), bundles[0], code
 	}
 
-	// 1. The audit run: both fetches get through, recorded as would-deny.
-	auditOut, bundle, code := run(onboardOrg(t, "audit"))
+	// 1. The audit run, of a human's pull request (audit applies only to
+	// a pull request known not to be agent work): both fetches get
+	// through, recorded as would-deny.
+	human := []string{"--head", "main", "--event", "../../testdata/events/pr-opened-by-human.json"}
+	auditOut, bundle, code := run(onboardOrg(t, "audit"), human...)
 	for _, want := range []string{"served registry.test:", "other 200", "let through by audit during this step", "would-deny (audit: not enforced)"} {
 		if !strings.Contains(auditOut, want) {
 			t.Errorf("the audit run's output lacks %q:\n%s", want, auditOut)
@@ -105,7 +108,7 @@ func TestOnboarding(t *testing.T) {
 	// fetched it alone.
 	fetchOnly := fetch
 	fetch = fmt.Sprintf("curl -fsS http://registry.test:%d/pkg/lib-1.0.tgz", port)
-	_, registryBundle, _ := run(onboardOrg(t, "audit"))
+	_, registryBundle, _ := run(onboardOrg(t, "audit"), human...)
 	fetch = fetchOnly
 
 	// 2. The suggestion, from the signed bundle, vetted.
@@ -146,7 +149,12 @@ func TestOnboarding(t *testing.T) {
 		t.Errorf("the enforced run (%d):\n%s", code, enforcedOut)
 	}
 
-	// Agent work under an auditing organisation: enforced, and said so.
+	// Agent work under an auditing organisation, or a job with no pull
+	// request event: enforced, and said so.
+	noEvent, _, _ := run(onboardOrg(t, "audit"))
+	if !strings.Contains(noEvent, "other 403") || !strings.Contains(noEvent, "no pull request event") {
+		t.Errorf("the run without an event was not enforced:\n%s", noEvent)
+	}
 	agentOut, _, _ := run(onboardOrg(t, "audit"), "--head", "main", "--event", "../../testdata/events/pr-opened-by-copilot.json")
 	for _, want := range []string{"other 403", "never applies to a pull request detected as agent work"} {
 		if !strings.Contains(agentOut, want) {

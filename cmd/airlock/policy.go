@@ -298,7 +298,7 @@ func (o *suggestOptions) run(cmd *cobra.Command, args []string, code *int) error
 	}
 	// What is printed must pass `airlock policy vet --org`.
 	if _, err := policies.Load(cmd.Context(), append(slices.Clone(org), policies.Source{Kind: policies.KindRepo, Path: policies.RepoPolicyPath, Data: res.File})); err != nil {
-		fmt.Fprintf(cmd.ErrOrStderr(), "the suggested policy does not pass policy vet (report this as an airlock bug): %v\n", err)
+		fmt.Fprintf(cmd.ErrOrStderr(), "the suggested policy does not pass policy vet, so it is not printed: %v\n", err)
 		*code = exitDataErr
 		return nil
 	}

@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"golang.org/x/net/publicsuffix"
 
@@ -58,8 +59,10 @@ type Evidence struct {
 	Steps, Programs             []string
 	// DNSOnly: only DNS queries were seen, so the port is assumed (443).
 	DNSOnly bool
-	// Paths is set when a path the rule could not narrow to was seen.
+	// UnplainPaths is set when a path the rule could not narrow to was
+	// seen; Collapsed names the one prefix that stands for many.
 	UnplainPaths bool
+	Collapsed    string
 }
 
 // Result is the suggestion: the rules, what was left out and why, and the
@@ -69,6 +72,9 @@ type Result struct {
 	Notes []string
 	File  []byte
 }
+
+// numericLast is a name whose last label is a number: an address.
+var numericLast = regexp.MustCompile(`\.(0x[0-9a-f]*|[0-9]+)$`)
 
 // hostName is a name a rule may hold (the schema's #EgressRule host
 // without the wildcard).
@@ -80,6 +86,10 @@ var schemaMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "O
 // siblingsForWildcard is how many names below one parent a "*." rule
 // needs.
 const siblingsForWildcard = 3
+
+// maxRules bounds one suggestion (a repository policy file is at most
+// 256 KiB).
+const maxRules = 500
 
 // maxPrefixes bounds a rule's path prefixes; past it the rule keeps their
 // common directory.
@@ -131,6 +141,10 @@ func Suggest(runs []Run, existing []byte, path string, current *policies.Egress)
 	}
 	res.Rules = build(atts)
 	res.Rules, res.Notes = wildcards(res.Rules)
+	if len(res.Rules) > maxRules {
+		res.Notes = append(res.Notes, fmt.Sprintf("%d more rule(s) not suggested: at most %d at once (the runs reached that many destinations; look at them before allowing any)", len(res.Rules)-maxRules, maxRules))
+		res.Rules = res.Rules[:maxRules]
+	}
 	for _, why := range sortedKeys(skipped) {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d attempt(s) not suggested: %s", skipped[why], why))
 	}
@@ -165,12 +179,23 @@ func attempts(run int, p attest.Predicate, skipped map[string]int) []attempt {
 		case !hostName.MatchString(name):
 			skipped["not a host name"]++
 			continue
+		case numericLast.MatchString(name):
+			// 0177.0.0.1, 10.1: an address in another spelling.
+			skipped["an IP address (egress is allowed by name only)"]++
+			continue
 		}
 		a := attempt{host: name, port: d.Port, wouldDeny: d.Decision == rules.WouldDeny, run: run, step: stepAt(p.Steps, d.Time), program: programAt(execs[d.PID], d.Time)}
 		switch {
 		case d.Protocol == rules.ProtoDNS:
 			a.kind, a.port = dnsAttempt, 0
-		case d.Method != "" && (d.Protocol == rules.ProtoHTTP || d.Protocol == rules.ProtoProxyHTTP || d.Protocol == rules.ProtoHTTPS):
+		case d.Method != "" && !slices.Contains(schemaMethods, d.Method):
+			// A rule naming methods cannot name this one, and one
+			// without methods would allow them all.
+			skipped["a request method no rule can name ("+clip(textsafe.Line(d.Method), 16)+")"]++
+			continue
+		case d.Method != "" && d.Path != "":
+			// Plain HTTP: direct, through the proxy, inside a CONNECT
+			// tunnel, or decrypted by the gateway.
 			a.kind, a.method, a.path = httpAttempt, d.Method, d.Path
 		default:
 			a.kind = tunnelAttempt
@@ -301,7 +326,11 @@ func build(atts []attempt) []Rule {
 				r.Methods = methods
 			}
 			if !h.unplain {
-				r.PathPrefixes = prefixes(sortedKeys(h.paths))
+				all := sortedKeys(h.paths)
+				r.PathPrefixes = prefixes(all)
+				if len(r.PathPrefixes) == 1 && !slices.Contains(all, r.PathPrefixes[0]) {
+					r.Evidence.Collapsed = fmt.Sprintf("%s stands for %d directories seen", r.PathPrefixes[0], len(all))
+				}
 			}
 			r.Evidence.UnplainPaths = h.unplain
 			out = append(out, r)
@@ -361,6 +390,9 @@ func prefixes(dirs []string) []string {
 func wildcards(in []Rule) ([]Rule, []string) {
 	byParent := map[string][]string{}
 	for _, r := range in {
+		if r.Evidence.DNSOnly {
+			continue // a name only asked for is no evidence of a family
+		}
 		_, parent, _ := strings.Cut(r.Host, ".")
 		if !slices.Contains(byParent[parent], r.Host) {
 			byParent[parent] = append(byParent[parent], r.Host)
@@ -373,7 +405,9 @@ func wildcards(in []Rule) ([]Rule, []string) {
 		if len(names) < siblingsForWildcard || !strings.Contains(parent, ".") {
 			continue
 		}
-		if suffix, _ := publicsuffix.PublicSuffix(parent); suffix == parent {
+		// Never at or above a registrable domain: *.amazonaws.com or
+		// *.example.com would hold every tenant or service below it.
+		if reg, err := publicsuffix.EffectiveTLDPlusOne(parent); err != nil || reg == parent {
 			continue
 		}
 		for _, n := range names {
@@ -457,11 +491,22 @@ func (r Rule) comment() []string {
 	if ev.UnplainPaths {
 		lines = append(lines, "a request path with dot segments or encoded slashes was seen: no path prefix")
 	}
+	if ev.Collapsed != "" {
+		lines = append(lines, "path prefix "+ev.Collapsed+": narrower ones would be safer")
+	}
 	if len(r.Siblings) > 0 {
 		lines = append(lines, fmt.Sprintf("stands for %d sibling names seen: %s", len(r.Siblings), listOf(r.Siblings)))
 	}
 	for i, l := range lines {
-		lines[i] = "// " + clip(textsafe.Line(l), 300)
+		// Format characters (a byte order mark, zero-width and bidi
+		// controls) are shown, never kept: CUE refuses some of them.
+		l = strings.Map(func(r rune) rune {
+			if unicode.Is(unicode.Cf, r) {
+				return '?'
+			}
+			return r
+		}, textsafe.Line(l))
+		lines[i] = "// " + clip(l, 300)
 	}
 	return lines
 }

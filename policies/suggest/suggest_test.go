@@ -32,7 +32,7 @@ func predicate(rows ...row) attest.Predicate {
 		Steps: []attest.Step{{Name: "fetch", Start: t0, End: t0.Add(time.Minute)}},
 		Processes: attest.Processes{Execs: []attest.Exec{
 			{Time: t0, PID: 7, Binary: "/usr/bin/curl"},
-			{Time: t0, PID: 9, Binary: "/tmp/x\n}\negress: default: \"allow\"\n//"},
+			{Time: t0, PID: 9, Binary: "/tmp/x\n}\negress: default: \"allow\"\n//\ufeff\u202e"},
 		}},
 		Egress: attest.Egress{Start: t0, Columns: attest.DecisionColumns},
 	}
@@ -138,6 +138,23 @@ steps: ci: [{name: "test", run: "go test ./..."}]
 			allows:    []string{"proxy.golang.org:443", "files.example.org:80 GET /pkg/c/1"},
 			refuses:   []string{"files.example.org:443"},
 			wantNotes: []string{"2 attempt(s) not suggested: allowed by the policy at the base commit already"},
+		},
+		{
+			name: "what the review found: tenants, DNS-only siblings, odd methods, address spellings, tunnelled HTTP, a byte order mark",
+			runs: []attest.Predicate{predicate(
+				row{ms: 1, proto: rules.ProtoTLS, name: "a.amazonaws.com", port: 443, decision: rules.WouldDeny, rule: deny},
+				row{ms: 2, proto: rules.ProtoTLS, name: "b.amazonaws.com", port: 443, decision: rules.WouldDeny, rule: deny},
+				row{ms: 3, proto: rules.ProtoTLS, name: "c.amazonaws.com", port: 443, decision: rules.WouldDeny, rule: deny},
+				row{ms: 4, proto: rules.ProtoDNS, name: "x.svc.example.org", decision: rules.Denied, rule: deny},
+				row{ms: 5, proto: rules.ProtoDNS, name: "y.svc.example.org", decision: rules.Denied, rule: deny},
+				row{ms: 6, proto: rules.ProtoDNS, name: "z.svc.example.org", decision: rules.Denied, rule: deny},
+				row{ms: 7, pid: 9, proto: rules.ProtoProxyHTTP, name: "brew.example.com", port: 80, method: "BREW", path: "/pot", decision: rules.Denied, rule: deny},
+				row{ms: 8, proto: rules.ProtoProxyHTTP, name: "0177.0.0.1", port: 80, method: "GET", path: "/", decision: rules.Denied, rule: deny},
+				row{ms: 9, proto: rules.ProtoProxyConnect, name: "tunnel.example.com", port: 8080, method: "GET", path: "/v2/x", decision: rules.WouldDeny, rule: deny},
+			)},
+			want:      []string{`{host: "a.amazonaws.com"}`, `{host: "c.amazonaws.com"}`, `{host: "x.svc.example.org"}`, `{host: "tunnel.example.com", ports: [8080], methods: ["GET"], pathPrefixes: ["/v2/"]}`},
+			wantNot:   []string{"*.amazonaws.com", "*.svc.example.org", "brew.example.com", "0177"},
+			wantNotes: []string{"a request method no rule can name (BREW)", "an IP address"},
 		},
 		{
 			name: "an allow list that is not a literal", runs: []attest.Predicate{enforced},

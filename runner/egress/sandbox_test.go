@@ -592,7 +592,10 @@ func TestSandboxAudit(t *testing.T) {
 		t.Skip("needs /usr/bin/curl on the host root for the in-sandbox client")
 	}
 	p1, p2, caPEM := startUpstreams(t, "tls.other.test")
-	resolver := &recordingResolver{names: map[string]string{"meta.test": "169.254.169.254", "rebind.test": "127.0.0.1"}}
+	// open.test resolves (on the host, not pinned) into the range the
+	// organisation opened for its pinned names: audit must not open it
+	// to every name.
+	resolver := &recordingResolver{names: map[string]string{"meta.test": "169.254.169.254", "rebind.test": "127.0.0.1", "open.test": upstreamAddr}}
 	dialer := &net.Dialer{Timeout: 2 * time.Second, Control: func(_, address string, _ syscall.RawConn) error {
 		if !strings.HasPrefix(address, upstreamAddr+":") {
 			return fmt.Errorf("test dialer: refusing %s", address)
@@ -622,7 +625,7 @@ echo "proxy-http $(curl -sS --max-time 5 http://other.test:$P1/b)"
 echo "direct-http $(curl -sS --noproxy '*' --max-time 5 http://other.test:$P1/c)"
 echo "connect $(curl -sS --max-time 5 --cacert upstream-ca.pem https://tls.other.test:$P2/d)"
 echo "answer $(getent hosts other.test | cut -d' ' -f1)"
-for n in meta rebind; do curl -s --max-time 5 -o /dev/null -w "$n-status %%{http_code}\n" http://$n.test:$P1/; done
+for n in meta rebind open; do curl -s --max-time 5 -o /dev/null -w "$n-status %%{http_code}\n" http://$n.test:$P1/; done
 curl -s --max-time 5 -o /dev/null -w "ip-literal-status %%{http_code}\n" http://%s:$P1/
 curl -sS --noproxy '*' --max-time 5 http://%s:$P1/ >/dev/null 2>&1; echo "direct-ip-exit $?"
 `, p1, p2, upstreamAddr, upstreamAddr)
@@ -652,6 +655,7 @@ curl -sS --noproxy '*' --max-time 5 http://%s:$P1/ >/dev/null 2>&1; echo "direct
 		"connect":           fmt.Sprintf("hello from tls.other.test:%d/d", p2),
 		"meta-status":       "403",
 		"rebind-status":     "403",
+		"open-status":       "403",
 		"ip-literal-status": "403",
 	} {
 		if lines[k] != want {
@@ -691,7 +695,7 @@ curl -sS --noproxy '*' --max-time 5 http://%s:$P1/ >/dev/null 2>&1; echo "direct
 	has("the CONNECT tunnel, would-deny with bytes", func(d rules.Decision) bool {
 		return wouldDeny(d) && d.Protocol == rules.ProtoProxyConnect && d.Name == "tls.other.test" && d.Port == p2 && d.BytesIn > 0
 	})
-	for _, n := range []string{"meta.test", "rebind.test"} {
+	for _, n := range []string{"meta.test", "rebind.test", "open.test"} {
 		has(n+" refused by its deny range", func(d rules.Decision) bool {
 			return d.Name == n && d.Decision == rules.Denied && strings.Contains(d.Rule, "/")
 		})

@@ -356,7 +356,7 @@ func (g *Gateway) tunnel(c net.Conn, br *bufio.Reader, d *rules.Decision, rule r
 	// connect dials the upstream; false when that was refused (and
 	// recorded) or the gateway is closing.
 	connect := func() bool {
-		conn, v, err := g.dialUpstream(g.ctx, d.Name, d.Port)
+		conn, v, err := g.dialUpstream(g.ctx, d.Name, d.Port, cv.WouldDeny)
 		if err != nil {
 			deny(v)
 			return false

@@ -205,7 +205,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decis
 	var upstream string
 	var dialVerdict *rules.Verdict
 	dial := func(ctx context.Context) (net.Conn, error) {
-		c, v, err := g.dialUpstream(ctx, d.Name, d.Port)
+		c, v, err := g.dialUpstream(ctx, d.Name, d.Port, v.WouldDeny)
 		if err != nil {
 			dialVerdict = &v
 			return nil, err

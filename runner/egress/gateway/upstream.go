@@ -27,11 +27,18 @@ func (e *deniedError) Error() string { return e.v.Reason }
 // checks every address against the deny ranges and dials the first
 // permitted one, by address, so nothing is resolved twice (no rebinding
 // window). A name with no permitted address is refused before any dial.
-func (g *Gateway) dialUpstream(ctx context.Context, name string, port int) (net.Conn, rules.Verdict, error) {
+// For an attempt audit lets through (wouldDeny), allowCIDRs count only
+// for a name the policy pins (egress.resolve): they were opened for the
+// organisation's own names, not for whatever name resolves into them.
+func (g *Gateway) dialUpstream(ctx context.Context, name string, port int, wouldDeny bool) (net.Conn, rules.Verdict, error) {
 	var addrs []netip.Addr
+	ranges := g.cfg.Policy.Ranges
 	if a, ok := g.cfg.Policy.Pinned[name]; ok {
 		addrs = []netip.Addr{a}
 	} else {
+		if wouldDeny {
+			ranges = ranges.WithoutExceptions()
+		}
 		rctx, cancel := context.WithTimeout(ctx, g.cfg.ResolveTimeout)
 		// Absolute: the host's search domains are not appended.
 		res, err := g.cfg.Resolver.LookupNetIP(rctx, "ip", name+".")
@@ -46,7 +53,7 @@ func (g *Gateway) dialUpstream(ctx context.Context, name string, port int) (net.
 	var refused []string
 	var first rules.Verdict
 	for _, a := range addrs {
-		v := g.cfg.Policy.Ranges.Check(a)
+		v := ranges.Check(a)
 		if v.Allowed {
 			permitted = append(permitted, a.Unmap())
 			continue
@@ -68,7 +75,7 @@ func (g *Gateway) dialUpstream(ctx context.Context, name string, port int) (net.
 	for _, a := range permitted {
 		c, err := g.cfg.Dialer.DialContext(ctx, "tcp", net.JoinHostPort(a.String(), strconv.Itoa(port)))
 		if err == nil {
-			return c, g.cfg.Policy.Ranges.Check(a), nil
+			return c, ranges.Check(a), nil
 		}
 		errs = append(errs, err)
 	}

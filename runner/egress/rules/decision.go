@@ -80,10 +80,10 @@ func (d *Decision) Apply(v Verdict) {
 	d.Rule, d.Reason, d.Suggest = v.Rule, v.Reason, v.Suggest
 }
 
-// MaxLog bounds the allowed and the denied decisions a gateway's log
-// keeps per job, each on its own (a flood of refusals cannot push allowed
-// traffic out of the record; would-deny counts as denied); later ones are
-// counted.
+// MaxLog bounds the allowed, the denied and the would-deny decisions a
+// gateway's log keeps per job, each on its own: a flood of refusals
+// cannot push allowed traffic, or what audit let through, out of the
+// record. Later ones are counted.
 const MaxLog = 20000
 
 // Log is the bounded, concurrency-safe list of decisions that every
@@ -91,34 +91,34 @@ const MaxLog = 20000
 // proxy) records into. It only grows, so a position in it (Len) stays
 // valid: Since reads what came after one.
 type Log struct {
-	max             int
-	mu              sync.Mutex
-	items           []Decision
-	allowed, denied int
-	dropped         uint64
+	max     int
+	mu      sync.Mutex
+	items   []Decision
+	kept    map[string]int // per Decision value
+	dropped uint64
 }
 
-// NewLog returns a log that keeps at most max allowed and max denied
-// decisions. The zero Log keeps MaxLog of each.
+// NewLog returns a log that keeps at most max decisions of each outcome.
+// The zero Log keeps MaxLog of each.
 func NewLog(max int) *Log { return &Log{max: max} }
 
-// Add appends d, or counts it when its side of the log is full.
+// Add appends d, or counts it when its outcome's share of the log is
+// full.
 func (l *Log) Add(d Decision) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := &l.denied
-	if d.Decision == Allowed {
-		n = &l.allowed
+	if l.kept == nil {
+		l.kept = map[string]int{}
 	}
 	limit := l.max
 	if limit == 0 {
 		limit = MaxLog
 	}
-	if *n >= limit {
+	if l.kept[d.Decision] >= limit {
 		l.dropped++
 		return
 	}
-	*n++
+	l.kept[d.Decision]++
 	l.items = append(l.items, d)
 }
 

@@ -90,6 +90,15 @@ func hostAddrs() map[netip.Addr]bool {
 	return out
 }
 
+// WithoutExceptions is r without its allowCIDRs: what audit dials a
+// destination the rules would deny with, so that a range the
+// organisation opened for its allowed names (an internal registry, a
+// pinned test upstream) is not opened to every other name.
+func (r Ranges) WithoutExceptions() Ranges {
+	r.allow = nil
+	return r
+}
+
 // Check returns a verdict for dialling addr. Policy deny ranges always
 // win; allowCIDRs exempt an address from the built-in ranges, from the
 // host's own addresses and from the IPv6 default.

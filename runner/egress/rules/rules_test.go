@@ -221,4 +221,14 @@ func TestLogBoundsAndSince(t *testing.T) {
 	if _, dropped := zero.Snapshot(); dropped != 3 {
 		t.Errorf("the zero log keeps MaxLog: dropped %d", dropped)
 	}
+	// Under audit, a flood of cheap refusals cannot push what audit let
+	// through (and really went out) out of the record.
+	audit := NewLog(5)
+	for range 50 {
+		audit.Add(Decision{Decision: Denied})
+	}
+	audit.Add(Decision{Decision: WouldDeny, Name: "exfil.test"})
+	if kept, _ := audit.Snapshot(); kept[len(kept)-1].Name != "exfil.test" {
+		t.Error("a would-deny decision was dropped behind a flood of denials")
+	}
 }
