@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	toml "github.com/pelletier/go-toml/v2"
 	"github.com/tailscale/hujson"
@@ -19,11 +20,12 @@ import (
 // What a prompt-injected agent edits to reach the next machine: the files
 // that tell the next agent what to do (instructions) and the agent tool
 // configurations that start programs on a developer's machine (MCP server
-// lists, agent hooks). Names and formats as the tools document them:
-// Claude Code (.mcp.json; .claude/settings.json hooks), VS Code
-// (.vscode/mcp.json "servers", JSON with comments), Cursor
-// (.cursor/mcp.json), Gemini CLI (.gemini/settings.json), Codex
-// (.codex/config.toml [mcp_servers.NAME], notify), GitHub Copilot
+// lists, agent hooks, the settings that let an agent act unasked). Names
+// and formats as the tools document them: Claude Code (.mcp.json;
+// .claude/settings.json hooks and permissions), VS Code (.vscode/mcp.json
+// "servers", JSON with comments), Cursor (.cursor/mcp.json), Gemini CLI
+// (.gemini/settings.json), Codex (.codex/config.toml [mcp_servers.NAME],
+// notify), Zed (context_servers), GitHub Copilot
 // (.github/copilot-instructions.md, .github/instructions/**,
 // .github/prompts/**) and AGENTS.md, CLAUDE.md and GEMINI.md at any depth.
 
@@ -31,30 +33,51 @@ import (
 // a larger one is a finding of its own.
 const maxToolConfig = 1 << 20
 
-// tool is one program an agent tool config makes a machine run: an MCP
-// server (its command line, or the URL it connects to) or a hook.
+// maxToolFindings bounds the semantic findings of one config; the rest
+// are counted in one more.
+const maxToolFindings = 50
+
+// tool is one thing an agent tool config makes a machine run or allow:
+// an MCP server (its command line, or the URL it connects to), a hook,
+// or a top-level setting. id is its whole normalised definition: any
+// change to it (environment, working directory, headers) counts.
 type tool struct {
-	kind, name, run string
-	line            int
+	kind, name, run, id string
+	line                int
 }
 
 func (t tool) key() string { return t.kind + "\x00" + t.name }
 
-// toolsOf reads the MCP servers and hooks of an agent tool config.
-func toolsOf(p string, data []byte) ([]tool, error) {
+// toolsOf reads the MCP servers, hooks and settings of an agent tool
+// config. JSON (with comments and trailing commas) and TOML are read;
+// other formats have no semantic diff.
+func toolsOf(p string, data []byte) ([]tool, bool, error) {
+	switch path.Ext(p) {
+	case ".toml":
+	case ".json", ".jsonc":
+	default:
+		return nil, false, nil
+	}
 	if len(data) > maxToolConfig {
-		return nil, fmt.Errorf("%d bytes, more than the %d read", len(data), maxToolConfig)
+		return nil, true, fmt.Errorf("%d bytes, more than the %d read", len(data), maxToolConfig)
 	}
 	if path.Ext(p) == ".toml" {
-		return tomlTools(data)
+		t, err := tomlTools(data)
+		return t, true, err
 	}
-	return jsonTools(data)
+	t, err := jsonTools(data)
+	return t, true, err
 }
 
-// jsonTools reads JSON (with comments and trailing commas, as VS Code
-// writes them): "mcpServers" (Claude, Cursor, Gemini) or "servers" (VS
-// Code) by name, and Claude's "hooks": event -> [{matcher, hooks:
-// [{type, command | url}]}].
+// serverLists are the keys that hold MCP servers by name: Claude Code,
+// Cursor and Gemini CLI ("mcpServers"), VS Code ("servers"), Zed
+// ("context_servers").
+var serverLists = map[string]bool{"mcpServers": true, "servers": true, "context_servers": true}
+
+// jsonTools reads a JSON config member by member, matching names exactly
+// as the tools do: a member whose name differs from a known one only in
+// letter case makes the config ambiguous (a Go decoder would take either;
+// the tool reads one), and ambiguity is an error.
 func jsonTools(data []byte) ([]tool, error) {
 	v, err := hujson.Parse(data)
 	if err != nil {
@@ -64,122 +87,225 @@ func jsonTools(data []byte) ([]tool, error) {
 	if !ok {
 		return nil, fmt.Errorf("not a JSON object")
 	}
+	if err := noCaseTwins(top, append(slices.Collect(mapKeys(serverLists)), "hooks")); err != nil {
+		return nil, err
+	}
 	var out []tool
 	for _, m := range top.Members {
-		switch memberName(m.Name) {
-		case "mcpServers", "servers":
+		name := memberName(m.Name)
+		switch {
+		case serverLists[name]:
 			servers, ok := m.Value.Value.(*hujson.Object)
 			if !ok {
-				continue
+				return nil, fmt.Errorf("%s is not an object", name)
 			}
 			for _, s := range servers.Members {
-				var def struct {
-					Command string   `json:"command"`
-					Args    []string `json:"args"`
-					URL     string   `json:"url"`
-					HTTPURL string   `json:"httpUrl"`
-				}
-				raw, err := hujson.Standardize(s.Value.Pack())
-				if err == nil {
-					err = json.Unmarshal(raw, &def)
-				}
+				run, err := serverOf(s.Value)
 				if err != nil {
 					return nil, fmt.Errorf("MCP server %q: %v", memberName(s.Name), err)
 				}
-				out = append(out, tool{kind: "MCP server", name: memberName(s.Name), run: serverRun(def.Command, def.Args, def.URL+def.HTTPURL), line: lineAt(data, s.Name.StartOffset)})
+				out = append(out, tool{kind: "MCP server", name: memberName(s.Name), run: run, id: compactJSON(s.Value), line: lineAt(data, s.Name.StartOffset)})
 			}
-		case "hooks":
+		case name == "hooks":
 			hooks, err := jsonHooks(data, m.Value)
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, hooks...)
-		case "enableAllProjectMcpServers", "enabledMcpjsonServers":
-			// Claude Code: the project's MCP servers start without asking.
-			out = append(out, tool{kind: "setting", name: memberName(m.Name), run: compactJSON(m.Value), line: lineAt(data, m.Name.StartOffset)})
-		case "permissions":
-			perms, ok := m.Value.Value.(*hujson.Object)
-			if !ok {
-				continue
-			}
-			for _, pm := range perms.Members {
-				if n := memberName(pm.Name); n == "allow" || n == "defaultMode" {
-					out = append(out, tool{kind: "setting", name: "permissions." + n, run: compactJSON(pm.Value), line: lineAt(data, pm.Name.StartOffset)})
-				}
-			}
+		default:
+			// Any other setting: what it is now (permissions, an API key
+			// helper, an environment, a plugin marketplace, ...).
+			val := compactJSON(m.Value)
+			out = append(out, tool{kind: "setting", name: name, run: val, id: val, line: lineAt(data, m.Name.StartOffset)})
 		}
 	}
 	return out, nil
 }
 
-// jsonHooks reads Claude's hooks: per event, matcher groups of commands.
+// serverOf is the command line (or URL) of one MCP server definition:
+// command as a string or a list (opencode), args, or url, httpUrl or
+// serverUrl; names matched exactly.
+func serverOf(v hujson.Value) (string, error) {
+	obj, ok := v.Value.(*hujson.Object)
+	if !ok {
+		return "", fmt.Errorf("not an object")
+	}
+	wanted := []string{"command", "args", "url", "httpUrl", "serverUrl"}
+	if err := noCaseTwins(obj, wanted); err != nil {
+		return "", err
+	}
+	var command, args []string
+	var url string
+	for _, m := range obj.Members {
+		raw, err := hujson.Standardize(m.Value.Pack())
+		if err != nil {
+			return "", err
+		}
+		// The last of repeated names wins, as in JavaScript.
+		switch memberName(m.Name) {
+		case "command":
+			var s string
+			if json.Unmarshal(raw, &s) == nil {
+				command = []string{s}
+			} else if err := json.Unmarshal(raw, &command); err != nil {
+				return "", fmt.Errorf("command is neither a string nor a list of strings")
+			}
+		case "args":
+			if err := json.Unmarshal(raw, &args); err != nil {
+				return "", fmt.Errorf("args is not a list of strings")
+			}
+		case "url", "httpUrl", "serverUrl":
+			if err := json.Unmarshal(raw, &url); err != nil {
+				return "", fmt.Errorf("%s is not a string", memberName(m.Name))
+			}
+		}
+	}
+	if len(command) > 0 {
+		return shellJoin(append(command, args...)), nil
+	}
+	return url, nil
+}
+
+// noCaseTwins refuses an object with a member whose name is one of
+// wanted in another letter case (or Unicode fold), which some readers
+// take for that field and others ignore.
+func noCaseTwins(obj *hujson.Object, wanted []string) error {
+	for _, m := range obj.Members {
+		name := memberName(m.Name)
+		for _, w := range wanted {
+			if name != w && strings.EqualFold(name, w) {
+				return fmt.Errorf("member %q is %q in another letter case: readers disagree on which one counts", textsafe.Line(name), w)
+			}
+		}
+	}
+	return nil
+}
+
+// jsonHooks reads Claude's hooks: per event, matcher groups of hooks,
+// each a command, a URL (http) or a prompt.
 func jsonHooks(data []byte, v hujson.Value) ([]tool, error) {
 	events, ok := v.Value.(*hujson.Object)
 	if !ok {
-		return nil, nil
+		return nil, fmt.Errorf("hooks is not an object")
 	}
 	var out []tool
 	for _, ev := range events.Members {
 		groups, ok := ev.Value.Value.(*hujson.Array)
 		if !ok {
-			continue
+			return nil, fmt.Errorf("hooks %q is not a list", memberName(ev.Name))
 		}
 		for gi, g := range groups.Elements {
-			var group struct {
-				Matcher string `json:"matcher"`
-				Hooks   []struct {
-					Type    string `json:"type"`
-					Command string `json:"command"`
-					URL     string `json:"url"`
-				} `json:"hooks"`
+			obj, ok := g.Value.(*hujson.Object)
+			if !ok {
+				return nil, fmt.Errorf("hooks %q #%d is not an object", memberName(ev.Name), gi+1)
 			}
-			raw, err := hujson.Standardize(g.Pack())
-			if err == nil {
-				err = json.Unmarshal(raw, &group)
+			if err := noCaseTwins(obj, []string{"matcher", "hooks"}); err != nil {
+				return nil, err
 			}
-			if err != nil {
-				return nil, fmt.Errorf("hook %s: %v", memberName(ev.Name), err)
+			matcher := ""
+			var hooks []hujson.Value
+			for _, m := range obj.Members {
+				switch memberName(m.Name) {
+				case "matcher":
+					json.Unmarshal([]byte(compactJSON(m.Value)), &matcher)
+				case "hooks":
+					arr, ok := m.Value.Value.(*hujson.Array)
+					if !ok {
+						return nil, fmt.Errorf("hooks %q #%d: hooks is not a list", memberName(ev.Name), gi+1)
+					}
+					hooks = arr.Elements
+				}
 			}
-			for hi, h := range group.Hooks {
+			for hi, h := range hooks {
+				hobj, ok := h.Value.(*hujson.Object)
+				if !ok {
+					return nil, fmt.Errorf("hook %q #%d.%d is not an object", memberName(ev.Name), gi+1, hi+1)
+				}
+				if err := noCaseTwins(hobj, []string{"type", "command", "url", "prompt"}); err != nil {
+					return nil, err
+				}
+				fields := map[string]string{}
+				for _, m := range hobj.Members {
+					var s string
+					if json.Unmarshal([]byte(compactJSON(m.Value)), &s) == nil {
+						fields[memberName(m.Name)] = s
+					}
+				}
+				run := fields["command"]
+				switch {
+				case run != "":
+				case fields["url"] != "":
+					run = "an HTTP request to " + fields["url"]
+				case fields["prompt"] != "":
+					run = "the prompt " + fields["prompt"]
+				}
 				name := memberName(ev.Name)
-				if group.Matcher != "" {
-					name += " " + group.Matcher
+				if matcher != "" {
+					name += " " + matcher
 				}
 				name += fmt.Sprintf(" #%d.%d", gi+1, hi+1)
-				run := h.Command
-				if run == "" {
-					run = h.URL
-				}
-				out = append(out, tool{kind: "hook", name: name, run: run, line: lineAt(data, g.StartOffset)})
+				out = append(out, tool{kind: "hook", name: name, run: run, id: compactJSON(h), line: lineAt(data, h.StartOffset)})
 			}
 		}
 	}
 	return out, nil
 }
 
-// tomlTools reads Codex's config: [mcp_servers.NAME] command, args, url,
-// and notify, a program Codex runs on its events.
+// tomlTools reads Codex's config: [mcp_servers.NAME] (command, args,
+// url), and every other top-level key as a setting (notify is a program
+// Codex runs on its events). TOML keys are exact.
 func tomlTools(data []byte) ([]tool, error) {
-	var cfg struct {
-		MCPServers map[string]struct {
-			Command string   `toml:"command"`
-			Args    []string `toml:"args"`
-			URL     string   `toml:"url"`
-		} `toml:"mcp_servers"`
-		Notify []string `toml:"notify"`
-	}
+	var cfg map[string]any
 	if err := toml.Unmarshal(data, &cfg); err != nil {
 		return nil, err
 	}
 	var out []tool
-	for name, s := range cfg.MCPServers {
-		out = append(out, tool{kind: "MCP server", name: name, run: serverRun(s.Command, s.Args, s.URL), line: lineOf(data, "[mcp_servers."+name)})
+	for _, key := range slices.Sorted(mapKeys(cfg)) {
+		if key != "mcp_servers" {
+			b, _ := json.Marshal(cfg[key])
+			out = append(out, tool{kind: "setting", name: key, run: string(b), id: string(b), line: lineOf(data, key)})
+			continue
+		}
+		servers, ok := cfg[key].(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("mcp_servers is not a table")
+		}
+		for _, name := range slices.Sorted(mapKeys(servers)) {
+			s, ok := servers[name].(map[string]any)
+			if !ok {
+				return nil, fmt.Errorf("MCP server %q is not a table", name)
+			}
+			var run []string
+			if c, ok := s["command"].(string); ok {
+				run = append(run, c)
+				if args, ok := s["args"].([]any); ok {
+					for _, a := range args {
+						run = append(run, fmt.Sprint(a))
+					}
+				}
+			}
+			id, _ := json.Marshal(s)
+			r := shellJoin(run)
+			if r == "" {
+				r, _ = s["url"].(string)
+			}
+			out = append(out, tool{kind: "MCP server", name: name, run: r, id: string(id), line: lineOf(data, "[mcp_servers."+name+"]")})
+		}
 	}
-	if len(cfg.Notify) > 0 {
-		out = append(out, tool{kind: "hook", name: "notify", run: strings.Join(cfg.Notify, " "), line: lineOf(data, "notify")})
-	}
-	slices.SortFunc(out, func(a, b tool) int { return strings.Compare(a.key(), b.key()) })
 	return out, nil
+}
+
+// shellJoin writes a command line so that its words can be told apart.
+func shellJoin(words []string) string {
+	out := make([]string, len(words))
+	for i, w := range words {
+		if w != "" && !strings.ContainsAny(w, " \t\n\"'\\$`|&;<>(){}*?") {
+			out[i] = w
+		} else {
+			out[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 // compactJSON is a value as compact standard JSON (comments and blanks
@@ -193,11 +319,14 @@ func compactJSON(v hujson.Value) string {
 	return b.String()
 }
 
-func serverRun(command string, args []string, url string) string {
-	if command == "" {
-		return url
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
 	}
-	return strings.Join(append([]string{command}, args...), " ")
 }
 
 func memberName(v hujson.Value) string {
@@ -205,12 +334,9 @@ func memberName(v hujson.Value) string {
 	if !ok {
 		return ""
 	}
-	s, err := strconv.Unquote(string(lit))
-	if err != nil {
-		var out string
-		if json.Unmarshal(lit, &out) == nil {
-			return out
-		}
+	var s string
+	if json.Unmarshal(lit, &s) != nil {
+		return string(lit)
 	}
 	return s
 }
@@ -235,27 +361,30 @@ func lineOf(data []byte, prefix string) int {
 }
 
 // toolFindings is the semantic diff of an agent tool config: each MCP
-// server or hook added, or whose command changed, with the command line
-// it would run and where; a config that does not parse is a finding of
-// its own.
+// server, hook or setting added, changed or removed, with the command
+// line it would run and where; a config that does not parse (or is too
+// large, or ambiguous) is a finding of its own.
 func toolFindings(p string, old, new []byte) []Finding {
-	after, err := toolsOf(p, new)
+	after, parsed, err := toolsOf(p, new)
 	if err != nil {
-		return []Finding{{Path: p, Kind: KindUnparsable, Reason: "agent tool config that could not be read: " + textsafe.Line(truncate(err.Error(), 200)) + "; every server or hook in it is unknown"}}
+		return []Finding{{Path: p, Kind: KindUnparsable, Reason: "agent tool config that could not be read: " + textsafe.Line(truncate(err.Error(), 200)) + "; every server, hook and setting in it is unknown"}}
 	}
-	before, _ := toolsOf(p, old)
+	if !parsed {
+		return nil
+	}
+	before, _, _ := toolsOf(p, old)
 	was := map[string]tool{}
 	for _, t := range before {
 		was[t.key()] = t
 	}
+	now := map[string]bool{}
 	var out []Finding
 	for _, t := range after {
+		now[t.key()] = true
 		f := Finding{Path: p, Line: t.line, Kind: KindEscalation}
 		prev, existed := was[t.key()]
 		verb := "runs"
 		if t.kind == "setting" {
-			// What the next agent may do unasked (Claude Code's
-			// permissions, project MCP servers approved in advance).
 			verb = "is"
 		}
 		switch {
@@ -263,28 +392,26 @@ func toolFindings(p string, old, new []byte) []Finding {
 			f.Reason = fmt.Sprintf("new %s %s %s %s", t.kind, nameOf(t.name), verb, shown(t.run))
 		case prev.run != t.run:
 			f.Reason = fmt.Sprintf("%s %s now %s %s (was %s)", t.kind, nameOf(t.name), verb, shown(t.run), shown(prev.run))
+		case prev.id != t.id:
+			f.Reason = fmt.Sprintf("%s %s changed (its environment, directory, headers or options), still %s %s", t.kind, nameOf(t.name), verb, shown(t.run))
 		default:
 			continue
 		}
 		out = append(out, f)
 	}
+	for _, t := range before {
+		if !now[t.key()] {
+			out = append(out, Finding{Path: p, Kind: KindEscalation, Reason: fmt.Sprintf("%s %s removed (it %s %s)", t.kind, nameOf(t.name), map[bool]string{true: "was", false: "ran"}[t.kind == "setting"], shown(t.run))})
+		}
+	}
+	if len(out) > maxToolFindings {
+		more := len(out) - maxToolFindings
+		out = append(out[:maxToolFindings], Finding{Path: p, Kind: KindEscalation, Reason: fmt.Sprintf("%d more servers, hooks or settings changed: see the diff", more)})
+	}
 	return out
 }
 
-// agentFindings are what a change to an agent file says beyond its diff:
-// the servers and hooks of a tool config, the marked lines of an
-// instruction file. (Phase, category and action are the caller's.)
-func agentFindings(category, p string, old, new []byte) []Finding {
-	switch category {
-	case AgentTools:
-		return toolFindings(p, old, new)
-	case AgentInstructions:
-		return instructionFindings(p, old, new)
-	}
-	return nil
-}
-
-// nameOf is a server's or hook's name as a finding says it.
+// nameOf is a server's, hook's or setting's name as a finding says it.
 func nameOf(name string) string { return strconv.Quote(truncate(textsafe.Line(name), 100)) }
 
 // shown is a command line as a finding says it: one line, bounded.
@@ -295,46 +422,96 @@ func shown(run string) string {
 	return strconv.Quote(truncate(textsafe.Line(run), 300))
 }
 
-// urlOrCommand marks an instruction line that tells the next agent to
-// fetch something or run a command.
+// agentFindings are what a change to an agent file says beyond its diff:
+// the servers, hooks and settings of a tool config, the marked lines of
+// an instruction file. (Phase, category and action are the caller's.)
+func agentFindings(category, p string, old, new []byte) []Finding {
+	switch category {
+	case AgentTools:
+		return toolFindings(p, old, new)
+	case AgentInstructions:
+		return instructionFindings(p, old, new)
+	}
+	return nil
+}
+
+// An instruction line that tells the next agent to fetch something or
+// run a command. Blanks include the no-break space; a command may be
+// named by its path (/usr/bin/curl, ./setup.sh).
 var (
-	urlInLine     = regexp.MustCompile(`(?i)\b(https?|ftp|git|ssh)://[^\s)>\]"'` + "`" + `]+`)
-	commandInLine = regexp.MustCompile(`(?i)(^|[\s` + "`" + `$>(;&|])(curl|wget|npx|bunx|uvx|pipx?|npm|pnpm|yarn|bash|sh|zsh|python3?|node|deno|powershell|pwsh|iex|invoke-expression|chmod|eval|base64|nc|ncat|ssh|scp|rm|git\s+(push|config|remote|clone))(\s|$|` + "`" + `)|\|\s*(ba|z)?sh\b`)
+	urlInLine     = regexp.MustCompile(`(?i)\b((https?|ftp|git|ssh|file)://|www\.)[^\s)>\]"'` + "`" + `]+`)
+	commandInLine = regexp.MustCompile(`(?i)(^|[\s\x{00A0}` + "`" + `$>(;&|"'])([\w./~-]*/)?(curl|wget|npx|bunx|uvx|pipx?3?|npm|pnpm|yarn|bun|bash|sh|zsh|fish|python[0-9.]*|node|deno|perl|ruby|php|powershell|pwsh|iex|invoke-expression|chmod|eval|source|sudo|base64|nc|ncat|socat|ssh|scp|rm|make|docker|gh|go\s+run|uv\s+run|git\s+(push|config|remote|clone|-c))([\s\x{00A0}` + "`" + `;|&)"']|$)|\|\s*(/\S*/)?(ba|z|da)?sh\b|(^|[\s` + "`" + `"'(])\.{1,2}/\S+\.(sh|py|js|ps1)\b`)
 )
 
+// maxInstructionMarks bounds the marked lines of one file.
+const maxInstructionMarks = 20
+
 // instructionFindings marks the lines an instruction file gained that
-// hold a URL or a command line, shown inertly: the reviewer sees at once
-// what the agent wants the next agent to fetch or run.
+// hold a URL or a command line, or characters a reviewer cannot see
+// (zero-width, bidi, tag characters), shown inertly: the reviewer sees at
+// once what the agent wants the next agent to fetch or run. Commands come
+// first when there are more than the bound.
 func instructionFindings(p string, old, new []byte) []Finding {
+	var out []Finding
+	if bytes.IndexByte(new, 0) >= 0 {
+		out = append(out, Finding{Path: p, Kind: KindEscalation, Reason: "instruction file with NUL bytes: diffs show it as binary, so its lines are read here"})
+	}
 	had := map[string]int{}
 	for _, l := range strings.Split(string(old), "\n") {
 		had[l]++
 	}
-	var out []Finding
+	type mark struct {
+		f    Finding
+		rank int
+	}
+	var marks []mark
 	for i, l := range strings.Split(string(new), "\n") {
 		if had[l] > 0 {
 			had[l]--
 			continue
 		}
 		var what []string
-		if u := urlInLine.FindString(l); u != "" {
-			what = append(what, "a URL ("+truncate(textsafe.Line(u), 120)+")")
+		rank := 2
+		if n := hiddenRunes(l); n > 0 {
+			what = append(what, fmt.Sprintf("%d character(s) a reader cannot see (zero-width, bidi or tag)", n))
+			rank = 0
 		}
 		if commandInLine.MatchString(l) {
 			what = append(what, "a command line")
+			rank = min(rank, 1)
+		}
+		if urls := urlInLine.FindAllString(l, 3); len(urls) > 0 {
+			for j, u := range urls {
+				urls[j] = strconv.Quote(truncate(textsafe.Line(u), 120))
+			}
+			what = append(what, "URLs "+strings.Join(urls, ", "))
 		}
 		if len(what) == 0 {
 			continue
 		}
-		out = append(out, Finding{Path: p, Line: i + 1, Kind: KindEscalation,
-			Reason: fmt.Sprintf("instruction for the next agent with %s: %s", strings.Join(what, " and "), strconv.Quote(truncate(textsafe.Line(strings.TrimSpace(l)), 200)))})
-		if len(out) == maxInstructionMarks {
-			out = append(out, Finding{Path: p, Kind: KindEscalation, Reason: fmt.Sprintf("more lines with URLs or commands past the first %d: see the diff", maxInstructionMarks)})
+		marks = append(marks, mark{rank: rank, f: Finding{Path: p, Line: i + 1, Kind: KindEscalation,
+			Reason: fmt.Sprintf("instruction for the next agent with %s: %s", strings.Join(what, " and "), strconv.Quote(truncate(textsafe.Line(strings.TrimSpace(l)), 400)))}})
+	}
+	slices.SortStableFunc(marks, func(a, b mark) int { return a.rank - b.rank })
+	for i, m := range marks {
+		if i == maxInstructionMarks {
+			out = append(out, Finding{Path: p, Kind: KindEscalation, Reason: fmt.Sprintf("%d more added lines with URLs, commands or hidden characters: see the diff", len(marks)-i)})
 			break
 		}
+		out = append(out, m.f)
 	}
 	return out
 }
 
-// maxInstructionMarks bounds the marked lines of one file.
-const maxInstructionMarks = 20
+// hiddenRunes counts the format characters of a line (zero-width
+// spaces and joiners, bidi controls, tag characters, the byte order
+// mark): text a model may read and a reviewer does not see.
+func hiddenRunes(l string) int {
+	n := 0
+	for _, r := range l {
+		if unicode.Is(unicode.Cf, r) {
+			n++
+		}
+	}
+	return n
+}

@@ -166,7 +166,9 @@ func Compare(before, after *Snapshot, set *Set) []Finding {
 		f.Diff, f.DiffSHA256 = entryDiff(p, b, a)
 		f.Line = firstChangedLine(f.Diff)
 		out = append(out, *f)
-		if a != nil {
+		// Not for a hard-linked file: it may be a host file linked into
+		// the workspace, and its bytes are not shown anywhere.
+		if a != nil && a.Links <= 1 && (b == nil || b.Links <= 1) {
 			for _, af := range agentFindings(f.Category, p, dataOf(b), dataOf(a)) {
 				af.Phase, af.Category, af.Action, af.Severity = Runtime, f.Category, f.Action, f.Severity
 				out = append(out, af)

@@ -77,7 +77,7 @@ func (r *Report) Markdown() string {
 	var b strings.Builder
 	b.WriteString("### airlock: trust-sensitive files\n\n")
 	if len(r.Findings) == 0 {
-		b.WriteString("No change to git hooks, git config, attributes, CI or build entry points.\n")
+		b.WriteString("No change to git hooks, git config, attributes, CI, agent files or build entry points.\n")
 	} else {
 		b.WriteString("| phase | category | path | change | action | outcome |\n|---|---|---|---|---|---|\n")
 		for _, f := range r.Findings {

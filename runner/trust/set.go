@@ -1,6 +1,7 @@
 // Package trust finds the files an agent can plant for a human or the
 // next CI run to execute without reading them: git hooks, code-executing
-// git config, attribute drivers, CI definitions and build entry points.
+// git config, attribute drivers, CI definitions, build entry points, and
+// what the next agent reads or runs (instructions, MCP servers, hooks).
 // It diffs them twice: what the pull request's commits changed (authored,
 // from git objects, with a semantic diff of GitHub workflows), and what
 // the sandboxed job itself changed in the workspace (run time, from
@@ -66,15 +67,26 @@ var defaultGlobs = map[string][]string{
 		".gitlab-ci.yml", ".circleci/**", "Jenkinsfile", "azure-pipelines.yml", ".buildkite/**",
 		policies.RepoPolicyPath,
 	},
+	// The agent files are matched without regard to letter case (macOS
+	// and Windows read AGENTS.md as agents.md) and at any depth where a
+	// tool reads a nested project's own. The tool directories themselves
+	// are listed too, so that a symlink standing for one is a finding.
 	AgentInstructions: {
-		"**/AGENTS.md", "**/AGENTS.override.md", "**/CLAUDE.md", "**/CLAUDE.local.md", "**/GEMINI.md",
+		"**/AGENTS.md", "**/AGENTS.override.md", "**/AGENT.md", "**/CLAUDE.md", "**/CLAUDE.local.md", "**/GEMINI.md", "**/QWEN.md", "**/CRUSH.md",
 		".github/copilot-instructions.md", ".github/instructions/**", ".github/prompts/**", ".github/chatmodes/**", ".github/agents/**",
-		".cursorrules", ".cursor/rules/**", ".windsurfrules", ".windsurf/rules/**", ".clinerules", ".clinerules/**",
-		".claude/commands/**", ".claude/agents/**",
+		".github/instructions", ".github/prompts", ".github/chatmodes", ".github/agents",
+		".cursorrules", "**/.cursor/rules/**", "**/.cursor/rules", ".cursor/commands/**", ".windsurfrules", ".windsurf/rules/**", ".windsurf/workflows/**",
+		".clinerules", ".clinerules/**", ".roorules", ".roo/rules/**", ".continue/rules/**", ".continue/prompts/**",
+		".amazonq/rules/**", ".kiro/steering/**", ".junie/guidelines.md", ".goosehints", ".rules",
+		"**/.claude/commands/**", "**/.claude/agents/**", "**/.claude/skills/**", ".claude/output-styles/**",
+		".gemini/commands/**", ".gemini/system.md",
 	},
 	AgentTools: {
-		".mcp.json", ".vscode/mcp.json", ".cursor/mcp.json", ".gemini/settings.json",
-		".claude/settings.json", ".claude/settings.local.json", ".codex/config.toml",
+		"**/.mcp.json", "**/.vscode/mcp.json", "**/.cursor/mcp.json", "**/.gemini/settings.json",
+		"**/.claude/settings.json", "**/.claude/settings.local.json", "**/.codex/config.toml",
+		".cursor/hooks.json", ".cursor/environment.json", ".roo/mcp.json", ".amazonq/mcp.json", ".kiro/settings/mcp.json",
+		".zed/settings.json", "opencode.json", "opencode.jsonc", ".continue/mcpServers/**", ".qwen/settings.json", ".crush.json",
+		"**/.claude", "**/.cursor", "**/.gemini", "**/.codex", ".windsurf", ".roo", ".kiro", ".amazonq", ".continue", ".zed", ".qwen", ".vscode",
 	},
 	BuildEntry: {
 		"**/Makefile", "**/makefile", "**/GNUmakefile", "**/*.mk", "**/package.json", ".husky/**",
@@ -140,13 +152,21 @@ func orDefault(v, d string) string {
 	return v
 }
 
+// caseless are the categories matched without regard to letter case:
+// the agents read their files on case-insensitive file systems too.
+var caseless = map[string]bool{AgentInstructions: true, AgentTools: true}
+
 // Category returns the category of a workspace-relative path (slash
 // separated), or "".
 func (s *Set) Category(p string) string {
 	p = path.Clean(strings.TrimPrefix(p, "./"))
+	lower := strings.ToLower(p)
 	for _, c := range s.order {
 		for _, g := range s.globs[c] {
 			if ok, _ := doublestar.Match(g, p); ok {
+				return c
+			}
+			if ok, _ := doublestar.Match(strings.ToLower(g), lower); ok && caseless[c] {
 				return c
 			}
 		}
