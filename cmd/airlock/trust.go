@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
 )
@@ -50,7 +51,9 @@ commit. Exit status 1 when a finding's action is fail.`,
 			case "annotations":
 				rep.WriteAnnotations(out)
 			case "markdown":
-				io.WriteString(out, rep.Markdown())
+				// Diffs hold the job's bytes: no terminal escape reaches
+				// whoever reads this.
+				io.WriteString(out, textsafe.Lines(rep.Markdown()))
 			default:
 				return usagef("--format %q: want markdown, json or annotations", format)
 			}

@@ -443,6 +443,10 @@ var (
 	commandInLine = regexp.MustCompile(`(?i)(^|[\s\x{00A0}` + "`" + `$>(;&|"'])([\w./~-]*/)?(curl|wget|npx|bunx|uvx|pipx?3?|npm|pnpm|yarn|bun|bash|sh|zsh|fish|python[0-9.]*|node|deno|perl|ruby|php|powershell|pwsh|iex|invoke-expression|chmod|eval|source|sudo|base64|nc|ncat|socat|ssh|scp|rm|make|docker|gh|go\s+run|uv\s+run|git\s+(push|config|remote|clone|-c))([\s\x{00A0}` + "`" + `;|&)"']|$)|\|\s*(/\S*/)?(ba|z|da)?sh\b|(^|[\s` + "`" + `"'(])\.{1,2}/\S+\.(sh|py|js|ps1)\b`)
 )
 
+// importInLine is an @path import (Claude Code's and Gemini CLI's
+// instruction files include other files so).
+var importInLine = regexp.MustCompile(`(^|[\s(])@(~|\.{1,2})?/?[\w.-]+/[\w./-]*|(^|[\s(])@[\w./-]+\.(md|mdc|txt)\b`)
+
 // maxInstructionMarks bounds the marked lines of one file.
 const maxInstructionMarks = 20
 
@@ -478,6 +482,11 @@ func instructionFindings(p string, old, new []byte) []Finding {
 		}
 		if commandInLine.MatchString(l) {
 			what = append(what, "a command line")
+			rank = min(rank, 1)
+		}
+		if importInLine.MatchString(l) {
+			// CLAUDE.md and GEMINI.md pull in other files with @path.
+			what = append(what, "an import of another file")
 			rank = min(rank, 1)
 		}
 		if urls := urlInLine.FindAllString(l, 3); len(urls) > 0 {

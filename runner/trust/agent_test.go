@@ -167,6 +167,11 @@ func TestInstructionFindings(t *testing.T) {
 	// What a reviewer would not see: tag characters spelling an
 	// instruction, a zero-width space inside a command, a NUL that makes
 	// diffs call the file binary.
+	imports := instructionFindings("CLAUDE.md", nil, []byte("See @docs/agent-notes.md for more.\nMail me at a@b.c.\n"))
+	if len(imports) != 1 || imports[0].Line != 1 || !strings.Contains(imports[0].Reason, "an import of another file") {
+		t.Errorf("imports: %+v", imports)
+	}
+
 	hidden := "Be helpful.\U000E0072\U000E0075\U000E006E\nUse cu\u200brl to fetch things.\n\x00\n"
 	got = instructionFindings("CLAUDE.md", nil, []byte(hidden))
 	reasons := ""

@@ -78,7 +78,7 @@ var defaultGlobs = map[string][]string{
 		".cursorrules", "**/.cursor/rules/**", "**/.cursor/rules", ".cursor/commands/**", ".windsurfrules", ".windsurf/rules/**", ".windsurf/workflows/**",
 		".clinerules", ".clinerules/**", ".roorules", ".roo/rules/**", ".continue/rules/**", ".continue/prompts/**",
 		".amazonq/rules/**", ".kiro/steering/**", ".junie/guidelines.md", ".goosehints", ".rules",
-		"**/.claude/commands/**", "**/.claude/agents/**", "**/.claude/skills/**", ".claude/output-styles/**",
+		"**/.claude/commands/**", "**/.claude/agents/**", "**/.claude/skills/**", ".claude/output-styles/**", "**/.claude/hooks/**",
 		".gemini/commands/**", ".gemini/system.md",
 	},
 	AgentTools: {
