@@ -138,13 +138,10 @@ func TestRunTokenEveryStep(t *testing.T) {
 		t.Skip("needs root")
 	}
 	ws := workspace(t)
-	// The fake GitHub serves the workspace's repository.
-	for _, args := range [][]string{{"init", "-q"}, {"-c", "safe.directory=*", "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "--allow-empty", "-m", "base"}} {
-		if out, err := exec.Command("git", append([]string{"-C", ws}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v %s", args, err, out)
-		}
-	}
-	gh := testhost.NewGitHub(t, fakeGitHubAddr, ws)
+	origin, git := testhost.NewRepo(t) // what the fake GitHub serves
+	git("init", "-q")
+	git("commit", "-q", "--allow-empty", "-m", "base")
+	gh := testhost.NewGitHub(t, fakeGitHubAddr, origin)
 	steps := filepath.Join(t.TempDir(), "steps.yaml")
 	call := `echo "token=$GITHUB_TOKEN"; curl -fsS -H "Authorization: token $GITHUB_TOKEN" https://api.github.test/repos/acme/app`
 	os.WriteFile(steps, []byte("steps:\n  - {name: one, run: '"+call+"'}\n  - {name: two, run: '"+call+"'}\n"), 0o644)

@@ -32,7 +32,32 @@ func TestMain(m *testing.M) {
 const cliStateBase = "/run/airlock-test-cli"
 
 func workspace(t testing.TB) string { return testhost.Workspace(t) }
-func stateDir(t testing.TB) string  { return testhost.StateDir(t, cliStateBase) }
+
+// repoWorkspace is a workspace holding a git repository with one commit
+// on main, owned by the sandbox's user, and a function that runs git in
+// it (its output, trimmed).
+func repoWorkspace(t *testing.T) (string, func(args ...string) string) {
+	t.Helper()
+	ws := workspace(t)
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", ws, "-c", "safe.directory=*", "-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "-q", "-b", "main")
+	if err := os.WriteFile(filepath.Join(ws, "README"), []byte("a repository\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git("add", "-A")
+	git("commit", "-q", "-m", "base")
+	exec.Command("chown", "-R", "1000:1000", ws).Run()
+	return ws, git
+}
+func stateDir(t testing.TB) string { return testhost.StateDir(t, cliStateBase) }
 
 func TestExitCodes(t *testing.T) {
 	if os.Geteuid() != 0 {

@@ -55,21 +55,7 @@ func TestOnboarding(t *testing.T) {
 	defer srv.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
 
-	ws := workspace(t)
-	git := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command("git", append([]string{"-C", ws, "-c", "safe.directory=*", "-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("git %v: %v %s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	git("init", "-q", "-b", "main")
-	os.WriteFile(filepath.Join(ws, "README"), []byte("a repository\n"), 0o644)
-	git("add", "-A")
-	git("commit", "-q", "-m", "base")
-	exec.Command("chown", "-R", "1000:1000", ws).Run()
+	ws, git := repoWorkspace(t)
 
 	keys := t.TempDir()
 	var out, errb bytes.Buffer

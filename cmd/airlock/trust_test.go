@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -74,19 +73,7 @@ func TestRunWritesAgentToolConfig(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	ws := workspace(t)
-	git := func(args ...string) {
-		t.Helper()
-		cmd := exec.Command("git", append([]string{"-C", ws, "-c", "safe.directory=*", "-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v %s", args, err, out)
-		}
-	}
-	git("init", "-q", "-b", "main")
-	os.WriteFile(filepath.Join(ws, "README"), []byte("x\n"), 0o644)
-	git("add", "-A")
-	git("commit", "-q", "-m", "base")
-	exec.Command("chown", "-R", "1000:1000", ws).Run()
+	ws, _ := repoWorkspace(t)
 	org := t.TempDir()
 	os.WriteFile(filepath.Join(org, "org.cue"), []byte("package airlock\n"), 0o644)
 	var out, errb bytes.Buffer
