@@ -197,6 +197,7 @@ type suggestOptions struct {
 	repo, base    string
 	orgDir        string
 	output        string
+	agentRuns     bool
 }
 
 func newPolicySuggestCmd(code *int) *cobra.Command {
@@ -227,6 +228,7 @@ result passes "airlock policy vet --org" before it is printed.`,
 	f.StringVar(&o.base, "base", "", "the commit to read the repository policy from (with --repo)")
 	f.StringVar(&o.orgDir, "org", "", "organisation policy directory (default "+policies.DefaultOrgDir+" when it exists): what it allows is left out, and the result is vetted against it")
 	f.StringVarP(&o.output, "output", "o", "", "write the policy to this file instead of standard output")
+	f.BoolVar(&o.agentRuns, "include-agent-runs", false, "also learn from runs of pull requests detected as agent work (left out by default: what an agent tried to reach is no evidence of what the repository needs)")
 	return cmd
 }
 
@@ -290,7 +292,7 @@ func (o *suggestOptions) run(cmd *cobra.Command, args []string, code *int) error
 		}
 		current = &eff.Policy.Egress
 	}
-	res, err := suggest.Suggest(runs, existing, policies.RepoPolicyPath, current)
+	res, err := suggest.Suggest(runs, suggest.Options{Existing: existing, Path: policies.RepoPolicyPath, Current: current, AgentRuns: o.agentRuns})
 	if err != nil {
 		fmt.Fprintln(cmd.ErrOrStderr(), err)
 		*code = exitDataErr

@@ -111,13 +111,40 @@ const (
 	httpAttempt
 )
 
-// Suggest builds the rules from runs. existing is the repository's policy
-// file at the base commit (nil when it has none), path its name for
-// messages; current, when not nil, is the effective egress policy at the
-// base commit (organisation and repository), and what it allows already
-// is not suggested again.
-func Suggest(runs []Run, existing []byte, path string, current *policies.Egress) (Result, error) {
+// Options are what a suggestion is made against.
+type Options struct {
+	// Existing is the repository's policy file at the base commit (nil
+	// when it has none), Path its name for messages.
+	Existing []byte
+	Path     string
+	// Current, when not nil, is the effective egress policy at the base
+	// commit (organisation and repository): what it allows already is not
+	// suggested again.
+	Current *policies.Egress
+	// AgentRuns uses the runs of pull requests detected as agent work
+	// too; by default they are left out: what an agent tried to reach is
+	// no evidence of what the repository needs.
+	AgentRuns bool
+}
+
+// Suggest builds the rules from runs.
+func Suggest(runs []Run, o Options) (Result, error) {
 	var res Result
+	existing, path, current := o.Existing, o.Path, o.Current
+	var kept []Run
+	repos := map[string]bool{}
+	for _, r := range runs {
+		if a := r.Predicate.Policy.Agent; a != nil && a.Agent && !o.AgentRuns {
+			res.Notes = append(res.Notes, fmt.Sprintf("%s left out: a pull request detected as agent work (%s); what an agent tried to reach is no evidence of what the repository needs", textsafe.Line(r.Name), textsafe.Line(clip(a.Reason, 120))))
+			continue
+		}
+		repos[r.Predicate.Job.Repository] = true
+		kept = append(kept, r)
+	}
+	if len(repos) > 1 {
+		res.Notes = append(res.Notes, fmt.Sprintf("the runs come from %d repositories: the suggestion joins what they all reached", len(repos)))
+	}
+	runs = kept
 	var allowed *rules.Policy
 	if current != nil {
 		e := *current
@@ -140,7 +167,9 @@ func Suggest(runs []Run, existing []byte, path string, current *policies.Egress)
 		}
 	}
 	res.Rules = build(atts)
-	res.Rules, res.Notes = wildcards(res.Rules)
+	var folded []string
+	res.Rules, folded = wildcards(res.Rules)
+	res.Notes = append(res.Notes, folded...)
 	if len(res.Rules) > maxRules {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d more rule(s) not suggested: at most %d at once (the runs reached that many destinations; look at them before allowing any)", len(res.Rules)-maxRules, maxRules))
 		res.Rules = res.Rules[:maxRules]

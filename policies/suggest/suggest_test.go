@@ -176,7 +176,7 @@ steps: ci: [{name: "test", run: "go test ./..."}]
 				e := effective(t, "", []byte(tc.current)).Egress
 				current = &e
 			}
-			res, err := Suggest(runs, tc.existing, policies.RepoPolicyPath, current)
+			res, err := Suggest(runs, Options{Existing: tc.existing, Path: policies.RepoPolicyPath, Current: current})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
@@ -228,5 +228,23 @@ steps: ci: [{name: "test", run: "go test ./..."}]
 				t.Logf("%s\nnotes:\n%s", file, notes)
 			}
 		})
+	}
+}
+
+// What an agent tried to reach is no evidence of what the repository
+// needs: its runs are left out unless asked for, and the notes say so.
+func TestSuggestLeavesAgentRunsOut(t *testing.T) {
+	p := predicate(row{ms: 1, proto: rules.ProtoProxyConnect, name: "exfil.example.net", port: 443, decision: rules.Denied, rule: deny})
+	p.Policy.Agent = &attest.AgentDecision{Agent: true, Reason: "author Copilot is a bot"}
+	runs := []Run{{Name: "job-1.sigstore.json", Predicate: p}}
+	res, err := Suggest(runs, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rules) != 0 || !strings.Contains(strings.Join(res.Notes, "\n"), "job-1.sigstore.json left out: a pull request detected as agent work") {
+		t.Errorf("rules %+v, notes %q", res.Rules, res.Notes)
+	}
+	if res, _ := Suggest(runs, Options{AgentRuns: true}); len(res.Rules) != 1 {
+		t.Errorf("with AgentRuns: rules %+v", res.Rules)
 	}
 }
