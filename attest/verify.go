@@ -288,7 +288,7 @@ func noDuplicateKeys(b []byte) error {
 // statement, reported as unverified. A bundle whose signature does not
 // verify is refused whatever allowUnsigned says.
 func ReadEvidence(b []byte, v signature.Verifier, allowUnsigned bool) (out *Verified, unverified bool, err error) {
-	if _, berr := Inspect(b); berr == nil {
+	if inspected, berr := Inspect(b); berr == nil {
 		if v != nil {
 			if out, err = Verify(b, v, VerifyOptions{}); err != nil {
 				return nil, false, fmt.Errorf("NOT VERIFIED: %w", err)
@@ -298,8 +298,7 @@ func ReadEvidence(b []byte, v signature.Verifier, allowUnsigned bool) (out *Veri
 		if !allowUnsigned {
 			return nil, false, fmt.Errorf("not verified: give the signer's key with --key")
 		}
-		out, err = Inspect(b)
-		return out, true, err
+		return inspected, true, nil
 	}
 	st, err := InspectStatement(b)
 	if err != nil {

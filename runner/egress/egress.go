@@ -184,9 +184,6 @@ func Start(cfg Config) (_ *Egress, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if !cfg.Policy.Audit {
-		audited = nil
-	}
 	e.dns = dns.New(e.book, cfg.DNSTTL, rules.NewLog(dns.MaxLog), pair.GatewayAddr, audited)
 	e.dns.Serve(e.udp, e.gw.DNSListener())
 	return e, nil

@@ -48,6 +48,15 @@ type tool struct {
 
 func (t tool) key() string { return t.kind + "\x00" + t.name }
 
+// verbs are how a finding says what the tool does, and did: a server or
+// hook runs its command, a setting is its value.
+func (t tool) verbs() (now, then string) {
+	if t.kind == "setting" {
+		return "is", "was"
+	}
+	return "runs", "ran"
+}
+
 // toolsOf reads the MCP servers, hooks and settings of an agent tool
 // config. JSON (with comments and trailing commas) and TOML are read;
 // other formats have no semantic diff.
@@ -383,10 +392,7 @@ func toolFindings(p string, old, new []byte) []Finding {
 		now[t.key()] = true
 		f := Finding{Path: p, Line: t.line, Kind: KindEscalation}
 		prev, existed := was[t.key()]
-		verb := "runs"
-		if t.kind == "setting" {
-			verb = "is"
-		}
+		verb, _ := t.verbs()
 		switch {
 		case !existed:
 			f.Reason = fmt.Sprintf("new %s %s %s %s", t.kind, nameOf(t.name), verb, shown(t.run))
@@ -401,7 +407,8 @@ func toolFindings(p string, old, new []byte) []Finding {
 	}
 	for _, t := range before {
 		if !now[t.key()] {
-			out = append(out, Finding{Path: p, Kind: KindEscalation, Reason: fmt.Sprintf("%s %s removed (it %s %s)", t.kind, nameOf(t.name), map[bool]string{true: "was", false: "ran"}[t.kind == "setting"], shown(t.run))})
+			_, was := t.verbs()
+			out = append(out, Finding{Path: p, Kind: KindEscalation, Reason: fmt.Sprintf("%s %s removed (it %s %s)", t.kind, nameOf(t.name), was, shown(t.run))})
 		}
 	}
 	if len(out) > maxToolFindings {

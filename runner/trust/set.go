@@ -103,6 +103,8 @@ var categoryOrder = []string{GitHooks, GitConfig, GitAttributes, CI, AgentTools,
 
 // Set is the compiled trust section of a policy.
 type Set struct {
+	// globs per category; those of caseless categories lowered, and
+	// matched against the lowered path.
 	globs    map[string][]string
 	order    []string
 	authored map[string]string
@@ -140,6 +142,11 @@ func NewSet(t policies.Trust) (*Set, error) {
 	for _, c := range s.order {
 		s.authored[c] = orDefault(t.Authored[c], ActionWarn)
 		s.runtime[c] = orDefault(t.Runtime[c], ActionWarn)
+		if caseless[c] {
+			for i, g := range s.globs[c] {
+				s.globs[c][i] = strings.ToLower(g)
+			}
+		}
 	}
 	s.keys = append(slices.Clone(builtinConfigKeys), t.GitConfigKeys...)
 	return s, nil
@@ -162,11 +169,12 @@ func (s *Set) Category(p string) string {
 	p = path.Clean(strings.TrimPrefix(p, "./"))
 	lower := strings.ToLower(p)
 	for _, c := range s.order {
+		name := p
+		if caseless[c] {
+			name = lower
+		}
 		for _, g := range s.globs[c] {
-			if ok, _ := doublestar.Match(g, p); ok {
-				return c
-			}
-			if ok, _ := doublestar.Match(strings.ToLower(g), lower); ok && caseless[c] {
+			if ok, _ := doublestar.Match(g, name); ok {
 				return c
 			}
 		}
