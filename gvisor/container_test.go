@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -203,21 +204,9 @@ func TestContainerRootFS(t *testing.T) {
 	if out, _, res := sh(t, sb, "test -e /image-marker || echo host-root"); res.ExitCode != 0 || out != "host-root\n" {
 		t.Errorf("job container sees the image: %q %+v", out, res)
 	}
-	if after := snapshot(t, img); !mapsEqual(before, after) {
+	if after := snapshot(t, img); !maps.Equal(before, after) {
 		t.Errorf("image directory changed:\nbefore %v\nafter  %v", before, after)
 	}
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // Output streams to the writers while the container runs; Wait returns the

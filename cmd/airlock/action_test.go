@@ -60,9 +60,7 @@ func TestActionYAML(t *testing.T) {
 	exe, _ := os.Executable()
 	dir := t.TempDir()
 	ws := workspace(t)
-	org := filepath.Join(dir, "org")
-	os.MkdirAll(org, 0o755)
-	os.WriteFile(filepath.Join(org, "org.cue"), []byte("package airlock\n"), 0o644)
+	org := orgPolicy(t, "")
 	var out, errb bytes.Buffer
 	os.Unsetenv(runner.PasswordEnv)
 	if code := execute([]string{"keys", "generate", "--out", filepath.Join(dir, "k")}, &out, &errb); code != 0 {

@@ -111,21 +111,15 @@ func TestRunCheckoutToken(t *testing.T) {
 // GitHub's names to its loopback address and allows host on 443.
 func fakeGitHubOrg(t *testing.T, host string) string {
 	t.Helper()
-	org := t.TempDir()
 	resolve := ""
 	for _, n := range testhost.GitHubHosts {
 		resolve += fmt.Sprintf("%q: %q\n", n, fakeGitHubAddr)
 	}
-	policy := `package airlock
-egress: allow: [{host: "` + host + `", ports: [443]}]
-egress: allowCIDRs: ["` + fakeGitHubAddr + `/32"]
+	return orgPolicy(t, `egress: allow: [{host: "`+host+`", ports: [443]}]
+egress: allowCIDRs: ["`+fakeGitHubAddr+`/32"]
 egress: resolve: {
-` + resolve + `}
-`
-	if err := os.WriteFile(filepath.Join(org, "org.cue"), []byte(policy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return org
+`+resolve+`}
+`)
 }
 
 // A token airlock run passes to the job (--env) is a placeholder in every

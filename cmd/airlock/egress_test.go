@@ -19,15 +19,12 @@ import (
 // port, pinned to 127.0.0.1 (a test-only pin, with its explicit CIDR).
 func egressOrg(t *testing.T, port int) string {
 	t.Helper()
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "org.cue"), []byte(fmt.Sprintf(`package airlock
-egress: {
+	return orgPolicy(t, fmt.Sprintf(`egress: {
 	allow: [{host: "registry.test", ports: [%d]}]
 	resolve: "registry.test": "127.0.0.1"
 	allowCIDRs: ["127.0.0.1/32"]
 }
-`, port)), 0o644)
-	return dir
+`, port))
 }
 
 // A policy-mode run has the gateway: an allowed fetch works, a forbidden

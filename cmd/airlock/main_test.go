@@ -33,6 +33,17 @@ const cliStateBase = "/run/airlock-test-cli"
 
 func workspace(t testing.TB) string { return testhost.Workspace(t) }
 
+// orgPolicy writes an organisation policy directory holding org.cue
+// with body after its package clause.
+func orgPolicy(t *testing.T, body string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "org.cue"), []byte("package airlock\n"+body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // repoWorkspace is a workspace holding a git repository with one commit
 // on main, owned by the sandbox's user, and a function that runs git in
 // it (its output, trimmed).

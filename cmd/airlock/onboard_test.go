@@ -18,18 +18,12 @@ import (
 // address (a test-only pin, with its explicit CIDR).
 func onboardOrg(t *testing.T, mode string) string {
 	t.Helper()
-	dir := t.TempDir()
-	policy := `package airlock
-egress: {
-	mode: "` + mode + `"
+	return orgPolicy(t, `egress: {
+	mode: "`+mode+`"
 	resolve: {"registry.test": "127.0.0.1", "other.test": "127.0.0.1"}
 	allowCIDRs: ["127.0.0.1/32"]
 }
-`
-	if err := os.WriteFile(filepath.Join(dir, "org.cue"), []byte(policy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+`)
 }
 
 // Onboarding a repository as the README tells it: an audit run lets the

@@ -51,8 +51,7 @@ func TestTrustDiff(t *testing.T) {
 	}
 
 	// An organisation that fails CI changes: exit 1, and the Markdown says why.
-	org := t.TempDir()
-	os.WriteFile(filepath.Join(org, "org.cue"), []byte("package airlock\ntrust: authored: ci: \"fail\"\n"), 0o644)
+	org := orgPolicy(t, "trust: authored: ci: \"fail\"\n")
 	out.Reset()
 	code := execute([]string{"trust", "diff", "--org", org, "--base", base, repo}, &out, &errb)
 	if code != 1 || !strings.Contains(out.String(), "**The job fails:**") || !strings.Contains(out.String(), "| authored | ci |") {
@@ -74,8 +73,7 @@ func TestRunWritesAgentToolConfig(t *testing.T) {
 		t.Skip("needs root")
 	}
 	ws, _ := repoWorkspace(t)
-	org := t.TempDir()
-	os.WriteFile(filepath.Join(org, "org.cue"), []byte("package airlock\n"), 0o644)
+	org := orgPolicy(t, "")
 	var out, errb bytes.Buffer
 	code := execute([]string{"run", "-w", ws, "--state-dir", stateDir(t), "--org", org, "--base", "main", "--json", "--", "sh", "-c",
 		`printf '{"mcpServers": {"helper": {"command": "npx", "args": ["-y", "some-package@latest"]}}}\n' > .mcp.json`}, &out, &errb)

@@ -81,6 +81,31 @@ func sandboxBehind(t testing.TB, eg *Egress, upstreamCA []byte) *gvisor.Sandbox 
 	return sb
 }
 
+// upstreamDialer is the gateway's host-side dialer in these tests: it
+// records every address dialled and refuses all but upstreamAddr.
+type upstreamDialer struct {
+	mu    sync.Mutex
+	dials []string
+}
+
+func (u *upstreamDialer) dialer() *net.Dialer {
+	return &net.Dialer{Timeout: 2 * time.Second, Control: func(_, address string, _ syscall.RawConn) error {
+		u.mu.Lock()
+		u.dials = append(u.dials, address)
+		u.mu.Unlock()
+		if !strings.HasPrefix(address, upstreamAddr+":") {
+			return fmt.Errorf("test dialer: refusing %s", address)
+		}
+		return nil
+	}}
+}
+
+func (u *upstreamDialer) seen() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Clone(u.dials)
+}
+
 // startUpstreams serves "hello from HOST/PATH" over plain HTTP and over
 // TLS (a certificate for tlsName from caPEM) on upstreamAddr, until the
 // test ends.
@@ -185,17 +210,7 @@ func TestSandboxEgress(t *testing.T) {
 	resolver := &recordingResolver{names: map[string]string{
 		"private.test": "10.0.0.1", "meta.test": "169.254.169.254", "rebind.test": "127.0.0.1",
 	}}
-	var dialMu sync.Mutex
-	var dials []string
-	dialer := &net.Dialer{Timeout: 2 * time.Second, Control: func(_, address string, _ syscall.RawConn) error {
-		dialMu.Lock()
-		dials = append(dials, address)
-		dialMu.Unlock()
-		if !strings.HasPrefix(address, upstreamAddr+":") {
-			return fmt.Errorf("test dialer: refusing %s", address)
-		}
-		return nil
-	}}
+	dialer := &upstreamDialer{}
 	pol, err := rules.Compile(policies.Egress{
 		Allow: []policies.EgressRule{
 			{Host: "up.test", Ports: []int{p1}},
@@ -210,7 +225,7 @@ func TestSandboxEgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eg, err := Start(Config{Policy: pol, Resolver: resolver, Dialer: dialer})
+	eg, err := Start(Config{Policy: pol, Resolver: resolver, Dialer: dialer.dialer()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +411,7 @@ for n in private meta rebind; do curl -s --max-time 5 -o /dev/null -w "$n-status
 			t.Errorf("the host resolver was asked %q", n)
 		}
 	}
-	for _, d := range dials {
+	for _, d := range dialer.seen() {
 		if !strings.HasPrefix(d, upstreamAddr+":") {
 			t.Errorf("dialled %s", d)
 		}
@@ -596,12 +611,6 @@ func TestSandboxAudit(t *testing.T) {
 	// organisation opened for its pinned names: audit must not open it
 	// to every name.
 	resolver := &recordingResolver{names: map[string]string{"meta.test": "169.254.169.254", "rebind.test": "127.0.0.1", "open.test": upstreamAddr}}
-	dialer := &net.Dialer{Timeout: 2 * time.Second, Control: func(_, address string, _ syscall.RawConn) error {
-		if !strings.HasPrefix(address, upstreamAddr+":") {
-			return fmt.Errorf("test dialer: refusing %s", address)
-		}
-		return nil
-	}}
 	pol, err := rules.Compile(policies.Egress{
 		Mode:       "audit",
 		Allow:      []policies.EgressRule{{Host: "up.test", Ports: []int{p1}, Methods: []string{"GET"}}},
@@ -611,7 +620,7 @@ func TestSandboxAudit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eg, err := Start(Config{Policy: pol, Resolver: resolver, Dialer: dialer})
+	eg, err := Start(Config{Policy: pol, Resolver: resolver, Dialer: (&upstreamDialer{}).dialer()})
 	if err != nil {
 		t.Fatal(err)
 	}

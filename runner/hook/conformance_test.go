@@ -3,6 +3,7 @@ package hook
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,7 +63,7 @@ func TestConformancePrepareJob(t *testing.T) {
 		{"service-redis-2", map[string]string{"6379": "6379"}},
 	}
 	for i, w := range want {
-		if services[i].ID != w.id || !equalMaps(*services[i].Ports, w.ports) {
+		if services[i].ID != w.id || !maps.Equal(*services[i].Ports, w.ports) {
 			t.Errorf("services[%d] = %+v, want %s with ports %v", i, services[i], w.id, w.ports)
 		}
 	}
@@ -79,18 +80,6 @@ func TestConformancePrepareJob(t *testing.T) {
 		}
 		return nil
 	})
-}
-
-func equalMaps(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // prepare-job-test.ts "should have isAlpine field set correctly": an

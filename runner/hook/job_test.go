@@ -265,13 +265,7 @@ func BenchmarkHookStep(b *testing.B) {
 // SIGTERM to a job's daemon (the runner host shutting down) ends the job
 // and its sandbox even when its socket is gone with its directory.
 func TestHookDaemonTerm(t *testing.T) {
-	h := newRunnerHost(t)
-	state := h.prepare()
-	dir := state["jobDir"].(string)
-	pid := daemonPID(dir)
-	if pid == 0 {
-		t.Fatal("no daemon")
-	}
+	_, dir, pid := newRunnerHost(t).prepareDaemon()
 	os.Remove(filepath.Join(dir, daemonSocket))
 	syscall.Kill(pid, syscall.SIGTERM)
 	waitGone(pid, 30*time.Second)
@@ -311,12 +305,7 @@ func TestHookArtifactSubjects(t *testing.T) {
 // cleanup_job finds nothing left and succeeds.
 func TestHookDaemonKilled(t *testing.T) {
 	h := newRunnerHost(t)
-	state := h.prepare()
-	dir := state["jobDir"].(string)
-	pid := daemonPID(dir)
-	if pid == 0 {
-		t.Fatal("no daemon")
-	}
+	state, dir, pid := h.prepareDaemon()
 	syscall.Kill(pid, syscall.SIGKILL)
 	waitGone(pid, 30*time.Second)
 	code, out := h.cleanup(state)

@@ -265,6 +265,18 @@ func (h *runnerHost) prepare() map[string]any {
 	return state
 }
 
+// prepareDaemon runs prepare_job and returns the state, the job's
+// directory and its daemon's pid.
+func (h *runnerHost) prepareDaemon() (state map[string]any, dir string, pid int) {
+	h.t.Helper()
+	state = h.prepare()
+	dir = state["jobDir"].(string)
+	if pid = daemonPID(dir); pid == 0 {
+		h.t.Fatal("no daemon")
+	}
+	return state, dir, pid
+}
+
 // step runs a script step as the runner runs a run: step with the
 // default bash: bash --noprofile --norc -e -o pipefail {0}, the script
 // written to the runner's temp directory.
