@@ -11,23 +11,14 @@ set -eu
 cd "$(dirname "$0")/.."
 export CGO_ENABLED=0
 go build -o bin/airlock ./cmd/airlock
-go build -o bin/demo-registry ./testdata/demo-registry
-if command -v curl >/dev/null && curl -s -o /dev/null --max-time 1 http://127.0.0.1:18080/; then
-  echo "onboard-sample: 127.0.0.1:18080 is already in use; stop what listens there" >&2
-  exit 69
-fi
+. testdata/demo-registry/start.sh
 
 tmp=$(mktemp -d /tmp/airlock-onboard.XXXXXX)
 ws="$tmp/ws" keys="$tmp/keys" audit_org="$tmp/audit-org"
 mkdir -p "$ws" "$keys" "$audit_org"
-bin/demo-registry -listen 127.0.0.1:18080 -tls-listen 127.0.0.1:18443 -ca-out "$keys/ca.pem" -token-out "$keys/token" &
-registry=$!
+trap 'rm -rf "$tmp"' EXIT INT TERM
+start_demo_registry onboard-sample "$keys"
 trap 'kill $registry 2>/dev/null; rm -rf "$tmp"' EXIT INT TERM
-i=0
-until [ -s "$keys/token" ]; do
-  i=$((i + 1)); [ $i -lt 100 ] || { echo "onboard-sample: the demo registry did not start" >&2; exit 69; }
-  sleep 0.1
-done
 
 git_() { git -C "$ws" -c safe.directory='*' -c user.name=sample -c user.email=sample@example.com "$@"; }
 cp -R testdata/sample-pr/. "$ws"

@@ -13,24 +13,15 @@ set -eu
 cd "$(dirname "$0")/.."
 export CGO_ENABLED=0
 go build -o bin/airlock ./cmd/airlock
-go build -o bin/demo-registry ./testdata/demo-registry
-if command -v curl >/dev/null && { curl -s -o /dev/null --max-time 1 http://127.0.0.1:18080/ || curl -sk -o /dev/null --max-time 1 https://127.0.0.1:18443/; }; then
-  echo "run-sample: 127.0.0.1:18080 or 18443 is already in use; stop what listens there (the sample policy allows those ports)" >&2
-  exit 69
-fi
+. testdata/demo-registry/start.sh
 
 ws=$(mktemp -d /tmp/airlock-sample.XXXXXX)
 keys=$(mktemp -d /tmp/airlock-sample-keys.XXXXXX)
 out=bin/sample
 rm -rf "$out" && mkdir -p "$out"
-bin/demo-registry -listen 127.0.0.1:18080 -tls-listen 127.0.0.1:18443 -ca-out "$keys/registry-ca.pem" -token-out "$keys/registry-token" &
-registry=$!
+trap 'rm -rf "$ws" "$keys"' EXIT INT TERM
+start_demo_registry run-sample "$keys"
 trap 'kill $registry 2>/dev/null; rm -rf "$ws" "$keys"' EXIT INT TERM
-i=0
-until [ -s "$keys/registry-token" ]; do
-  i=$((i + 1)); [ $i -lt 100 ] || { echo "run-sample: the demo registry did not start" >&2; exit 69; }
-  sleep 0.1
-done
 
 git_() { git -C "$ws" -c safe.directory='*' -c user.name=sample -c user.email=sample@example.com "$@"; }
 cp -R testdata/sample-pr/. "$ws"

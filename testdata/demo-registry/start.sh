@@ -1,0 +1,19 @@
+# Sourced by the sample scripts (testdata/run-sample.sh,
+# testdata/onboard-sample.sh): start_demo_registry NAME DIR starts the demo
+# registry on 127.0.0.1:18080 (HTTP) and 18443 (HTTPS), writing its CA to
+# DIR/registry-ca.pem and its token to DIR/registry-token, and waits until
+# it serves; its pid is in $registry. NAME prefixes the messages.
+start_demo_registry() {
+  go build -o bin/demo-registry ./testdata/demo-registry
+  if command -v curl >/dev/null && { curl -s -o /dev/null --max-time 1 http://127.0.0.1:18080/ || curl -sk -o /dev/null --max-time 1 https://127.0.0.1:18443/; }; then
+    echo "$1: 127.0.0.1:18080 or 18443 is already in use; stop what listens there (the sample policies allow those ports)" >&2
+    exit 69
+  fi
+  bin/demo-registry -listen 127.0.0.1:18080 -tls-listen 127.0.0.1:18443 -ca-out "$2/registry-ca.pem" -token-out "$2/registry-token" &
+  registry=$!
+  i=0
+  until [ -s "$2/registry-token" ]; do
+    i=$((i + 1)); [ $i -lt 100 ] || { echo "$1: the demo registry did not start" >&2; kill $registry 2>/dev/null; exit 69; }
+    sleep 0.1
+  done
+}
