@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-ci/airlock/internal/files"
+	"github.com/airlock-ci/airlock/internal/paths"
 )
 
 // DefaultStateRoot is where job directories live unless the caller says
@@ -140,8 +141,6 @@ type Config struct {
 	// (its interfaces are taken over by gVisor's netstack). Empty: the
 	// sandbox has loopback only.
 	NetNS string
-	// RunscPath is the binary that contains runsc. Empty: /proc/self/exe.
-	RunscPath string
 	// Platform is the gVisor platform: auto (empty), systrap or kvm (see
 	// ResolvePlatform); Config() tells the one used.
 	Platform string
@@ -199,9 +198,6 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	c.Platform = platform
-	if c.RunscPath == "" {
-		c.RunscPath = "/proc/self/exe"
-	}
 	if c.Workspace == "" {
 		return c, fmt.Errorf("%w: no workspace directory given", ErrNoWorkspace)
 	}
@@ -218,6 +214,11 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: %s is not a directory", ErrNoWorkspace, c.Workspace)
 	}
 	c.Workspace = ws
+	if state := resolvedPath(c.StateRoot); paths.Within(state, ws) {
+		// The job would see (and could change) its own state: runsc's
+		// files, the overlay, the attestations. The mount also fails.
+		return c, fmt.Errorf("%w: the state directory %s is inside the workspace %s: give a --state-dir outside it", ErrInvalidConfig, c.StateRoot, ws)
+	}
 	if c.RootFS != "" {
 		fi, err := os.Stat(c.RootFS)
 		if err != nil || !fi.IsDir() {
@@ -246,6 +247,25 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// resolvedPath is path made absolute with the symlinks of its longest
+// existing prefix resolved (the rest may not exist yet).
+func resolvedPath(path string) string {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return path
+	}
+	rest := ""
+	for dir := abs; ; dir = filepath.Dir(dir) {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(real, rest)
+		}
+		if dir == "/" {
+			return abs
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+	}
 }
 
 // checkMounts checks that every source is a host directory and every

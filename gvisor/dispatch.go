@@ -15,8 +15,9 @@ import (
 
 // Dispatch hands the process to runsc when argv[0] names a runsc role
 // (runsc, runsc-sandbox, runsc-gofer, ...), or runs the in-sandbox init
-// helper when argv[0] is its mount path. It returns only when neither
-// applies. Call it first thing in main, and in TestMain of any test binary
+// helper when argv[0] is its mount path. A gofer of one of airlock's
+// bundles first builds its root skeleton (prepareGoferRoot). It returns
+// only when neither applies. Call it first thing in main, and in TestMain of any test binary
 // that starts sandboxes.
 func Dispatch() {
 	if len(os.Args) == 0 {
@@ -26,10 +27,14 @@ func Dispatch() {
 	// runsc names its re-executions runsc-sandbox, runsc-gofer, ...; its
 	// /proc umounter keeps argv[0] as the path it executed.
 	case strings.HasPrefix(filepath.Base(os.Args[0]), "runsc"), os.Args[0] == "/proc/self/exe":
+		if os.Args[0] == "runsc-gofer" {
+			if err := prepareGoferRoot(os.Args[1:]); err != nil {
+				fmt.Fprintf(os.Stderr, "airlock: %v\n", err)
+				os.Exit(125)
+			}
+		}
 		maincli.Main()
 		os.Exit(0)
-	case os.Args[0] == rootHelperArg0:
-		os.Exit(rootHelper(os.Args[1:]))
 	case os.Args[0] == initPath:
 		os.Exit(sandboxHelper(os.Args[1:]))
 	}

@@ -25,7 +25,9 @@
 // asked, no_new_privs, environment from nothing); its image directory is
 // trusted to be what an administrator put there, and is never written.
 //
-// runsc is reached by executing our own binary (/proc/self/exe by default)
+// runsc runs in two ways: its Go API in this process creates, starts,
+// execs in and destroys containers (create.go, control.go), and the gofer
+// and sandbox processes it starts are our own binary (/proc/self/exe)
 // with a runsc argv[0]; see Dispatch, which every binary that embeds this
 // package must call first thing in main (tests: in TestMain).
 //

@@ -67,14 +67,7 @@ func reapOne(ctx context.Context, dir, id string) (Reaped, bool, error) {
 	if b, err := os.ReadFile(filepath.Join(dir, "owner.json")); err == nil {
 		json.Unmarshal(b, &own)
 	}
-	exe := own.RunscPath
-	if exe == "" {
-		exe = "/proc/self/exe"
-	}
-	r := runsc{exe: exe, global: []string{"--root=" + filepath.Join(dir, "runsc"), "--shared-root=" + sharedRoot, "--log=" + filepath.Join(dir, "runsc.log")}, logDir: dir}
-	if _, err := os.Stat(exe); err != nil {
-		r.exe = "/proc/self/exe"
-	}
+	r := runsc{global: []string{"--root=" + filepath.Join(dir, "runsc"), "--shared-root=" + sharedRoot, "--log=" + filepath.Join(dir, "runsc.log")}, logDir: dir}
 	err = destroyJob(r, id, dir, cgroups{dirs: own.Cgroups})
 	if rmErr := os.RemoveAll(dir); rmErr != nil {
 		err = errors.Join(err, fmt.Errorf("remove %s: %w", dir, rmErr))

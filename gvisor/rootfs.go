@@ -1,28 +1,20 @@
 package gvisor
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
-	"gvisor.dev/gvisor/runsc/cli/maincli"
 
 	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/internal/paths"
 )
-
-// rootHelperArg0 is argv[0] of the helper that builds the root skeleton
-// and then becomes runsc. See buildRootSkeleton.
-const rootHelperArg0 = "airlock-rootfs"
 
 // freshTopDirs are top-level directories gVisor mounts anew (proc, sysfs,
 // devices, tmpfs); the skeleton only needs empty directories for them.
@@ -34,18 +26,17 @@ var freshTopDirs = map[string]bool{"proc": true, "sys": true, "dev": true, "tmp"
 // self-binds "/" and then mounts beneath it). So the rootfs handed to runsc
 // is a small tmpfs at <job>/rootfs holding one read-only bind mount per
 // top-level entry of the real root, plus empty directories for the mount
-// points. All of this happens in a private mount namespace of the process
-// that then becomes runsc (run --detach): the sandbox and gofer inherit it,
-// and the kernel drops every one of these mounts when the last of them
-// exits, even after a SIGKILL of airlock. Nothing is mounted in the host's
-// namespace and nothing is created in the host's root.
+// points. The gofer builds it itself, first thing, in the private mount
+// namespace runsc starts it in (prepareGoferRoot in create.go), before
+// runsc's gofer code serves that root to the sandbox: the kernel drops
+// every one of these mounts when the gofer exits, even after a SIGKILL of
+// airlock. Nothing is mounted in the host's namespace and nothing is
+// created in the host's root.
 //
 // A sub-container (container.go) gets its skeleton the same way, at
-// <job>/containers/<name>/rootfs: its gofer is started by its own
-// `runsc run --detach`, which runs as this helper, so the gofer inherits
-// that skeleton while the sandbox keeps the one it was born with.
+// <job>/containers/<name>/rootfs, from its own gofer.
 
-// rootPlan is what the helper builds, written to the job's (or a
+// rootPlan is what the gofer builds, written to the job's (or a
 // sub-container's) directory as JSON.
 type rootPlan struct {
 	// Source is the real root (the host's "/" or an image directory);
@@ -64,7 +55,7 @@ type rootPlan struct {
 	// Overlays are files bound read-only over regular files of the
 	// skeleton (Config.Files).
 	Overlays []overlay `json:"overlays"`
-	// Pins are mount sources resolved in the helper without following
+	// Pins are mount sources resolved in the gofer without following
 	// symlinks (Mount.Beneath) and bound at a path of their own, which is
 	// what runsc then mounts.
 	Pins []pin `json:"pins"`
@@ -84,7 +75,7 @@ type pin struct {
 }
 
 // pinMounts returns mounts with each Beneath source replaced by the path
-// the helper will bind it at (a new empty directory below dir), and adds
+// the gofer will bind it at (a new empty directory below dir), and adds
 // those pins to the plan.
 func (p *rootPlan) pinMounts(mounts []Mount, dir string) ([]Mount, error) {
 	out := append([]Mount(nil), mounts...)
@@ -106,16 +97,18 @@ func (p *rootPlan) pinMounts(mounts []Mount, dir string) ([]Mount, error) {
 	return out, nil
 }
 
-// bindPins binds each pinned source at its path, in the helper's mount
-// namespace (where runsc's gofer will find it): the descriptor is what
-// gets bound, so nothing can swap the path in between.
+// bindPins binds each pinned source at its path, in the gofer's mount
+// namespace, where runsc's gofer code then finds it: the descriptor is
+// what gets bound, so nothing can swap the path in between.
 func bindPins(pins []pin) error {
 	for _, p := range pins {
 		f, err := files.OpenDirBeneath(p.Base, filepath.Join(p.Base, p.Rel))
 		if err != nil {
 			return fmt.Errorf("mount source: %w", err)
 		}
-		err = unix.Mount(files.FDPath(f), p.At, "", unix.MS_BIND, "")
+		// /proc/self, not files.FDPath: the gofer has a PID namespace of
+		// its own, and the host's /proc knows it by another pid.
+		err = unix.Mount(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), p.At, "", unix.MS_BIND, "")
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("bind %s: %w", filepath.Join(p.Base, p.Rel), err)
@@ -174,46 +167,17 @@ func writeBundle(dir string, plan rootPlan, spec *specs.Spec) error {
 	return writeJSON(filepath.Join(dir, "bundle", "config.json"), spec)
 }
 
-// runWithRoot returns the command that builds the skeleton of the plan
-// written to dir by writeBundle and then runs runsc with args in the same
-// process (normally "run --detach"), so that the runsc processes it starts
-// inherit the skeleton's mount namespace.
-func runWithRoot(ctx context.Context, r runsc, dir string, args ...string) *exec.Cmd {
-	cmd := r.command(ctx, args...)
-	cmd.Args = append([]string{rootHelperArg0, filepath.Join(dir, "rootfs.json"), "--"}, cmd.Args[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-	return cmd
-}
-
-// rootHelper runs as argv[0] rootHelperArg0 in a fresh mount namespace (the
-// caller sets CLONE_NEWNS; Go makes "/" private first), then carries on as
-// runsc (normally "run --detach"). args are PLAN.json -- RUNSC-ARGS...
-func rootHelper(args []string) int {
-	if len(args) < 2 || args[1] != "--" {
-		fmt.Fprintln(os.Stderr, "airlock rootfs helper: usage: PLAN.json -- RUNSC-ARGS...")
-		return 2
-	}
+// readPlan reads a plan written by writeBundle.
+func readPlan(path string) (rootPlan, error) {
 	var plan rootPlan
-	b, err := os.ReadFile(args[0])
-	if err == nil {
-		err = json.Unmarshal(b, &plan)
-	}
-	if err == nil {
-		err = buildRootSkeleton(plan)
-	}
-	if err == nil {
-		err = bindPins(plan.Pins)
-	}
+	b, err := os.ReadFile(path)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "airlock: prepare root filesystem: %v\n", err)
-		return 125
+		return plan, err
 	}
-	// Become runsc in this same process: the namespace and its mounts are
-	// already in place, and one exec of a large binary fewer is a
-	// noticeable part of a sandbox's start-up.
-	os.Args = append([]string{"runsc"}, args[2:]...)
-	maincli.Main()
-	return 0
+	if err := json.Unmarshal(b, &plan); err != nil {
+		return plan, fmt.Errorf("root plan %s: %w", path, err)
+	}
+	return plan, nil
 }
 
 // buildRootSkeleton mounts a tmpfs at the target and binds every top-level

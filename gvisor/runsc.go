@@ -1,9 +1,7 @@
 package gvisor
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,9 +11,9 @@ import (
 // sandboxes (the gofers' empty network namespace).
 const sharedRoot = "/run/runsc"
 
-// runsc invokes the embedded runsc for one job directory.
+// runsc holds the embedded runsc's global flags for one job directory,
+// which runsc's Go API (create.go, control.go) reads as its command line.
 type runsc struct {
-	exe    string   // binary containing runsc
 	global []string // global flags, before the subcommand
 	logDir string
 }
@@ -42,17 +40,7 @@ func newRunsc(c Config, dir string) runsc {
 		"--host-settings=ignore",
 	}
 	g = append(g, c.RunscFlags...)
-	return runsc{exe: c.RunscPath, global: g, logDir: dir}
-}
-
-// command builds a runsc command line. argv[0] is "runsc" so that Dispatch
-// in the re-executed binary hands it to runsc's CLI. The environment is
-// empty but for PATH: runsc needs nothing from ours.
-func (r runsc) command(ctx context.Context, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, r.exe, append(append([]string{}, r.global...), args...)...)
-	cmd.Args[0] = "runsc"
-	cmd.Env = []string{"PATH=" + DefaultPath}
-	return cmd
+	return runsc{global: g, logDir: dir}
 }
 
 // logTail returns the last lines of runsc's own log, for error messages.

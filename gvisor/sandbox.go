@@ -48,9 +48,8 @@ type owner struct {
 	Created   time.Time `json:"created"`
 	Workspace string    `json:"workspace"`
 	// UID is the identity the workload ran as, for tidying the workspace.
-	UID       uint32   `json:"uid"`
-	RunscPath string   `json:"runscPath"`
-	Cgroups   []string `json:"cgroups"`
+	UID     uint32   `json:"uid"`
+	Cgroups []string `json:"cgroups"`
 }
 
 func newID() string {
@@ -75,9 +74,6 @@ func Create(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: locate own binary: %v", ErrNoSelfExe, err)
 	}
-	if c.RunscPath != "/proc/self/exe" {
-		exe = c.RunscPath
-	}
 	jobs := filepath.Join(c.StateRoot, "jobs")
 	if err := os.MkdirAll(jobs, 0o700); err != nil {
 		return nil, fmt.Errorf("create state directory %s: %w", jobs, err)
@@ -98,7 +94,10 @@ func Create(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
 	if err := s.prepare(exe); err != nil {
 		return nil, err
 	}
-	if err := s.start(ctx); err != nil {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.start(); err != nil {
 		return nil, err
 	}
 	if s.ctl, err = newController(s.runsc, s.cfg.ID); err != nil {
@@ -170,7 +169,7 @@ func (s *Sandbox) prepare(exe string) error {
 		return err
 	}
 	s.cg = cgroupsFor("airlock-" + s.cfg.ID)
-	own := owner{ID: s.cfg.ID, PID: os.Getpid(), Created: time.Now().UTC(), Workspace: s.cfg.Workspace, UID: s.cfg.User.UID, RunscPath: s.cfg.RunscPath, Cgroups: s.cg.dirs}
+	own := owner{ID: s.cfg.ID, PID: os.Getpid(), Created: time.Now().UTC(), Workspace: s.cfg.Workspace, UID: s.cfg.User.UID, Cgroups: s.cg.dirs}
 	if err := writeJSON(filepath.Join(s.dir, "owner.json"), own); err != nil {
 		return err
 	}
@@ -183,24 +182,24 @@ func (s *Sandbox) prepare(exe string) error {
 	return monitor.WritePodInitConfig(filepath.Join(s.dir, "pod-init.json"), sock, len(s.cfg.ReadOnlyPaths) > 0)
 }
 
-// start creates and starts the sandbox. The container's init is our own
-// binary in helper mode; steps are exec'd next to it.
-func (s *Sandbox) start(ctx context.Context) error {
+// start creates and starts the sandbox (see create.go). The container's
+// init is airlock's reaper (or this binary in helper mode); its output,
+// which there should be none of, goes to a file: a pipe nobody reads
+// could block it.
+func (s *Sandbox) start() error {
 	errFile, err := os.Create(filepath.Join(s.dir, "create.err"))
 	if err != nil {
 		return fmt.Errorf("create log file: %w", err)
 	}
 	defer errFile.Close()
-	// The init's stdio is inherited from runsc; a file (not a pipe) keeps
-	// Wait from blocking on a sandbox that holds it open.
-	// run --detach is create and start in one runsc process. It runs as
-	// the rootfs helper, in a mount namespace of its own that the sandbox
-	// inherits (see rootfs.go).
-	cmd := runWithRoot(ctx, s.runsc, s.dir, "run", "--detach", "--bundle="+filepath.Join(s.dir, "bundle"), s.cfg.ID)
-	cmd.Stdout, cmd.Stderr = errFile, errFile
-	if err := cmd.Run(); err != nil {
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devNull.Close()
+	if err := createContainer(s.runsc, s.dir, s.cfg.ID, true, devNull, errFile, errFile); err != nil {
 		out, _ := os.ReadFile(errFile.Name())
-		return fmt.Errorf("%w: runsc run: %v: %s %s", ErrStartFailure, err, lastLines(string(out), 5), s.runsc.logTail())
+		return fmt.Errorf("%w: %v %s %s", ErrStartFailure, err, lastLines(string(out), 5), s.runsc.logTail())
 	}
 	return nil
 }

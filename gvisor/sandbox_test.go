@@ -6,13 +6,17 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 var asRoot = func(c *Config) { c.User = &User{UID: 0, GID: 0} }
@@ -343,6 +347,99 @@ func TestReapLeavesLiveJobs(t *testing.T) {
 	if _, _, res := sh(t, sb, "true"); res.ExitCode != 0 {
 		t.Fatalf("sandbox broken after reap: %+v", res)
 	}
+}
+
+// The gofer and the sandbox are children of the process that created
+// them (createContainer). When they exit, destroyed or crashed, they are
+// collected at once: a zombie lingers in the process table and looks
+// alive to runsc's checks (kill(pid, 0)), so a crashed sandbox would not
+// be noticed.
+func TestSandboxChildrenAreReaped(t *testing.T) {
+	requireRoot(t)
+	for _, tc := range []struct {
+		name  string
+		crash bool
+	}{
+		{"destroyed", false},
+		{"crashed", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sb := newTestSandbox(t, nil)
+			kids := childrenNaming(sb.Dir())
+			if len(kids) < 2 {
+				t.Fatalf("gofer and sandbox are not children of this process (%v): the checks below would prove nothing", kids)
+			}
+			if tc.crash {
+				for _, pid := range kids {
+					if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.HasPrefix(string(cmd), "runsc-sandbox") {
+						unix.Kill(pid, unix.SIGKILL)
+					}
+				}
+			} else if err := sb.Destroy(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			zombies := func() []int {
+				var z []int
+				for _, pid := range kids {
+					if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && procState(string(b)) == "Z" {
+						z = append(z, pid)
+					}
+				}
+				return z
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for len(zombies()) > 0 && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if z := zombies(); len(z) > 0 {
+				t.Fatalf("zombie children left: %v", z)
+			}
+			if !tc.crash {
+				return
+			}
+			if _, err := sb.Exec(context.Background(), Step{Args: []string{"true"}}); err == nil || sb.Dead() == "" {
+				t.Errorf("a step after the sandbox crashed: err %v, dead %q; want an error and the sandbox marked dead", err, sb.Dead())
+			}
+		})
+	}
+}
+
+// childrenNaming returns the pids of this process's children whose
+// command line names a path below dir.
+func childrenNaming(dir string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		st, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if strings.Contains(string(cmd), dir+"/") && procPPID(string(st)) == os.Getpid() {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// procState and procPPID read fields 3 and 4 of /proc/PID/stat, after
+// the command name (which may hold spaces and parentheses).
+func procState(stat string) string {
+	f := strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:])
+	if len(f) < 2 {
+		return ""
+	}
+	return f[0]
+}
+
+func procPPID(stat string) int {
+	f := strings.Fields(stat[strings.LastIndexByte(stat, ')')+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
 }
 
 func countProcesses(dir string) int {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/leakcheck"
 	"github.com/airlock-ci/airlock/internal/testhost"
 )
@@ -266,6 +268,45 @@ func TestNextRunReapsAfterSIGKILL(t *testing.T) {
 	}
 	if jobs, _ := filepath.Glob(filepath.Join(state, "jobs", "*")); len(jobs) != 0 {
 		t.Errorf("job state survives: %v", jobs)
+	}
+}
+
+// The sandbox never holds airlock's own stdout or stderr (the runner's
+// pipe, say): after a SIGKILL of airlock mid-step, with its sandbox
+// still running, whoever reads airlock's output sees it end.
+func TestKilledAirlockReleasesItsOutput(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	state := stateDir(t)
+	ws := workspace(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd := cli(t, "run", "-w", ws, "--state-dir", state, "--", "sh", "-c", "touch started; exec sleep 600")
+	cmd.Stdout, cmd.Stderr = w, w
+	startAndWaitFor(t, cmd, filepath.Join(ws, "started"))
+	w.Close()
+	cmd.Process.Kill()
+	cmd.Wait()
+	t.Cleanup(func() { gvisor.Reap(context.Background(), state) })
+	if !processNamed(state) {
+		t.Fatal("the orphaned sandbox is gone: the check below would prove nothing")
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, r)
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("airlock's output pipe is still open 10s after it was killed: the sandbox holds it")
 	}
 }
 

@@ -87,12 +87,12 @@ func daemon(cfg Config, dir string) int {
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
 		<-term
-		srv.Shutdown(os.Stderr, os.Stderr)
+		srv.Shutdown(logf, logf)
 	}()
 	// A job whose cleanup never comes (the runner died, or its state was
 	// lost) ends by itself after its time.
 	if d.jobTimeout > 0 {
-		time.AfterFunc(d.jobTimeout+watchdogSlack, func() { srv.Shutdown(os.Stderr, os.Stderr) })
+		time.AfterFunc(d.jobTimeout+watchdogSlack, func() { srv.Shutdown(logf, logf) })
 	}
 	if err := writeWhole(filepath.Join(dir, daemonReady), ready{Services: svcs, IsAlpine: isAlpine(j.Sandbox.RootFS)}); err != nil {
 		s.Abandon()
