@@ -214,11 +214,6 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: %s is not a directory", ErrNoWorkspace, c.Workspace)
 	}
 	c.Workspace = ws
-	if state := resolvedPath(c.StateRoot); paths.Within(state, ws) {
-		// The job would see (and could change) its own state: runsc's
-		// files, the overlay, the attestations. The mount also fails.
-		return c, fmt.Errorf("%w: the state directory %s is inside the workspace %s: give a --state-dir outside it", ErrInvalidConfig, c.StateRoot, ws)
-	}
 	if c.RootFS != "" {
 		fi, err := os.Stat(c.RootFS)
 		if err != nil || !fi.IsDir() {
@@ -237,6 +232,17 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Mounts, err = checkMounts(c.Mounts); err != nil {
 		return c, err
+	}
+	// The job would see (and could change) its own state: runsc's files,
+	// the bundles, the overlay, the attestations. (The mount fails too.)
+	state := resolvedPath(c.StateRoot)
+	if paths.Within(state, ws) {
+		return c, fmt.Errorf("%w: the state directory %s is inside the workspace %s: give a --state-dir outside it", ErrInvalidConfig, c.StateRoot, ws)
+	}
+	for _, m := range c.Mounts {
+		if src := resolvedPath(m.Source); !m.ReadOnly && paths.Within(state, src) {
+			return c, fmt.Errorf("%w: the state directory %s is inside %s, which the job can write (mounted at %s): give a --state-dir outside it", ErrInvalidConfig, c.StateRoot, m.Source, m.Destination)
+		}
 	}
 	for _, m := range c.ExtraMasks {
 		if !filepath.IsAbs(m) {

@@ -8,12 +8,12 @@ import (
 	"testing"
 )
 
-// A state directory inside the workspace would put the job's own runsc
+// A state directory inside the workspace (or a writable mount) would put the job's own runsc
 // state, overlay and attestations in the sandbox's reach: refused with a
 // sentence that says what to do, however the path is spelled.
 func TestStateRootOutsideWorkspace(t *testing.T) {
 	ws := t.TempDir()
-	other := t.TempDir()
+	other, rw, ro := t.TempDir(), t.TempDir(), t.TempDir()
 	os.Symlink(ws, filepath.Join(other, "to-ws"))
 	for _, tc := range []struct {
 		name, state string
@@ -24,10 +24,13 @@ func TestStateRootOutsideWorkspace(t *testing.T) {
 		{"through a symlink", filepath.Join(other, "to-ws", "state", "deeper"), true},
 		{"relative", "state", true}, // from the workspace, below
 		{"outside", filepath.Join(other, "state"), false},
+		{"in a writable mount", filepath.Join(rw, "state"), true},
+		{"in a read-only mount", filepath.Join(ro, "state"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Chdir(ws)
-			_, err := Config{Workspace: ws, StateRoot: tc.state, User: &User{UID: 1000, GID: 1000}}.withDefaults()
+			mounts := []Mount{{Source: rw, Destination: "/cache"}, {Source: ro, Destination: "/ro", ReadOnly: true}}
+			_, err := Config{Workspace: ws, StateRoot: tc.state, User: &User{UID: 1000, GID: 1000}, Mounts: mounts}.withDefaults()
 			refused := err != nil && errors.Is(err, ErrInvalidConfig) && strings.Contains(err.Error(), "--state-dir outside")
 			if refused != tc.refused {
 				t.Errorf("state %s: error %v, want refused %v", tc.state, err, tc.refused)

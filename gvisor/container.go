@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,11 +23,12 @@ import (
 // files, process and PID namespace.
 //
 // runsc learns that a bundle is such a container from two annotations
-// (see containerSpec). Creating it (createContainer, as `runsc run
-// --detach` would) asks the sandbox to create the container, starts a
-// gofer for its root and mounts, which builds the container's skeleton
-// first (rootfs.go), and hands the container's init the output pipes
-// airlock reads and /dev/null as stdin.
+// (see containerSpec). `runsc run --detach` for it then asks the sandbox
+// to create the container, starts a gofer for its root and mounts, which
+// builds the container's skeleton first (rootfs.go), and hands its own
+// stdin, stdout and stderr to the container's init: so the stdout and
+// stderr of that runsc process are the container's output pipes and its
+// stdin is /dev/null.
 //
 // Lifecycle: everything of a container lives in <job>/containers/<name>
 // (bundle, skeleton mount point, files) and in the job's runsc state, and
@@ -189,10 +191,7 @@ func (s *Sandbox) StartContainer(ctx context.Context, cc ContainerConfig) (_ *Co
 	if err := c.prepare(); err != nil {
 		return nil, fmt.Errorf("start container %q: %w", cc.Name, err)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("start container %q: %w", cc.Name, err)
-	}
-	if err := c.start(); err != nil {
+	if err := c.start(ctx); err != nil {
 		return nil, fmt.Errorf("start container %q in sandbox %s: %w", cc.Name, s.cfg.ID, err)
 	}
 	return c, nil
@@ -266,13 +265,11 @@ func (c *Container) prepare() error {
 	return writeBundle(c.dir, plan, spec)
 }
 
-// start runs the container and starts supervising it.
-func (c *Container) start() error {
-	devNull, err := os.Open(os.DevNull)
-	if err != nil {
-		return err
-	}
-	defer devNull.Close()
+// start runs the container and starts supervising it. A `runsc run
+// --detach` process creates it (see create.go for why not this one): its
+// stdout and stderr are the container's output pipes, its stdin
+// /dev/null.
+func (c *Container) start(ctx context.Context) error {
 	stdoutR, stdoutW, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("create stdout pipe: %w", err)
@@ -283,9 +280,11 @@ func (c *Container) start() error {
 		stdoutW.Close()
 		return fmt.Errorf("create stderr pipe: %w", err)
 	}
+	cmd := c.s.runsc.command(ctx, "run", "--detach", "--bundle="+filepath.Join(c.dir, "bundle"), c.cfg.Name)
+	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
 	before := c.s.usage()
 	c.res.Start = time.Now().UTC()
-	err = createContainer(c.s.runsc, c.dir, c.cfg.Name, false, devNull, stdoutW, stderrW)
+	err = cmd.Run()
 	// The sandbox holds its own copies of the write ends now.
 	stdoutW.Close()
 	stderrW.Close()
@@ -300,15 +299,32 @@ func (c *Container) start() error {
 		}
 	}
 	if err != nil {
+		// runsc (or the gofer, building the skeleton) says why: on what
+		// would have been the container's stderr, in the job's log.
+		said := goferRootError(c.dir)
+		if said == "" {
+			said = strings.TrimSpace(readAvailable(stderrR, 4096))
+		}
 		stdoutR.Close()
 		stderrR.Close()
-		return fmt.Errorf("create container: %v %s", err, c.s.runsc.logTail())
+		if said == "" {
+			said = c.s.runsc.logTail()
+		}
+		return fmt.Errorf("runsc run: %v: %s", err, lastLines(said, 5))
 	}
 	out := newCappedOutput(c.s.cfg.Limits.Output)
 	outDone := out.drain(stdoutR, c.cfg.Stdout, 0)
 	errDone := out.drain(stderrR, c.cfg.Stderr, 1)
 	go c.supervise(waiter, out, outDone, errDone, before)
 	return nil
+}
+
+// readAvailable returns what r holds now, up to n bytes, without waiting
+// for writers that may never close it.
+func readAvailable(r *os.File, n int) string {
+	r.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	b, _ := io.ReadAll(io.LimitReader(r, int64(n)))
+	return string(b)
 }
 
 // supervise waits for the container to exit, stops it when it passes its

@@ -1,62 +1,88 @@
 package gvisor
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/runsc/container"
 	"gvisor.dev/gvisor/runsc/specutils"
 )
 
-// Containers are created and started in airlock's own process, with
-// runsc's container package, the way `runsc run --detach` (and `runsc
-// do`) does it: one exec of a large binary and its start-up fewer per
-// sandbox than running runsc as a process. Two things make that work:
+// The job's sandbox (its root container) is created and started in
+// airlock's own process, with runsc's container package, the way `runsc
+// run --detach` (and `runsc do`) does it: one exec of a large binary and
+// its start-up fewer per job than running runsc as a process. Three
+// things make that work:
 //
 //   - The root skeleton (rootfs.go) is built by the container's gofer, in
 //     the mount namespace runsc gives it, before runsc's own gofer code
-//     runs (see prepareGoferRoot): runsc starts the gofer as a new process
-//     of this same binary, named runsc-gofer, with --bundle naming the
-//     bundle whose plan sits next to it.
+//     runs (prepareGoferRoot): runsc starts the gofer as a new process of
+//     this same binary, named runsc-gofer, and hands it the container's
+//     spec, which carries the plan (planAnnotation).
 //   - runsc hands the creating process's os.Stdin, os.Stdout and
 //     os.Stderr to the container's init as its stdio (and chowns them to
-//     the sandbox's user). withStdio points them at the container's own
-//     files while runsc runs, so the sandbox never holds airlock's own
-//     output (the runner's pipe, the user's terminal).
+//     the sandbox's user), and its whole environment to the gofer.
+//     asRunscProcess gives runsc what the `runsc run` process had: the
+//     job's own files as stdio, and PATH alone as environment, so the
+//     sandbox never holds airlock's output (the runner's pipe, the user's
+//     terminal) and the gofer never holds airlock's secrets.
+//   - The gofer and sandbox are children of this process. runsc waits
+//     for its children only through the container object that created
+//     them, which is dropped here; reapChildren collects them when they
+//     exit, as init did for the children of the exited `runsc run`, so
+//     that runsc's later checks (kill(pid, 0)) never take a zombie for a
+//     live sandbox.
 //
-// The gofer and sandbox are then children of this process. runsc waits
-// for its children only through the container object that created them,
-// which is dropped here; reapChildren collects them when they exit, as
-// init did for the children of the exited `runsc run`, so that runsc's
-// later checks (kill(pid, 0)) never mistake a zombie for a live sandbox.
+// Sub-containers (container.go) are still created by a `runsc run
+// --detach` process: a running job's sandbox cgroup may be at its limits
+// (a fork bomb), and on hosts without CLONE_INTO_CGROUP (cgroup v1) runsc
+// joins the creating process to that cgroup while it starts the gofer;
+// that must not be airlock. (For the root container the cgroup is new and
+// empty.)
 
-// stdioMu serialises withStdio: the variables it swaps are the process's.
-var stdioMu sync.Mutex
+// runscProcessMu serialises asRunscProcess: what it swaps is the
+// process's.
+var runscProcessMu sync.Mutex
 
-// withStdio runs fn with os.Stdin, os.Stdout and os.Stderr set to the
-// given files, and puts the process's own back afterwards. airlock's own
-// output goes through writers taken before (cmd/airlock's, the hook
-// daemon's log), so nothing of it is lost meanwhile; a write to
-// os.Stdout or os.Stderr by name from another goroutine during these few
-// hundred milliseconds would land in the container's files.
-func withStdio(stdin, stdout, stderr *os.File, fn func() error) error {
-	stdioMu.Lock()
-	defer stdioMu.Unlock()
+// asRunscProcess runs fn with os.Stdin, os.Stdout and os.Stderr set to
+// the given files and the environment reduced to PATH, and puts the
+// process's own back afterwards. airlock's own output goes through
+// writers taken before (cmd/airlock's, the hook daemon's log) and its
+// secrets were read from the environment before the job started, so
+// nothing of it is lost meanwhile; a write to os.Stdout or os.Stderr by
+// name from another goroutine during these few hundred milliseconds would
+// land in the container's files.
+func asRunscProcess(stdin, stdout, stderr *os.File, fn func() error) error {
+	runscProcessMu.Lock()
+	defer runscProcessMu.Unlock()
 	in, out, errf := os.Stdin, os.Stdout, os.Stderr
+	env := os.Environ()
 	os.Stdin, os.Stdout, os.Stderr = stdin, stdout, stderr
-	defer func() { os.Stdin, os.Stdout, os.Stderr = in, out, errf }()
+	os.Clearenv()
+	os.Setenv("PATH", DefaultPath)
+	defer func() {
+		os.Stdin, os.Stdout, os.Stderr = in, out, errf
+		os.Clearenv()
+		for _, kv := range env {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				os.Setenv(k, v)
+			}
+		}
+	}()
 	return fn()
 }
 
-// createContainer creates and starts container id from the bundle in
-// dir/bundle, with the given files as its init's stdin, stdout and
-// stderr. newSandbox says whether it is the root container (a new sandbox
-// process) or a sub-container of a running sandbox (only a new gofer).
-func createContainer(r runsc, dir, id string, newSandbox bool, stdin, stdout, stderr *os.File) error {
+// createRoot creates and starts the job's root container from the bundle
+// in dir/bundle, with the given files as its init's stdin, stdout and
+// stderr.
+func createRoot(r runsc, dir, id string, stdin, stdout, stderr *os.File) error {
 	conf, err := r.config()
 	if err != nil {
 		return err
@@ -71,14 +97,17 @@ func createContainer(r runsc, dir, id string, newSandbox bool, stdin, stdout, st
 	}
 	os.Remove(filepath.Join(dir, rootErrFile))
 	var c *container.Container
-	err = withStdio(stdin, stdout, stderr, func() error {
+	err = asRunscProcess(stdin, stdout, stderr, func() error {
 		var err error
 		if c, err = container.New(conf, container.Args{ID: id, Spec: spec, BundleDir: bundle}); err != nil {
 			return err
 		}
 		if err := c.Start(conf); err != nil {
-			// This object knows its children and waits for them.
+			sandboxPID, goferPID := c.Sandbox.Pid.Load(), c.GoferPid.Load()
+			// This object knows its children and waits for them, unless
+			// its destroy stops half-way: then they are reaped here.
 			c.Destroy()
+			reapChildren(sandboxPID, goferPID)
 			return err
 		}
 		return nil
@@ -89,16 +118,13 @@ func createContainer(r runsc, dir, id string, newSandbox bool, stdin, stdout, st
 		}
 		return err
 	}
-	pids := []int{c.GoferPid.Load()}
-	if newSandbox {
-		pids = append(pids, c.Sandbox.Pid.Load())
-	}
-	reapChildren(pids...)
+	reapChildren(c.GoferPid.Load(), c.Sandbox.Pid.Load())
 	return nil
 }
 
 // reapChildren waits for each of pids (children of this process) in a
-// goroutine of its own, so that they do not linger as zombies.
+// goroutine of its own, so that they do not linger as zombies. A pid that
+// is not (or no longer) a child is left alone: wait4 fails with ECHILD.
 func reapChildren(pids ...int) {
 	for _, pid := range pids {
 		if pid <= 0 {
@@ -115,8 +141,16 @@ func reapChildren(pids ...int) {
 	}
 }
 
+// maxSpec bounds the spec read for its plan.
+const maxSpec = 64 << 20
+
+// planAnnotation carries a container's root plan (JSON) in its OCI spec,
+// to its gofer: the plan is exactly as trusted as the rest of the spec.
+const planAnnotation = "dev.airlock.rootfs-plan"
+
 // rootErrFile is where the gofer says why it could not build the root
-// skeleton (next to the bundle): the gofer's own stderr goes nowhere.
+// skeleton (in the job's or sub-container's directory, next to the
+// bundle): the gofer's own stderr goes nowhere.
 const rootErrFile = "rootfs.err"
 
 // goferRootError returns what the gofer wrote to dir's rootErrFile.
@@ -129,23 +163,20 @@ func goferRootError(dir string) string {
 }
 
 // prepareGoferRoot runs first thing in a runsc gofer (argv[0]
-// runsc-gofer, args its command line): when the bundle named by --bundle
-// has a root plan next to it (written by writeBundle), it builds that
-// skeleton and binds the pinned mount sources in the gofer's mount
-// namespace, which runsc created for it and which ends with it. A gofer
-// without a plan (runsc's own `do`, say), or with one that airlock did
-// not write, is left alone.
+// runsc-gofer, args its command line): when the container's spec (runsc
+// passes it as --spec-fd) carries a root plan, it builds that skeleton
+// and binds the pinned mount sources in the gofer's mount namespace,
+// which runsc created for it and which ends with it. A gofer of a bundle
+// without a plan (runsc's own `do`, say) is left alone.
 func prepareGoferRoot(args []string) error {
-	bundle := flagValue(args, "bundle")
-	if bundle == "" {
+	fd, err := strconv.Atoi(flagValue(args, "spec-fd"))
+	if err != nil || fd < 0 {
 		return nil
 	}
-	dir := filepath.Dir(filepath.Clean(bundle))
-	planPath := filepath.Join(dir, "rootfs.json")
-	if !writtenByUs(dir) || !writtenByUs(planPath) {
-		return nil
+	plan, found, err := planOf(fd)
+	if !found {
+		return err
 	}
-	plan, err := readPlan(planPath)
 	if err == nil {
 		// runsc made the namespace with clone(CLONE_NEWNS), which keeps
 		// the host's propagation: mounts would show up on the host too.
@@ -162,21 +193,40 @@ func prepareGoferRoot(args []string) error {
 	}
 	if err != nil {
 		err = fmt.Errorf("prepare root filesystem: %w", err)
-		os.WriteFile(filepath.Join(dir, rootErrFile), []byte(err.Error()), 0o600)
+		if dir := filepath.Dir(filepath.Clean(flagValue(args, "bundle"))); filepath.IsAbs(dir) {
+			os.WriteFile(filepath.Join(dir, rootErrFile), []byte(err.Error()), 0o600)
+		}
 	}
 	return err
 }
 
-// writtenByUs reports whether path could only have been written by this
-// user (root, as airlock runs): no symlink, owned by us, writable by
-// nobody else. A plan that anyone else could have placed (next to a
-// bundle in /tmp, say) is not airlock's.
-func writtenByUs(path string) bool {
-	var st unix.Stat_t
-	if unix.Lstat(path, &st) != nil {
-		return false
+// planOf reads the root plan from the annotation of the spec open as fd.
+// It reads with pread, without an *os.File (whose finalizer would close
+// the descriptor runsc's gofer reads the spec from next).
+func planOf(fd int) (plan rootPlan, found bool, err error) {
+	var b []byte
+	buf := make([]byte, 64<<10)
+	for len(b) < maxSpec {
+		n, err := unix.Pread(fd, buf, int64(len(b)))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return plan, false, nil // not ours to judge: runsc will say
+		}
+		if n == 0 {
+			break
+		}
+		b = append(b, buf[:n]...)
 	}
-	return st.Mode&unix.S_IFMT != unix.S_IFLNK && st.Uid == uint32(os.Geteuid()) && st.Mode&0o022 == 0
+	var spec specs.Spec
+	if json.Unmarshal(b, &spec) != nil || spec.Annotations[planAnnotation] == "" {
+		return plan, false, nil
+	}
+	if err := json.Unmarshal([]byte(spec.Annotations[planAnnotation]), &plan); err != nil {
+		return plan, true, fmt.Errorf("root plan in the spec: %w", err)
+	}
+	return plan, true, nil
 }
 
 // flagValue returns the value of --name (as "--name value" or

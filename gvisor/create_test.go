@@ -1,9 +1,12 @@
 package gvisor
 
 import (
+	"encoding/json"
+	"io"
 	"os"
-	"path/filepath"
 	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // The gofer finds its bundle on the command line runsc gives it
@@ -18,6 +21,7 @@ func TestFlagValue(t *testing.T) {
 		{[]string{"gofer", "-bundle", "/j/bundle"}, "/j/bundle"},
 		{[]string{"gofer", "--bundle"}, ""},
 		{[]string{"gofer", "--", "--bundle", "/x"}, ""},
+		{[]string{"--spec-fd=5", "gofer"}, ""},
 		{[]string{"gofer", "--bundles", "/x", "--bundle-x=/y"}, ""},
 	} {
 		if got := flagValue(tc.args, "bundle"); got != tc.want {
@@ -26,35 +30,41 @@ func TestFlagValue(t *testing.T) {
 	}
 }
 
-// A root plan is only followed where no one but airlock's own user could
-// have put it: a gofer of some other bundle (runsc do in /tmp) ignores a
-// planted rootfs.json.
-func TestWrittenByUs(t *testing.T) {
-	dir := t.TempDir()
-	mine := filepath.Join(dir, "mine")
-	os.WriteFile(mine, nil, 0o600)
-	open := filepath.Join(dir, "open")
-	os.WriteFile(open, nil, 0o600)
-	os.Chmod(open, 0o666)
-	link := filepath.Join(dir, "link")
-	os.Symlink(mine, link)
-	other := filepath.Join(dir, "other")
-	os.WriteFile(other, nil, 0o600)
-	os.Lchown(other, os.Geteuid()+1, -1)
+// The gofer takes its root plan from the spec runsc hands it, by pread:
+// the descriptor's offset stays where runsc's gofer code expects it. A
+// spec without the annotation (runsc's own do) has no plan; a broken one
+// is an error, never an empty root.
+func TestPlanOf(t *testing.T) {
+	plan := rootPlan{Source: "/", Target: "/j/rootfs", Dirs: []string{"workspace"}}
+	b, _ := json.Marshal(plan)
 	for _, tc := range []struct {
-		path string
-		want bool
+		name        string
+		annotations map[string]string
+		found, err  bool
 	}{
-		{dir, true},
-		{mine, true},
-		{open, false},
-		{link, false},
-		{other, os.Geteuid() != 0}, // chown needs root; as root it is someone else's
-		{filepath.Join(dir, "missing"), false},
-		{"/tmp", false},
+		{"airlock's bundle", map[string]string{planAnnotation: string(b)}, true, false},
+		{"another bundle", map[string]string{"dev.gvisor.x": "y"}, false, false},
+		{"a broken plan", map[string]string{planAnnotation: "{"}, true, true},
 	} {
-		if got := writtenByUs(tc.path); got != tc.want {
-			t.Errorf("writtenByUs(%s) = %v, want %v", tc.path, got, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			spec, _ := json.Marshal(specs.Spec{Version: "1.0.0", Annotations: tc.annotations})
+			f, err := os.CreateTemp(t.TempDir(), "config.json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			f.Write(spec)
+			f.Seek(3, io.SeekStart)
+			got, found, err := planOf(int(f.Fd()))
+			if found != tc.found || (err != nil) != tc.err {
+				t.Fatalf("found %v, err %v; want found %v, error %v", found, err, tc.found, tc.err)
+			}
+			if found && !tc.err && (got.Target != plan.Target || len(got.Dirs) != 1) {
+				t.Errorf("plan %+v, want %+v", got, plan)
+			}
+			if off, _ := f.Seek(0, io.SeekCurrent); off != 3 {
+				t.Errorf("the descriptor's offset moved to %d", off)
+			}
+		})
 	}
 }

@@ -36,8 +36,8 @@ var freshTopDirs = map[string]bool{"proc": true, "sys": true, "dev": true, "tmp"
 // A sub-container (container.go) gets its skeleton the same way, at
 // <job>/containers/<name>/rootfs, from its own gofer.
 
-// rootPlan is what the gofer builds, written to the job's (or a
-// sub-container's) directory as JSON.
+// rootPlan is what the gofer builds, handed to it in the container's
+// spec (writeBundle).
 type rootPlan struct {
 	// Source is the real root (the host's "/" or an image directory);
 	// Target is the job's skeleton directory.
@@ -158,26 +158,18 @@ func (p *rootPlan) addFiles(files []File, dir string) ([]specs.Mount, error) {
 	return mounts, nil
 }
 
-// writeBundle writes a container's rootfs plan (dir/rootfs.json) and OCI
-// bundle (dir/bundle/config.json).
+// writeBundle writes a container's OCI bundle (dir/bundle/config.json),
+// its rootfs plan in the spec's planAnnotation for the gofer.
 func writeBundle(dir string, plan rootPlan, spec *specs.Spec) error {
-	if err := writeJSON(filepath.Join(dir, "rootfs.json"), plan); err != nil {
-		return err
-	}
-	return writeJSON(filepath.Join(dir, "bundle", "config.json"), spec)
-}
-
-// readPlan reads a plan written by writeBundle.
-func readPlan(path string) (rootPlan, error) {
-	var plan rootPlan
-	b, err := os.ReadFile(path)
+	b, err := json.Marshal(plan)
 	if err != nil {
-		return plan, err
+		return fmt.Errorf("encode the root plan: %w", err)
 	}
-	if err := json.Unmarshal(b, &plan); err != nil {
-		return plan, fmt.Errorf("root plan %s: %w", path, err)
+	if spec.Annotations == nil {
+		spec.Annotations = map[string]string{}
 	}
-	return plan, nil
+	spec.Annotations[planAnnotation] = string(b)
+	return writeJSON(filepath.Join(dir, "bundle", "config.json"), spec)
 }
 
 // buildRootSkeleton mounts a tmpfs at the target and binds every top-level

@@ -1,7 +1,9 @@
 package gvisor
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,7 +14,8 @@ import (
 const sharedRoot = "/run/runsc"
 
 // runsc holds the embedded runsc's global flags for one job directory,
-// which runsc's Go API (create.go, control.go) reads as its command line.
+// for runsc's Go API in this process (create.go, control.go) and for a
+// runsc process (command).
 type runsc struct {
 	global []string // global flags, before the subcommand
 	logDir string
@@ -41,6 +44,16 @@ func newRunsc(c Config, dir string) runsc {
 	}
 	g = append(g, c.RunscFlags...)
 	return runsc{global: g, logDir: dir}
+}
+
+// command builds a runsc command line. argv[0] is "runsc" so that Dispatch
+// in the re-executed binary hands it to runsc's CLI. The environment is
+// empty but for PATH: runsc needs nothing from ours.
+func (r runsc) command(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "/proc/self/exe", append(append([]string{}, r.global...), args...)...)
+	cmd.Args[0] = "runsc"
+	cmd.Env = []string{"PATH=" + DefaultPath}
+	return cmd
 }
 
 // logTail returns the last lines of runsc's own log, for error messages.

@@ -100,6 +100,9 @@ func Create(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
 	if err := s.start(); err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // cancelled while it started: destroyed again
+	}
 	if s.ctl, err = newController(s.runsc, s.cfg.ID); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrStartFailure, err)
 	}
@@ -197,7 +200,7 @@ func (s *Sandbox) start() error {
 		return err
 	}
 	defer devNull.Close()
-	if err := createContainer(s.runsc, s.dir, s.cfg.ID, true, devNull, errFile, errFile); err != nil {
+	if err := createRoot(s.runsc, s.dir, s.cfg.ID, devNull, errFile, errFile); err != nil {
 		out, _ := os.ReadFile(errFile.Name())
 		return fmt.Errorf("%w: %v %s %s", ErrStartFailure, err, lastLines(string(out), 5), s.runsc.logTail())
 	}

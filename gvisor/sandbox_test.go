@@ -404,6 +404,32 @@ func TestSandboxChildrenAreReaped(t *testing.T) {
 	}
 }
 
+// The gofer and the sandbox are started by runsc in this process, which
+// would hand them its environment (airlock's holds tokens and keys): they
+// get PATH alone, and this process has its own back afterwards.
+func TestRunscProcessesGetNoEnvironment(t *testing.T) {
+	requireRoot(t)
+	t.Setenv("AIRLOCK_TEST_SECRET", "canary-4242")
+	stdout := os.Stdout
+	sb := newTestSandbox(t, nil)
+	if os.Getenv("AIRLOCK_TEST_SECRET") != "canary-4242" || os.Stdout != stdout {
+		t.Fatal("the process's environment or stdout was not put back")
+	}
+	kids := childrenNaming(sb.Dir())
+	if len(kids) < 2 {
+		t.Fatalf("gofer and sandbox not found (%v): the check below would prove nothing", kids)
+	}
+	for _, pid := range kids {
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(env), "canary-4242") {
+			t.Errorf("process %d has airlock's environment: %q", pid, env)
+		}
+	}
+}
+
 // childrenNaming returns the pids of this process's children whose
 // command line names a path below dir.
 func childrenNaming(dir string) []int {

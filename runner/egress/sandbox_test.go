@@ -186,7 +186,14 @@ for i in range(20000):
     except OSError:
         pass
 print("flood-sent", sent)
-print("after-flood", *query("up.test"))
+# The kernel drops what the server's full receive buffer cannot take, a
+# query too at worst: ask again, as a resolver does (resolv.conf attempts).
+for attempt in range(3):
+    try:
+        print("after-flood", *query("up.test"))
+        break
+    except TimeoutError:
+        pass
 `
 
 // One job in a real sandbox on the job's own namespaces, with real
