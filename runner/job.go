@@ -449,12 +449,12 @@ func (s *Session) TrustBaseline() error {
 		return err
 	}
 	defer done()
-	b, err := trust.Take(dir, s.job.Trust.Set)
+	b, set, err := trust.TakeBaseline(dir, s.job.Trust.Set)
 	if err != nil {
 		s.trustErr = err
 		return err
 	}
-	s.before, s.trustErr = b, nil
+	s.before, s.trustErr, s.job.Trust.Set = b, nil, set
 	return nil
 }
 

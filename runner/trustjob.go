@@ -26,10 +26,13 @@ func beforeJob(ctx context.Context, job *Job, rep *trust.Report) (*trust.Snapsho
 		}
 		rep.Findings = append(rep.Findings, fs...)
 	}
-	before, err := trust.Take(ws, job.Trust.Set)
+	before, set, err := trust.TakeBaseline(ws, job.Trust.Set)
 	if err != nil {
 		return nil, fmt.Errorf("trust snapshot before the job: %w", err)
 	}
+	// Now with the files the agent tool configs run, for the snapshot
+	// after the job.
+	job.Trust.Set = set
 	rep.ReadOnly = trust.ReadonlyPaths(before, job.Trust.Set, ws)
 	job.Sandbox.ReadOnlyPaths = append(job.Sandbox.ReadOnlyPaths, rep.ReadOnly...)
 	return before, nil

@@ -74,8 +74,41 @@ func toolsOf(p string, data []byte) ([]tool, bool, error) {
 		t, err := tomlTools(data)
 		return t, true, err
 	}
-	t, err := jsonTools(data)
+	t, err := jsonTools(data, isVSCodeSettings(p))
 	return t, true, err
+}
+
+// isVSCodeSettings reports whether p is a VS Code workspace settings
+// file (.vscode/settings.json): mostly editor settings, and a few that
+// decide what an agent may do or run (see vscodeAgentSetting).
+func isVSCodeSettings(p string) bool {
+	return strings.EqualFold(path.Base(p), "settings.json") && strings.EqualFold(path.Base(path.Dir(p)), ".vscode")
+}
+
+// vscodeAgentSettings are the VS Code settings (and the objects that hold
+// them when written nested) that let Copilot's agent act unasked (tool,
+// terminal and edit auto-approval: the way CVE-2025-53773 turned a
+// prompt injection into code execution), add MCP servers, prompt and
+// instruction files, run tasks on opening the folder, turn workspace
+// trust off, or change what the terminal an agent uses runs.
+var vscodeAgentSettings = []string{
+	"chat", "github.copilot", "github", "mcp", "task.allowAutomaticTasks", "task",
+	"security.workspace.trust", "security", "terminal.integrated.env", "terminal.integrated.profiles",
+	"terminal.integrated.automationProfile", "terminal.integrated.defaultProfile", "terminal.integrated", "terminal",
+}
+
+// vscodeAgentSetting reports whether a settings.json key is one of
+// vscodeAgentSettings or below one (letter case ignored: a twin is
+// flagged rather than missed).
+func vscodeAgentSetting(key string) bool {
+	key = strings.ToLower(key)
+	for _, s := range vscodeAgentSettings {
+		s = strings.ToLower(s)
+		if key == s || strings.HasPrefix(key, s+".") {
+			return true
+		}
+	}
+	return false
 }
 
 // serverLists are the keys that hold MCP servers by name: Claude Code,
@@ -87,7 +120,10 @@ var serverLists = map[string]bool{"mcpServers": true, "servers": true, "context_
 // as the tools do: a member whose name differs from a known one only in
 // letter case makes the config ambiguous (a Go decoder would take either;
 // the tool reads one), and ambiguity is an error.
-func jsonTools(data []byte) ([]tool, error) {
+//
+// In VS Code's settings only the agent's settings are read (the rest are
+// editor settings the plain diff shows), and "mcp" holds its servers.
+func jsonTools(data []byte, vscode bool) ([]tool, error) {
 	v, err := hujson.Parse(data)
 	if err != nil {
 		return nil, err
@@ -103,18 +139,34 @@ func jsonTools(data []byte) ([]tool, error) {
 	for _, m := range top.Members {
 		name := memberName(m.Name)
 		switch {
-		case serverLists[name]:
-			servers, ok := m.Value.Value.(*hujson.Object)
+		case vscode && !vscodeAgentSetting(name):
+			continue
+		case vscode && name == "mcp":
+			mcp, ok := m.Value.Value.(*hujson.Object)
 			if !ok {
-				return nil, fmt.Errorf("%s is not an object", name)
+				return nil, fmt.Errorf("mcp is not an object")
 			}
-			for _, s := range servers.Members {
-				run, err := serverOf(s.Value)
-				if err != nil {
-					return nil, fmt.Errorf("MCP server %q: %v", memberName(s.Name), err)
+			if err := noCaseTwins(mcp, []string{"servers"}); err != nil {
+				return nil, err
+			}
+			for _, mm := range mcp.Members {
+				if memberName(mm.Name) != "servers" {
+					val := compactJSON(mm.Value)
+					out = append(out, tool{kind: "setting", name: "mcp." + memberName(mm.Name), run: val, id: val, line: lineAt(data, mm.Name.StartOffset)})
+					continue
 				}
-				out = append(out, tool{kind: "MCP server", name: memberName(s.Name), run: run, id: compactJSON(s.Value), line: lineAt(data, s.Name.StartOffset)})
+				servers, err := serverTools(data, "mcp.servers", mm.Value)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, servers...)
 			}
+		case serverLists[name]:
+			servers, err := serverTools(data, name, m.Value)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, servers...)
 		case name == "hooks":
 			hooks, err := jsonHooks(data, m.Value)
 			if err != nil {
@@ -127,6 +179,23 @@ func jsonTools(data []byte) ([]tool, error) {
 			val := compactJSON(m.Value)
 			out = append(out, tool{kind: "setting", name: name, run: val, id: val, line: lineAt(data, m.Name.StartOffset)})
 		}
+	}
+	return out, nil
+}
+
+// serverTools reads a list of MCP servers by name (the value of key).
+func serverTools(data []byte, key string, list hujson.Value) ([]tool, error) {
+	servers, ok := list.Value.(*hujson.Object)
+	if !ok {
+		return nil, fmt.Errorf("%s is not an object", key)
+	}
+	var out []tool
+	for _, s := range servers.Members {
+		run, err := serverOf(s.Value)
+		if err != nil {
+			return nil, fmt.Errorf("MCP server %q: %v", memberName(s.Name), err)
+		}
+		out = append(out, tool{kind: "MCP server", name: memberName(s.Name), run: run, id: compactJSON(s.Value), line: lineAt(data, s.Name.StartOffset)})
 	}
 	return out, nil
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/airlock-ci/airlock/internal/gitexec"
+	"github.com/airlock-ci/airlock/internal/textsafe"
 )
 
 // maxBlob bounds a file read from git for the authored diff.
@@ -50,16 +51,75 @@ func AuthoredDiff(ctx context.Context, repo, base, head string, set *Set) ([]Fin
 	if err != nil {
 		return nil, err
 	}
+	// Files the agent tool configs run, at the base (a change to what an
+	// existing hook runs) and at the head (a new hook and its script).
+	scripts := map[string]string{}
 	var out []Finding
+	for _, commit := range []string{h, mb} {
+		s, err := committedToolScripts(ctx, repo, commit, set)
+		if err != nil {
+			out = append(out, stampAuthored([]Finding{{Path: ".", Kind: KindIncomplete,
+				Reason: "the files that agent tool configs run were not read: " + textsafe.Line(truncate(err.Error(), 200))}}, AgentTools, set)...)
+			continue
+		}
+		for f, why := range s {
+			if _, ok := scripts[f]; !ok {
+				scripts[f] = why
+			}
+		}
+	}
+	set = set.WithToolScripts(scripts)
 	for _, c := range changes {
 		cat := set.Category(c.path)
 		if cat == "" {
 			continue
 		}
+		semantic := cat
+		if set.scriptWhy(c.path) != "" {
+			semantic = "" // a script, not a config
+		}
 		oldData, oldErr := blob(ctx, repo, c.oldObj)
 		newData, newErr := blob(ctx, repo, c.newObj)
-		fs := describeChange(c, cat, oldData, newData, unreadable(errors.Join(oldErr, newErr)))
+		fs := describeChange(c, semantic, oldData, newData, unreadable(errors.Join(oldErr, newErr)))
 		out = append(out, stampAuthored(fs, cat, set)...)
+	}
+	return explainScripts(out, set), nil
+}
+
+// maxCommittedConfigs bounds the agent tool configs of one commit read
+// for the files they run.
+const maxCommittedConfigs = 100
+
+// committedToolScripts is toolScripts of the agent tool configs in a
+// commit's tree, read from git objects.
+func committedToolScripts(ctx context.Context, repo, commit string, set *Set) (map[string]string, error) {
+	raw, err := gitexec.RunCapped(ctx, repo, 64<<20, "ls-tree", "-r", "-z", "--full-tree", commit)
+	if err != nil {
+		return nil, fmt.Errorf("list the tree of %.12s: %w", commit, err)
+	}
+	out := map[string]string{}
+	read := 0
+	for _, rec := range bytes.Split(bytes.TrimSuffix(raw, []byte{0}), []byte{0}) {
+		meta, p, ok := strings.Cut(string(rec), "\t")
+		f := strings.Fields(meta)
+		if !ok || len(f) != 3 || f[1] != "blob" || set.Category(p) != AgentTools {
+			continue
+		}
+		if ext := path.Ext(p); ext != ".json" && ext != ".jsonc" && ext != ".toml" {
+			continue
+		}
+		if read++; read > maxCommittedConfigs {
+			break
+		}
+		data, err := blob(ctx, repo, f[2])
+		if err != nil {
+			continue // unreadable: the config's own finding says so
+		}
+		for s, why := range toolScripts(p, data) {
+			if _, ok := out[s]; !ok {
+				out[s] = why
+			}
+		}
 	}
 	return out, nil
 }

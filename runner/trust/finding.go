@@ -168,14 +168,16 @@ func Compare(before, after *Snapshot, set *Set) []Finding {
 		out = append(out, *f)
 		// Not for a hard-linked file: it may be a host file linked into
 		// the workspace, and its bytes are not shown anywhere.
-		if a != nil && a.Links <= 1 && (b == nil || b.Links <= 1) {
+		// Nor for a file that is agent-tools for being run: it is a
+		// script, not a config.
+		if a != nil && a.Links <= 1 && (b == nil || b.Links <= 1) && set.scriptWhy(p) == "" {
 			for _, af := range agentFindings(f.Category, p, dataOf(b), dataOf(a)) {
 				af.Phase, af.Category, af.Action, af.Severity = Runtime, f.Category, f.Action, f.Severity
 				out = append(out, af)
 			}
 		}
 	}
-	return out
+	return explainScripts(out, set)
 }
 
 // dataOf is an entry's kept bytes (nil for none, or a file too large to

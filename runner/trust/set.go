@@ -85,13 +85,13 @@ var defaultGlobs = map[string][]string{
 		"**/.mcp.json", "**/.vscode/mcp.json", "**/.cursor/mcp.json", "**/.gemini/settings.json",
 		"**/.claude/settings.json", "**/.claude/settings.local.json", "**/.codex/config.toml",
 		".cursor/hooks.json", ".cursor/environment.json", ".roo/mcp.json", ".amazonq/mcp.json", ".kiro/settings/mcp.json",
-		".zed/settings.json", "opencode.json", "opencode.jsonc", ".continue/mcpServers/**", ".qwen/settings.json", ".crush.json",
+		".zed/settings.json", "**/.vscode/settings.json", "opencode.json", "opencode.jsonc", ".continue/mcpServers/**", ".qwen/settings.json", ".crush.json",
 		"**/.claude", "**/.cursor", "**/.gemini", "**/.codex", ".windsurf", ".roo", ".kiro", ".amazonq", ".continue", ".zed", ".qwen", ".vscode",
 	},
 	BuildEntry: {
 		"**/Makefile", "**/makefile", "**/GNUmakefile", "**/*.mk", "**/package.json", ".husky/**",
 		".pre-commit-config.yaml", "lefthook.yml", "lefthook.yaml", ".lefthook.yml", ".lefthook.yaml",
-		".vscode/tasks.json", ".vscode/settings.json", ".devcontainer/**", ".envrc",
+		".vscode/tasks.json", ".devcontainer/**", ".envrc",
 		"justfile", "Justfile", ".justfile", "Taskfile.yml", "Taskfile.yaml", "Taskfile.dist.yml", "Taskfile.dist.yaml",
 		"**/.npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", ".cargo/config", ".cargo/config.toml",
 		"gradle/wrapper/**", "gradlew", ".mvn/**", "mvnw",
@@ -110,6 +110,9 @@ type Set struct {
 	authored map[string]string
 	runtime  map[string]string
 	keys     []string // git config key patterns
+	// scripts are files that are agent-tools because an agent tool's
+	// config runs them (WithToolScripts): path -> what runs it.
+	scripts map[string]string
 }
 
 // NewSet compiles the policy's trust section over the built-in lists.
@@ -178,6 +181,9 @@ func (s *Set) Category(p string) string {
 				return c
 			}
 		}
+	}
+	if s.scripts[p] != "" {
+		return AgentTools
 	}
 	return ""
 }

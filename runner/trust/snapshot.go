@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -77,7 +79,55 @@ func Take(ws string, set *Set) (*Snapshot, error) {
 	s := &Snapshot{Entries: map[string]*Entry{}}
 	s.walkTree(root, set)
 	s.gitDir(root, set)
+	s.addScripts(root, set)
 	return s, nil
+}
+
+// TakeBaseline takes the snapshot before a job: Take's, and the files
+// that the agent tool configs in it run (toolScripts). It returns the set
+// widened by those files, which the snapshot after the job and the
+// comparison must use.
+func TakeBaseline(ws string, set *Set) (*Snapshot, *Set, error) {
+	s, err := Take(ws, set)
+	if err != nil {
+		return nil, set, err
+	}
+	scripts := map[string]string{}
+	for _, p := range slices.Sorted(maps.Keys(s.Entries)) {
+		if e := s.Entries[p]; e.Category == AgentTools && e.kept {
+			for f, why := range toolScripts(p, e.data) {
+				if _, ok := scripts[f]; !ok {
+					scripts[f] = why
+				}
+			}
+		}
+	}
+	wide := set.WithToolScripts(scripts)
+	if wide == set {
+		return s, set, nil
+	}
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		return nil, set, fmt.Errorf("trust: open workspace: %w", err)
+	}
+	defer root.Close()
+	s.addScripts(root, wide)
+	return s, wide, nil
+}
+
+// addScripts records the set's tool scripts (where the walk skipped or
+// never reached them: node_modules, say) that are there and are not
+// directories: a path in a command that names nothing here is no file
+// to watch.
+func (s *Snapshot) addScripts(root *os.Root, set *Set) {
+	for _, p := range slices.Sorted(maps.Keys(set.scripts)) {
+		if _, ok := s.Entries[p]; ok {
+			continue
+		}
+		if fi, err := root.Lstat(p); err == nil && !fi.IsDir() {
+			s.add(root, p, AgentTools)
+		}
+	}
 }
 
 func (s *Snapshot) note(format string, args ...any) {
