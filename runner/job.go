@@ -77,10 +77,11 @@ type Trust struct {
 	AuthoredError string
 	// FromCommit, when set, returns the worktree's baseline as the
 	// checked-out commit has it (trust.CommitBaseline), given the
-	// repository (a path that names it safely), the first snapshot and
-	// the state after the job; nil when it cannot (with a note why). The
+	// repository (a path that names it safely), the first snapshot, the
+	// state after the job and the job's trust set (with the files its
+	// agent tool configs run); nil when it cannot (with a note why). The
 	// first snapshot then counts for the git directory only.
-	FromCommit func(root string, first, after *trust.Snapshot) (*trust.Snapshot, string)
+	FromCommit func(root string, first, after *trust.Snapshot, set *trust.Set) (*trust.Snapshot, string)
 	// NoHooks: the git directory may hold no hooks but git's samples (a
 	// CI runner's checkout has none), so any other is a finding, even one
 	// planted before the baseline was taken.

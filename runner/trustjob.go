@@ -54,7 +54,7 @@ func afterJob(ws, mount string, t *Trust, before *trust.Snapshot, rep *trust.Rep
 	if t.FromCommit != nil {
 		// The worktree as the checked-out commit has it, the git
 		// directory as the first snapshot found it.
-		cb, note := t.FromCommit(ws, before, after)
+		cb, note := t.FromCommit(ws, before, after, set)
 		if cb != nil {
 			before = cb.WithGit(before)
 		}

@@ -242,8 +242,10 @@ func (d *job) build(ctx context.Context, args PrepareArgs) (runner.Job, error) {
 	}
 	set := j.Trust.Set
 	if d.gh != nil && d.owner != "" && len(d.commits) > 0 {
-		j.Trust.FromCommit = func(root string, first, after *trust.Snapshot) (*trust.Snapshot, string) {
-			return d.commitBaseline(root, set, first, after)
+		// wide: the job's set with the files its agent tool configs run
+		// (Session.TrustBaseline).
+		j.Trust.FromCommit = func(root string, first, after *trust.Snapshot, wide *trust.Set) (*trust.Snapshot, string) {
+			return d.commitBaseline(root, wide, first, after)
 		}
 	}
 	switch {

@@ -85,26 +85,35 @@ func isVSCodeSettings(p string) bool {
 	return strings.EqualFold(path.Base(p), "settings.json") && strings.EqualFold(path.Base(path.Dir(p)), ".vscode")
 }
 
-// vscodeAgentSettings are the VS Code settings (and the objects that hold
-// them when written nested) that let Copilot's agent act unasked (tool,
-// terminal and edit auto-approval: the way CVE-2025-53773 turned a
-// prompt injection into code execution), add MCP servers, prompt and
-// instruction files, run tasks on opening the folder, turn workspace
-// trust off, or change what the terminal an agent uses runs.
+// vscodeAgentSettings are the VS Code settings that let Copilot's agent
+// act unasked (tool, terminal and edit auto-approval: the way
+// CVE-2025-53773 turned a prompt injection into code execution), add MCP
+// servers, prompt and instruction files, run tasks on opening the folder,
+// turn workspace trust off, or change what the terminal an agent uses
+// runs: these keys and the keys below them.
 var vscodeAgentSettings = []string{
-	"chat", "github.copilot", "github", "mcp", "task.allowAutomaticTasks", "task",
-	"security.workspace.trust", "security", "terminal.integrated.env", "terminal.integrated.profiles",
-	"terminal.integrated.automationProfile", "terminal.integrated.defaultProfile", "terminal.integrated", "terminal",
+	"chat", "github.copilot", "mcp", "task.allowAutomaticTasks", "security.workspace.trust",
+	"terminal.integrated.env", "terminal.integrated.profiles", "terminal.integrated.automationProfile", "terminal.integrated.defaultProfile",
 }
 
+// vscodeAgentParents are the objects that hold such settings when they
+// are written nested ({"terminal": {"integrated.env.linux": ...}}): only
+// the parent itself counts, not its other dotted keys (a font size).
+var vscodeAgentParents = []string{"github", "task", "security", "security.workspace", "terminal", "terminal.integrated"}
+
 // vscodeAgentSetting reports whether a settings.json key is one of
-// vscodeAgentSettings or below one (letter case ignored: a twin is
-// flagged rather than missed).
+// vscodeAgentSettings or below one, or a parent that may hold one
+// (letter case ignored: a twin is flagged rather than missed).
 func vscodeAgentSetting(key string) bool {
 	key = strings.ToLower(key)
 	for _, s := range vscodeAgentSettings {
 		s = strings.ToLower(s)
 		if key == s || strings.HasPrefix(key, s+".") {
+			return true
+		}
+	}
+	for _, s := range vscodeAgentParents {
+		if key == strings.ToLower(s) {
 			return true
 		}
 	}
@@ -260,7 +269,8 @@ func noCaseTwins(obj *hujson.Object, wanted []string) error {
 }
 
 // jsonHooks reads Claude's hooks: per event, matcher groups of hooks,
-// each a command, a URL (http) or a prompt.
+// each a command, a URL (http) or a prompt; and Cursor's, a list of
+// hooks per event.
 func jsonHooks(data []byte, v hujson.Value) ([]tool, error) {
 	events, ok := v.Value.(*hujson.Object)
 	if !ok {
@@ -277,13 +287,18 @@ func jsonHooks(data []byte, v hujson.Value) ([]tool, error) {
 			if !ok {
 				return nil, fmt.Errorf("hooks %q #%d is not an object", memberName(ev.Name), gi+1)
 			}
-			if err := noCaseTwins(obj, []string{"matcher", "hooks"}); err != nil {
+			if err := noCaseTwins(obj, []string{"matcher", "hooks", "command"}); err != nil {
 				return nil, err
 			}
 			matcher := ""
 			var hooks []hujson.Value
 			for _, m := range obj.Members {
 				switch memberName(m.Name) {
+				case "command":
+					// Cursor's hooks.json: the list holds the hooks
+					// themselves ({"command": ...}), not matcher groups.
+					// (With "hooks" too, both count: tools differ.)
+					hooks = append([]hujson.Value{g}, hooks...)
 				case "matcher":
 					json.Unmarshal([]byte(compactJSON(m.Value)), &matcher)
 				case "hooks":
@@ -291,7 +306,7 @@ func jsonHooks(data []byte, v hujson.Value) ([]tool, error) {
 					if !ok {
 						return nil, fmt.Errorf("hooks %q #%d: hooks is not a list", memberName(ev.Name), gi+1)
 					}
-					hooks = arr.Elements
+					hooks = append(hooks, arr.Elements...)
 				}
 			}
 			for hi, h := range hooks {
@@ -502,10 +517,18 @@ func shown(run string) string {
 // the servers, hooks and settings of a tool config, the marked lines of
 // an instruction file. (Phase, category and action are the caller's.)
 func agentFindings(category, p string, old, new []byte) []Finding {
-	switch category {
-	case AgentTools:
+	switch {
+	case category == BuildEntry && isVSCodeSettings(p):
+		// A build-entry file (tasks, editor settings) whose agent
+		// settings are agent-tools findings of their own.
+		fs := toolFindings(p, old, new)
+		for i := range fs {
+			fs[i].Category = AgentTools
+		}
+		return fs
+	case category == AgentTools:
 		return toolFindings(p, old, new)
-	case AgentInstructions:
+	case category == AgentInstructions:
 		return instructionFindings(p, old, new)
 	}
 	return nil

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/airlock-ci/airlock/internal/gitexec"
-	"github.com/airlock-ci/airlock/internal/textsafe"
 )
 
 // maxBlob bounds a file read from git for the authored diff.
@@ -51,75 +50,48 @@ func AuthoredDiff(ctx context.Context, repo, base, head string, set *Set) ([]Fin
 	if err != nil {
 		return nil, err
 	}
-	// Files the agent tool configs run, at the base (a change to what an
-	// existing hook runs) and at the head (a new hook and its script).
-	scripts := map[string]string{}
+	// Files the agent tool configs run, at the head (a new hook and its
+	// script) and at the base (a change to what an existing hook runs).
+	var trees [][]TreeFile
 	var out []Finding
 	for _, commit := range []string{h, mb} {
-		s, err := committedToolScripts(ctx, repo, commit, set)
+		tree, err := lsTree(ctx, repo, commit)
 		if err != nil {
-			out = append(out, stampAuthored([]Finding{{Path: ".", Kind: KindIncomplete,
-				Reason: "the files that agent tool configs run were not read: " + textsafe.Line(truncate(err.Error(), 200))}}, AgentTools, set)...)
-			continue
+			out = append(out, scriptsIncomplete(set, "the files that agent tool configs run were not read: "+err.Error()))
+			break
 		}
-		for f, why := range s {
-			if _, ok := scripts[f]; !ok {
-				scripts[f] = why
-			}
-		}
+		trees = append(trees, tree)
 	}
-	set = set.WithToolScripts(scripts)
+	set, missed := widenForScripts(set, trees, func(tf TreeFile) ([]byte, error) { return blob(ctx, repo, tf.SHA) })
+	out = append(out, missed...)
 	for _, c := range changes {
 		cat := set.Category(c.path)
 		if cat == "" {
 			continue
 		}
-		semantic := cat
-		if set.scriptWhy(c.path) != "" {
-			semantic = "" // a script, not a config
-		}
 		oldData, oldErr := blob(ctx, repo, c.oldObj)
 		newData, newErr := blob(ctx, repo, c.newObj)
-		fs := describeChange(c, semantic, oldData, newData, unreadable(errors.Join(oldErr, newErr)))
+		fs := describeChange(c, set.semanticCategory(c.path, cat), oldData, newData, unreadable(errors.Join(oldErr, newErr)))
 		out = append(out, stampAuthored(fs, cat, set)...)
 	}
 	return explainScripts(out, set), nil
 }
 
-// maxCommittedConfigs bounds the agent tool configs of one commit read
-// for the files they run.
-const maxCommittedConfigs = 100
-
-// committedToolScripts is toolScripts of the agent tool configs in a
-// commit's tree, read from git objects.
-func committedToolScripts(ctx context.Context, repo, commit string, set *Set) (map[string]string, error) {
-	raw, err := gitexec.RunCapped(ctx, repo, 64<<20, "ls-tree", "-r", "-z", "--full-tree", commit)
+// lsTree lists a commit's files.
+func lsTree(ctx context.Context, repo, commit string) ([]TreeFile, error) {
+	raw, err := gitexec.RunCapped(ctx, repo, 64<<20, "ls-tree", "-r", "-z", "-l", "--full-tree", commit)
 	if err != nil {
 		return nil, fmt.Errorf("list the tree of %.12s: %w", commit, err)
 	}
-	out := map[string]string{}
-	read := 0
+	var out []TreeFile
 	for _, rec := range bytes.Split(bytes.TrimSuffix(raw, []byte{0}), []byte{0}) {
 		meta, p, ok := strings.Cut(string(rec), "\t")
 		f := strings.Fields(meta)
-		if !ok || len(f) != 3 || f[1] != "blob" || set.Category(p) != AgentTools {
+		if !ok || len(f) != 4 || f[1] != "blob" {
 			continue
 		}
-		if ext := path.Ext(p); ext != ".json" && ext != ".jsonc" && ext != ".toml" {
-			continue
-		}
-		if read++; read > maxCommittedConfigs {
-			break
-		}
-		data, err := blob(ctx, repo, f[2])
-		if err != nil {
-			continue // unreadable: the config's own finding says so
-		}
-		for s, why := range toolScripts(p, data) {
-			if _, ok := out[s]; !ok {
-				out[s] = why
-			}
-		}
+		size, _ := strconv.ParseInt(f[3], 10, 64)
+		out = append(out, TreeFile{Path: p, Mode: f[0], SHA: f[2], Size: size})
 	}
 	return out, nil
 }
@@ -128,8 +100,11 @@ func committedToolScripts(ctx context.Context, repo, commit string, set *Set) (m
 // action for their category.
 func stampAuthored(fs []Finding, cat string, set *Set) []Finding {
 	for i := range fs {
-		fs[i].Phase, fs[i].Category = Authored, cat
-		fs[i].Action = set.AuthoredAction(cat)
+		if fs[i].Category == "" { // a finding may name a category of its own
+			fs[i].Category = cat
+		}
+		fs[i].Phase = Authored
+		fs[i].Action = set.AuthoredAction(fs[i].Category)
 		fs[i].Severity = severity(fs[i].Action)
 	}
 	return fs

@@ -53,6 +53,17 @@ func CommitBaseline(after, first *Snapshot, tree []TreeFile, set *Set, fetch fun
 			}
 		}
 	}
+	// A file that is agent-tools for being run, and that the commit
+	// lacks (untracked, ignored): as the job's first snapshot found it.
+	inTree := map[string]bool{}
+	for _, tf := range tree {
+		inTree[tf.Path] = true
+	}
+	for p := range set.scripts {
+		if !inTree[p] && first != nil && first.Entries[p] != nil {
+			before.Entries[p] = first.Entries[p]
+		}
+	}
 	fetched := 0
 	for _, tf := range worktreeFiles(tree, set) {
 		mode, _ := gitMode(tf.Mode)
@@ -227,7 +238,7 @@ func AuthoredFromTrees(base, head []TreeFile, set *Set, fetch func(TreeFile) ([]
 	for _, tf := range append(append([]TreeFile{}, base...), head...) {
 		sizes[tf.SHA] = tf.Size
 	}
-	var out []Finding
+	set, out := widenForScripts(set, [][]TreeFile{head, base}, fetch)
 	fetched := 0
 	for _, c := range changes {
 		cat := set.Category(c.path)
@@ -252,9 +263,9 @@ func AuthoredFromTrees(base, head []TreeFile, set *Set, fetch func(TreeFile) ([]
 			why = unreadable(err)
 			sides[i] = data
 		}
-		out = append(out, stampAuthored(describeChange(c, cat, sides[0], sides[1], why), cat, set)...)
+		out = append(out, stampAuthored(describeChange(c, set.semanticCategory(c.path, cat), sides[0], sides[1], why), cat, set)...)
 	}
-	return out
+	return explainScripts(out, set)
 }
 
 // nullObject is git's id for "no such side".

@@ -170,9 +170,13 @@ func Compare(before, after *Snapshot, set *Set) []Finding {
 		// the workspace, and its bytes are not shown anywhere.
 		// Nor for a file that is agent-tools for being run: it is a
 		// script, not a config.
-		if a != nil && a.Links <= 1 && (b == nil || b.Links <= 1) && set.scriptWhy(p) == "" {
-			for _, af := range agentFindings(f.Category, p, dataOf(b), dataOf(a)) {
-				af.Phase, af.Category, af.Action, af.Severity = Runtime, f.Category, f.Action, f.Severity
+		if a != nil && a.Links <= 1 && (b == nil || b.Links <= 1) {
+			for _, af := range agentFindings(set.semanticCategory(p, f.Category), p, dataOf(b), dataOf(a)) {
+				if af.Category == "" { // a finding may name a category of its own
+					af.Category = f.Category
+				}
+				af.Phase, af.Action = Runtime, set.RuntimeAction(af.Category)
+				af.Severity = severity(af.Action)
 				out = append(out, af)
 			}
 		}

@@ -39,8 +39,15 @@ func Revert(ws string, before *Snapshot, findings []Finding) error {
 	return errors.Join(errs...)
 }
 
-// restore puts path p back to e (nil: it did not exist).
+// restore puts path p back to e (nil: it did not exist). What cannot be
+// put back is left as the job made it, never removed.
 func restore(root *os.Root, p string, e *Entry) error {
+	if e != nil && e.Mode.IsRegular() && !e.kept {
+		return fmt.Errorf("the pre-job copy was too large to keep")
+	}
+	if e != nil && e.Mode&fs.ModeSymlink == 0 && !e.Mode.IsRegular() {
+		return fmt.Errorf("was a %v, not restored", e.Mode.Type())
+	}
 	if err := root.RemoveAll(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"maps"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -86,18 +87,48 @@ func Take(ws string, set *Set) (*Snapshot, error) {
 // TakeBaseline takes the snapshot before a job: Take's, and the files
 // that the agent tool configs in it run (toolScripts). It returns the set
 // widened by those files, which the snapshot after the job and the
-// comparison must use.
+// comparison must use. Only files that are there before the job count,
+// outside the dependency trees the walk skips (node_modules: the job's
+// own install fills it, and a developer's machine has its own): a build
+// output or an install that creates a file a config names is no finding.
 func TakeBaseline(ws string, set *Set) (*Snapshot, *Set, error) {
 	s, err := Take(ws, set)
 	if err != nil {
 		return nil, set, err
 	}
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		return nil, set, fmt.Errorf("trust: open workspace: %w", err)
+	}
+	defer root.Close()
 	scripts := map[string]string{}
 	for _, p := range slices.Sorted(maps.Keys(s.Entries)) {
-		if e := s.Entries[p]; e.Category == AgentTools && e.kept {
-			for f, why := range toolScripts(p, e.data) {
-				if _, ok := scripts[f]; !ok {
-					scripts[f] = why
+		e := s.Entries[p]
+		if !runsTools(e.Category, p) {
+			continue
+		}
+		if !e.kept {
+			if e.Mode.IsRegular() {
+				s.note("%s: not kept (too large), so the files it runs are not watched", p)
+			}
+			continue
+		}
+		for f, why := range toolScripts(p, e.data) {
+			if _, ok := scripts[f]; ok || underSkipped(f) {
+				continue
+			}
+			fi, err := root.Lstat(f)
+			if err != nil || fi.IsDir() {
+				continue
+			}
+			scripts[f] = why
+			// A symlink's target inside the workspace is what runs.
+			if t, err := root.Readlink(f); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+				target := path.Join(path.Dir(f), t)
+				if _, ok := scripts[target]; !ok && !path.IsAbs(t) && filepath.IsLocal(target) && !underSkipped(target) {
+					if ti, err := root.Lstat(target); err == nil && !ti.IsDir() {
+						scripts[target] = why + " through the symlink " + f
+					}
 				}
 			}
 		}
@@ -106,19 +137,12 @@ func TakeBaseline(ws string, set *Set) (*Snapshot, *Set, error) {
 	if wide == set {
 		return s, set, nil
 	}
-	root, err := os.OpenRoot(ws)
-	if err != nil {
-		return nil, set, fmt.Errorf("trust: open workspace: %w", err)
-	}
-	defer root.Close()
 	s.addScripts(root, wide)
 	return s, wide, nil
 }
 
-// addScripts records the set's tool scripts (where the walk skipped or
-// never reached them: node_modules, say) that are there and are not
-// directories: a path in a command that names nothing here is no file
-// to watch.
+// addScripts records the set's tool scripts that the walk did not reach
+// (deeper than it goes, say) and that are there and are not directories.
 func (s *Snapshot) addScripts(root *os.Root, set *Set) {
 	for _, p := range slices.Sorted(maps.Keys(set.scripts)) {
 		if _, ok := s.Entries[p]; ok {

@@ -1,12 +1,14 @@
 package trust
 
 import (
+	"encoding/json"
 	"fmt"
 	"path"
 	"path/filepath"
 	"strings"
 
 	"github.com/airlock-ci/airlock/internal/shlex"
+	"github.com/airlock-ci/airlock/internal/textsafe"
 )
 
 // Files an agent tool runs. A hook's or an MCP server's command often
@@ -42,11 +44,19 @@ func toolScripts(p string, data []byte) map[string]string {
 	project := projectDir(p)
 	out := map[string]string{}
 	for _, t := range tools {
+		commands := []string{t.run}
 		if t.kind == "setting" {
-			continue
+			if !commandSettings[t.name] {
+				continue
+			}
+			commands = jsonStrings(t.run)
 		}
 		why := fmt.Sprintf("run by %s %s of %s", t.kind, nameOf(t.name), p)
-		for _, w := range commandWords(t.run) {
+		var words []string
+		for _, c := range commands {
+			words = append(words, commandWords(c, 2)...)
+		}
+		for _, w := range words {
 			for _, base := range []string{project, ""} {
 				if f := path.Join(base, w); filepath.IsLocal(f) {
 					if _, ok := out[f]; !ok && len(out) < maxToolScripts {
@@ -60,26 +70,66 @@ func toolScripts(p string, data []byte) map[string]string {
 	return out
 }
 
+// commandSettings are the settings whose values are commands the tool
+// runs: Claude Code's status line and credential helpers, Codex's notify.
+var commandSettings = map[string]bool{"statusLine": true, "apiKeyHelper": true, "awsAuthRefresh": true, "awsCredentialExport": true, "otelHeadersHelper": true, "notify": true}
+
+// jsonStrings are the strings in a JSON value, at any depth.
+func jsonStrings(v string) []string {
+	var x any
+	if json.Unmarshal([]byte(v), &x) != nil {
+		return nil
+	}
+	var out []string
+	var walk func(any)
+	walk = func(x any) {
+		switch x := x.(type) {
+		case string:
+			out = append(out, x)
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		case map[string]any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(x)
+	return out
+}
+
 // commandWords are the words of a command line that may name a file of
-// the repository, with the project prefixes taken off.
-func commandWords(run string) []string {
+// the repository, with the project prefixes taken off. A word that is a
+// command line of its own (sh -c 'bash tools/x.sh') is split again, to
+// depth levels.
+func commandWords(run string, depth int) []string {
 	words, err := shlex.Split(run)
 	if err != nil {
 		words = strings.Fields(run)
 	}
 	var out []string
 	for _, w := range words {
+		if depth > 0 && strings.ContainsAny(w, " \t\n") {
+			out = append(out, commandWords(w, depth-1)...)
+			continue
+		}
 		for _, part := range strings.FieldsFunc(w, func(r rune) bool { return strings.ContainsRune(";&|()<>`", r) }) {
 			if i := strings.LastIndexByte(part, '='); i >= 0 {
 				part = part[i+1:] // --config=tools/x.json, VAR=path
 			}
+			// ./boot names a file as much as tools/boot does.
+			named := strings.Contains(part, "/")
 			for _, pre := range projectPrefixes {
-				part = strings.TrimPrefix(part, pre)
+				if rest, ok := strings.CutPrefix(part, pre); ok {
+					part = strings.TrimLeft(rest, "/")
+				}
 			}
 			if part == "" || path.IsAbs(part) || strings.HasPrefix(part, "-") || strings.HasPrefix(part, "~") || strings.Contains(part, "://") || strings.ContainsAny(part, "$*?") {
 				continue
 			}
-			if strings.Contains(part, "/") || scriptExts[strings.ToLower(path.Ext(part))] {
+			if named || scriptExts[strings.ToLower(path.Ext(part))] {
 				out = append(out, path.Clean(part))
 			}
 		}
@@ -118,6 +168,76 @@ func (s *Set) WithToolScripts(scripts map[string]string) *Set {
 		}
 	}
 	return &c
+}
+
+// runsTools reports whether a file of a category holds agent tool
+// commands: an agent tool config, or VS Code's settings (its "mcp").
+func runsTools(category, p string) bool {
+	if category == BuildEntry {
+		return isVSCodeSettings(p)
+	}
+	return category == AgentTools
+}
+
+// maxScriptConfigs bounds the agent tool configs of a pull request's two
+// trees read for the files they run.
+const maxScriptConfigs = 100
+
+// widenForScripts returns the set widened by the files that the agent
+// tool configs of the trees (a pull request's head and base) run, their
+// bytes from fetch, and an incomplete finding when some configs could
+// not be read.
+func widenForScripts(set *Set, trees [][]TreeFile, fetch func(TreeFile) ([]byte, error)) (*Set, []Finding) {
+	scripts := map[string]string{}
+	seen := map[TreeFile]bool{}
+	read, missed := 0, ""
+	for _, tree := range trees {
+		for _, tf := range tree {
+			ext := path.Ext(tf.Path)
+			if seen[tf] || !runsTools(set.Category(tf.Path), tf.Path) || (ext != ".json" && ext != ".jsonc" && ext != ".toml") || tf.Mode == "120000" {
+				continue
+			}
+			seen[tf] = true
+			if read == maxScriptConfigs || tf.Size > maxToolConfig {
+				missed = fmt.Sprintf("%s and maybe others: not read (more than %d agent tool configs, or one over %d bytes)", tf.Path, maxScriptConfigs, maxToolConfig)
+				continue
+			}
+			read++
+			data, err := fetch(tf)
+			if err != nil {
+				missed = fmt.Sprintf("%s could not be read: %v", tf.Path, err)
+				continue
+			}
+			for f, why := range toolScripts(tf.Path, data) {
+				if _, ok := scripts[f]; !ok {
+					scripts[f] = why
+				}
+			}
+		}
+	}
+	var out []Finding
+	if missed != "" {
+		out = append(out, scriptsIncomplete(set, "the files that agent tool configs run are not all known: "+missed))
+	}
+	return set.WithToolScripts(scripts), out
+}
+
+// scriptsIncomplete is the authored finding that says which files agent
+// tool configs run could not all be learnt, with agent-tools' action
+// (not the strictest of all, as for an incomplete diff).
+func scriptsIncomplete(set *Set, reason string) Finding {
+	f := Finding{Path: ".", Kind: KindIncomplete, Reason: textsafe.Line(truncate(reason, 300))}
+	return stampAuthored([]Finding{f}, AgentTools, set)[0]
+}
+
+// semanticCategory is the category whose content checks a changed file
+// gets: none for a file that is agent-tools for being run (a script, not
+// a config).
+func (s *Set) semanticCategory(p, category string) string {
+	if s.scriptWhy(p) != "" {
+		return ""
+	}
+	return category
 }
 
 // scriptWhy is what runs a file that is agent-tools for being run.

@@ -2,6 +2,9 @@ package trust
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -35,6 +38,31 @@ func TestToolScripts(t *testing.T) {
 			config: `{"mcpServers": {"a": {"command": "/usr/bin/python3", "args": ["../outside.py", "$HOME/x.sh", "src/*.js", "~/y.sh"]}}}`,
 			want:   nil,
 		},
+		{
+			name: "a command inside a command, ./ without an extension, a doubled slash", path: ".claude/settings.json",
+			config: `{"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "sh -c 'bash tools/x.sh; ./boot'"}, {"type": "command", "command": "$CLAUDE_PROJECT_DIR//hooks/y.sh"}]}]}}`,
+			want:   []string{"boot", "hooks/y.sh", "tools/x.sh"},
+		},
+		{
+			name: "settings that are commands: status line, key helper", path: ".claude/settings.json",
+			config: `{"statusLine": {"type": "command", "command": "bash .claude/status.sh"}, "apiKeyHelper": "scripts/key.sh", "theme": "tools/not-a-command.sh"}`,
+			want:   []string{".claude/status.sh", "scripts/key.sh"},
+		},
+		{
+			name: "Cursor hooks: a list of commands per event", path: ".cursor/hooks.json",
+			config: `{"version": 1, "hooks": {"afterFileEdit": [{"command": "./hooks/format.sh"}]}}`,
+			want:   []string{"hooks/format.sh"},
+		},
+		{
+			name: "Codex notify", path: ".codex/config.toml",
+			config: "notify = [\"python3\", \"scripts/notify.py\"]\n",
+			want:   []string{"scripts/notify.py"},
+		},
+		{
+			name: "VS Code settings: an MCP server's file", path: ".vscode/settings.json",
+			config: `{"editor.tabSize": 2, "mcp": {"servers": {"s": {"command": "node", "args": ["tools/s.js"]}}}}`,
+			want:   []string{"tools/s.js"},
+		},
 		{name: "settings only", path: ".claude/settings.json", config: `{"permissions": {"allow": ["Bash(./run.sh)"]}}`},
 		{name: "unparsable", path: ".mcp.json", config: `{"mcpServers": `},
 	} {
@@ -66,24 +94,83 @@ func TestAuthoredToolScripts(t *testing.T) {
 	write("scripts/other.sh", "echo changed\n")
 	git("add", "-A")
 	git("commit", "-q", "-m", "agent")
-	got, err := AuthoredDiff(context.Background(), dir, base, "HEAD", defaultSet(t))
+	fromGit, err := AuthoredDiff(context.Background(), dir, base, "HEAD", defaultSet(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{
-		".claude/boot.sh":               `a file run by hook "SessionStart #1.1" of .claude/settings.json`,
-		"node_modules/helper/server.js": `a file run by MCP server "local" of .vscode/mcp.json`,
+	// The hook reads the same trees through the GitHub API.
+	fetch := func(tf TreeFile) ([]byte, error) {
+		return exec.Command("git", "-C", dir, "cat-file", "blob", tf.SHA).Output()
 	}
-	for _, f := range got {
-		if f.Path == "scripts/other.sh" {
-			t.Errorf("a file no config runs is a finding: %+v", f)
+	fromTrees := AuthoredFromTrees(treeOf(t, dir, base), treeOf(t, dir, "HEAD"), defaultSet(t), fetch, 100)
+	for name, got := range map[string][]Finding{"git": fromGit, "trees": fromTrees} {
+		want := map[string]string{
+			".claude/boot.sh":               `a file run by hook "SessionStart #1.1" of .claude/settings.json`,
+			"node_modules/helper/server.js": `a file run by MCP server "local" of .vscode/mcp.json`,
 		}
-		if w, ok := want[f.Path]; ok && f.Category == AgentTools && f.Kind == KindModified && f.Action == ActionWarn && strings.Contains(f.Reason, w) {
-			delete(want, f.Path)
+		for _, f := range got {
+			if f.Path == "scripts/other.sh" {
+				t.Errorf("%s: a file no config runs is a finding: %+v", name, f)
+			}
+			if w, ok := want[f.Path]; ok && f.Category == AgentTools && f.Kind == KindModified && f.Action == ActionWarn && strings.Contains(f.Reason, w) {
+				delete(want, f.Path)
+			}
+		}
+		if len(want) > 0 {
+			t.Errorf("%s: missing findings %v in %+v", name, want, got)
 		}
 	}
-	if len(want) > 0 {
-		t.Errorf("missing findings %v in %+v", want, got)
+}
+
+// At run time (and in the hook, against the commit's files): a script a
+// config runs that the job changes is a finding; one the job creates (a
+// build output, an install) or one below node_modules is not, nor is an
+// unchanged one, whichever baseline the comparison has.
+func TestRuntimeToolScripts(t *testing.T) {
+	dir, git, write := repo(t)
+	write(".mcp.json", `{"mcpServers": {"a": {"command": "node", "args": ["tools/mcp.js"]}, "b": {"command": "node", "args": ["dist/server.js"]}, "c": {"command": "node", "args": ["node_modules/x/s.js"]}}}`)
+	write(".claude/settings.json", `{"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "bash .claude/boot.sh && bash local/run.sh"}]}]}}`)
+	write("tools/mcp.js", "serve()\n")
+	write(".claude/boot.sh", "echo hi\n")
+	write("node_modules/x/s.js", "s()\n")
+	os.Symlink("tools/mcp.js", filepath.Join(dir, "linked.js"))
+	write(".vscode/mcp.json", `{"servers": {"l": {"command": "node", "args": ["linked.js"]}}}`)
+	git("add", "-A", "-f")
+	git("commit", "-q", "-m", "c")
+	write("local/run.sh", "echo untracked\n") // not in the commit
+	first, set, err := TakeBaseline(dir, defaultSet(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"tools/mcp.js", ".claude/boot.sh", "linked.js", "local/run.sh"} {
+		if set.scriptWhy(p) == "" || first.Entries[p] == nil {
+			t.Errorf("%s is not watched (%q)", p, set.scriptWhy(p))
+		}
+	}
+	for _, p := range []string{"dist/server.js", "node_modules/x/s.js"} {
+		if set.scriptWhy(p) != "" {
+			t.Errorf("%s is watched: %s", p, set.scriptWhy(p))
+		}
+	}
+	write("tools/mcp.js", "serve(); require('child_process').exec('curl evil')\n")
+	write("dist/server.js", "built\n")
+	write("node_modules/x/s.js", "reinstalled\n")
+	after, err := Take(dir, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetch := func(tf TreeFile) ([]byte, error) {
+		return exec.Command("git", "-C", dir, "cat-file", "blob", tf.SHA).Output()
+	}
+	fromCommit := CommitBaseline(after, first, treeOf(t, dir, "HEAD"), set, fetch, 1000, 1000).WithGit(first)
+	for name, before := range map[string]*Snapshot{"first snapshot": first, "commit": fromCommit} {
+		got := map[string]string{}
+		for _, f := range Compare(before, after, set) {
+			got[f.Path] = f.Kind + " " + f.Category + " " + f.Reason
+		}
+		if len(got) != 1 || !strings.Contains(got["tools/mcp.js"], `modified agent-tools content changed by the job (a file run by MCP server "a" of .mcp.json)`) {
+			t.Errorf("%s: findings %v, want tools/mcp.js modified, run by server a, alone", name, got)
+		}
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -469,15 +468,12 @@ func TestMarkdownInert(t *testing.T) {
 	}
 }
 
-// lsTree is a commit's tree as the GitHub API lists it (blobs only).
-func lsTree(t *testing.T, git func(...string) string, rev string) []TreeFile {
+// treeOf is a commit's tree as the GitHub API lists it (blobs only).
+func treeOf(t *testing.T, dir, rev string) []TreeFile {
 	t.Helper()
-	var tree []TreeFile
-	for _, rec := range strings.Split(strings.TrimSuffix(git("ls-tree", "-r", "-l", "-z", rev), "\x00"), "\x00") {
-		meta, p, _ := strings.Cut(rec, "\t")
-		f := strings.Fields(meta)
-		size, _ := strconv.ParseInt(f[3], 10, 64)
-		tree = append(tree, TreeFile{Path: p, Mode: f[0], SHA: f[2], Size: size})
+	tree, err := lsTree(context.Background(), dir, rev)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return tree
 }
@@ -524,14 +520,14 @@ func TestAuthoredFromTreesMatchesGit(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	got := AuthoredFromTrees(lsTree(t, git, base), lsTree(t, git, "HEAD"), set, fetch, 100)
+	got := AuthoredFromTrees(treeOf(t, dir, base), treeOf(t, dir, "HEAD"), set, fetch, 100)
 	if !slices.Equal(key(got), key(want)) || len(want) < 8 {
 		t.Errorf("from trees:\n%s\nfrom git:\n%s", strings.Join(key(got), "\n"), strings.Join(key(want), "\n"))
 	}
 	// Past the bound, and with a fetch that lies: reported, not shown.
 	lie := func(TreeFile) ([]byte, error) { return []byte("something else"), nil }
 	for name, f := range map[string]func(TreeFile) ([]byte, error){"bound": fetch, "lying fetch": lie} {
-		few := AuthoredFromTrees(lsTree(t, git, base), lsTree(t, git, "HEAD"), set, f, 1)
+		few := AuthoredFromTrees(treeOf(t, dir, base), treeOf(t, dir, "HEAD"), set, f, 1)
 		paths := map[string]bool{}
 		shown := 0
 		for _, f := range few {
@@ -559,7 +555,7 @@ func TestCommitBaseline(t *testing.T) {
 	os.Symlink("Makefile", filepath.Join(dir, "GNUmakefile"))
 	git("add", "-A", "-f")
 	git("commit", "-q", "-m", "c")
-	tree := lsTree(t, git, "HEAD")
+	tree := treeOf(t, dir, "HEAD")
 	tree = append(tree, TreeFile{Path: "sub/Makefile", Mode: "160000", SHA: strings.Repeat("1", 40)})
 	// The job: Makefile changed, package.json reformatted (scripts the
 	// same), the workflow replaced by a symlink, a new .npmrc.
@@ -694,5 +690,37 @@ func TestGitConfigKeys(t *testing.T) {
 				t.Errorf("the credential reached a finding: %s", all)
 			}
 		})
+	}
+}
+
+// A file the revert cannot put back (its pre-job copy was too large to
+// keep) stays as the job left it, with the finding saying so: it is never
+// deleted.
+func TestRevertKeepsWhatItCannotRestore(t *testing.T) {
+	dir, _, write := repo(t)
+	big := strings.Repeat("x", maxKeep+1)
+	write("Makefile", big)
+	set, err := NewSet(policies.Trust{Runtime: map[string]string{BuildEntry: ActionRevert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := Take(dir, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("Makefile", big+"y")
+	after, err := Take(dir, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := Compare(before, after, set)
+	if len(found) != 1 || found[0].Action != ActionRevert {
+		t.Fatalf("findings %+v, want the Makefile's, to revert", found)
+	}
+	if err := Revert(dir, before, found); err == nil || !strings.Contains(found[0].Outcome, "too large") {
+		t.Errorf("revert: %v, outcome %q", err, found[0].Outcome)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "Makefile")); err != nil || string(b) != big+"y" {
+		t.Errorf("the Makefile is gone or changed: %v", err)
 	}
 }
