@@ -44,6 +44,8 @@ const maxToolFindings = 50
 type tool struct {
 	kind, name, run, id string
 	line                int
+	// prose: run is no command line (a hook's prompt or URL).
+	prose bool
 }
 
 func (t tool) key() string { return t.kind + "\x00" + t.name }
@@ -324,20 +326,20 @@ func jsonHooks(data []byte, v hujson.Value) ([]tool, error) {
 						fields[memberName(m.Name)] = s
 					}
 				}
-				run := fields["command"]
+				run, prose := fields["command"], false
 				switch {
 				case run != "":
 				case fields["url"] != "":
-					run = "an HTTP request to " + fields["url"]
+					run, prose = "an HTTP request to "+fields["url"], true
 				case fields["prompt"] != "":
-					run = "the prompt " + fields["prompt"]
+					run, prose = "the prompt "+fields["prompt"], true
 				}
 				name := memberName(ev.Name)
 				if matcher != "" {
 					name += " " + matcher
 				}
 				name += fmt.Sprintf(" #%d.%d", gi+1, hi+1)
-				out = append(out, tool{kind: "hook", name: name, run: run, id: compactJSON(h), line: lineAt(data, h.StartOffset)})
+				out = append(out, tool{kind: "hook", name: name, run: run, id: compactJSON(h), line: lineAt(data, h.StartOffset), prose: prose})
 			}
 		}
 	}

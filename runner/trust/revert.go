@@ -24,17 +24,27 @@ func Revert(ws string, before *Snapshot, findings []Finding) error {
 	}
 	defer root.Close()
 	var errs []error
+	// One restore per path, whatever number of findings (of categories
+	// with other actions, too) it has; each of them says what happened.
+	outcome := map[string]string{}
 	for i := range findings {
 		f := &findings[i]
 		if f.Phase != Runtime || (f.Action != ActionRevert && f.Action != ActionReadonly) {
 			continue
 		}
-		if err := restore(root, f.Path, before.Entries[f.Path]); err != nil {
-			f.Outcome = "could not revert: " + err.Error()
-			errs = append(errs, fmt.Errorf("%s: %w", f.Path, err))
+		if _, done := outcome[f.Path]; done {
 			continue
 		}
-		f.Outcome = "reverted"
+		outcome[f.Path] = "reverted"
+		if err := restore(root, f.Path, before.Entries[f.Path]); err != nil {
+			outcome[f.Path] = "could not revert: " + err.Error()
+			errs = append(errs, fmt.Errorf("%s: %w", f.Path, err))
+		}
+	}
+	for i := range findings {
+		if o, ok := outcome[findings[i].Path]; ok && findings[i].Phase == Runtime {
+			findings[i].Outcome = o
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -44,6 +54,9 @@ func Revert(ws string, before *Snapshot, findings []Finding) error {
 func restore(root *os.Root, p string, e *Entry) error {
 	if e != nil && e.Mode.IsRegular() && !e.kept {
 		return fmt.Errorf("the pre-job copy was too large to keep")
+	}
+	if e != nil && e.Mode&fs.ModeSymlink != 0 && e.Link == "" {
+		return fmt.Errorf("the pre-job link target is not known")
 	}
 	if e != nil && e.Mode&fs.ModeSymlink == 0 && !e.Mode.IsRegular() {
 		return fmt.Errorf("was a %v, not restored", e.Mode.Type())

@@ -91,7 +91,9 @@ var defaultGlobs = map[string][]string{
 	BuildEntry: {
 		"**/Makefile", "**/makefile", "**/GNUmakefile", "**/*.mk", "**/package.json", ".husky/**",
 		".pre-commit-config.yaml", "lefthook.yml", "lefthook.yaml", ".lefthook.yml", ".lefthook.yaml",
-		".vscode/tasks.json", "**/.vscode/settings.json", ".devcontainer/**", ".envrc",
+		// VS Code reads .VSCode/Settings.json too where letter case does
+		// not count (macOS, Windows).
+		".vscode/tasks.json", "**/.[vV][sS][cC][oO][dD][eE]/[sS][eE][tT][tT][iI][nN][gG][sS].[jJ][sS][oO][nN]", ".devcontainer/**", ".envrc",
 		"justfile", "Justfile", ".justfile", "Taskfile.yml", "Taskfile.yaml", "Taskfile.dist.yml", "Taskfile.dist.yaml",
 		"**/.npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", ".cargo/config", ".cargo/config.toml",
 		"gradle/wrapper/**", "gradlew", ".mvn/**", "mvnw",

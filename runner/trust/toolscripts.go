@@ -45,6 +45,9 @@ func toolScripts(p string, data []byte) map[string]string {
 	out := map[string]string{}
 	for _, t := range tools {
 		commands := []string{t.run}
+		if t.prose {
+			continue // a prompt's words are no files
+		}
 		if t.kind == "setting" {
 			if !commandSettings[t.name] {
 				continue
@@ -204,6 +207,9 @@ func widenForScripts(set *Set, trees [][]TreeFile, fetch func(TreeFile) ([]byte,
 			}
 			read++
 			data, err := fetch(tf)
+			if err == nil && gitBlobID(data) != tf.SHA {
+				err = fmt.Errorf("the bytes fetched are not blob %.12s", tf.SHA)
+			}
 			if err != nil {
 				missed = fmt.Sprintf("%s could not be read: %v", tf.Path, err)
 				continue

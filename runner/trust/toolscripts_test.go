@@ -64,6 +64,7 @@ func TestToolScripts(t *testing.T) {
 			want:   []string{"tools/s.js"},
 		},
 		{name: "settings only", path: ".claude/settings.json", config: `{"permissions": {"allow": ["Bash(./run.sh)"]}}`},
+		{name: "a prompt hook's words", path: ".claude/settings.json", config: `{"hooks": {"Stop": [{"hooks": [{"type": "prompt", "prompt": "check src/main.go and tools/x.sh"}]}]}}`},
 		{name: "unparsable", path: ".mcp.json", config: `{"mcpServers": `},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -722,5 +723,66 @@ func TestRevertKeepsWhatItCannotRestore(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "Makefile")); err != nil || string(b) != big+"y" {
 		t.Errorf("the Makefile is gone or changed: %v", err)
+	}
+}
+
+// A symlink whose pre-job target is not known (a commit baseline that
+// could not fetch it) is not removed either.
+func TestRevertKeepsAnUnknownSymlink(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "Makefile"), []byte("job's\n"), 0o644)
+	f := []Finding{{Phase: Runtime, Path: "Makefile", Action: ActionRevert}}
+	before := &Snapshot{Entries: map[string]*Entry{"Makefile": {Mode: fs.ModeSymlink | 0o777}}}
+	if err := Revert(dir, before, f); err == nil || !strings.Contains(f[0].Outcome, "not known") {
+		t.Errorf("revert: %v, outcome %q", err, f[0].Outcome)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "Makefile")); err != nil || string(b) != "job's\n" {
+		t.Errorf("the job's file is gone or changed: %v", err)
+	}
+}
+
+// VS Code's settings are build-entry (in any letter case); their agent
+// settings are agent-tools findings with agent-tools' action. When that
+// action reverts, the file is restored once and every finding on it
+// says so.
+func TestVSCodeSettingsCategories(t *testing.T) {
+	set, err := NewSet(policies.Trust{Runtime: map[string]string{AgentTools: ActionRevert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{".vscode/settings.json", "app/.VSCode/Settings.json"} {
+		if c := set.Category(p); c != BuildEntry {
+			t.Errorf("%s: category %q, want %q", p, c, BuildEntry)
+		}
+	}
+	dir, _, write := repo(t)
+	write(".vscode/settings.json", `{"editor.tabSize": 2}`)
+	before, err := Take(dir, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(".vscode/settings.json", `{"editor.tabSize": 4, "chat.tools.autoApprove": true}`)
+	after, err := Take(dir, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := Compare(before, after, set)
+	cats := map[string]string{}
+	for _, f := range found {
+		cats[f.Category] = f.Kind + " " + f.Action
+	}
+	if cats[BuildEntry] != KindModified+" "+ActionWarn || cats[AgentTools] != KindEscalation+" "+ActionRevert {
+		t.Fatalf("findings %+v", found)
+	}
+	if err := Revert(dir, before, found); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range found {
+		if f.Outcome != "reverted" {
+			t.Errorf("%s finding: outcome %q", f.Category, f.Outcome)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, ".vscode/settings.json")); string(b) != `{"editor.tabSize": 2}` {
+		t.Errorf("not restored: %s", b)
 	}
 }
