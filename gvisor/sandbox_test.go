@@ -369,11 +369,16 @@ func TestSandboxChildrenAreReaped(t *testing.T) {
 			if len(kids) < 2 {
 				t.Fatalf("gofer and sandbox are not children of this process (%v): the checks below would prove nothing", kids)
 			}
+			killed := 0
 			if tc.crash {
 				for _, pid := range kids {
 					if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.HasPrefix(string(cmd), "runsc-sandbox") {
 						unix.Kill(pid, unix.SIGKILL)
+						killed = pid
 					}
+				}
+				if killed == 0 {
+					t.Fatal("no sandbox process to kill")
 				}
 			} else if err := sb.Destroy(context.Background()); err != nil {
 				t.Fatal(err)
@@ -387,12 +392,21 @@ func TestSandboxChildrenAreReaped(t *testing.T) {
 				}
 				return z
 			}
+			// SIGKILL takes a moment: the killed process must be gone (so
+			// reaped), not merely not yet a zombie.
+			gone := func(pid int) bool {
+				_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+				return err != nil
+			}
 			deadline := time.Now().Add(10 * time.Second)
-			for len(zombies()) > 0 && time.Now().Before(deadline) {
+			for (len(zombies()) > 0 || killed != 0 && !gone(killed)) && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)
 			}
 			if z := zombies(); len(z) > 0 {
 				t.Fatalf("zombie children left: %v", z)
+			}
+			if killed != 0 && !gone(killed) {
+				t.Fatalf("the killed sandbox process %d is still there", killed)
 			}
 			if !tc.crash {
 				return
