@@ -17,8 +17,8 @@ import (
 // (runsc, runsc-sandbox, runsc-gofer, ...), or runs the in-sandbox init
 // helper when argv[0] is its mount path. A gofer of one of airlock's
 // bundles first builds its root skeleton (prepareGoferRoot). It returns
-// only when neither applies. Call it first thing in main, and in TestMain of any test binary
-// that starts sandboxes.
+// only when neither applies. Call it first thing in main, and in TestMain
+// of any test binary that starts sandboxes.
 func Dispatch() {
 	if len(os.Args) == 0 {
 		return
