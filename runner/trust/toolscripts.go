@@ -59,8 +59,18 @@ func toolScripts(p string, data []byte) map[string]string {
 		for _, c := range commands {
 			words = append(words, commandWords(c, 2)...)
 		}
+		bases := []string{project, ""}
+		// An MCP server may run in a directory of its own ("cwd").
+		var def struct {
+			Cwd string `json:"cwd"`
+		}
+		if json.Unmarshal([]byte(t.id), &def) == nil && t.kind == "MCP server" {
+			if cwd, _ := repoWord(def.Cwd); cwd != "" {
+				bases = append(bases, path.Join(project, cwd))
+			}
+		}
 		for _, w := range words {
-			for _, base := range []string{project, ""} {
+			for _, base := range bases {
 				if f := path.Join(base, w); filepath.IsLocal(f) {
 					if _, ok := out[f]; !ok && len(out) < maxToolScripts {
 						out[f] = why
@@ -106,38 +116,63 @@ func jsonStrings(v string) []string {
 // commandWords are the words of a command line that may name a file of
 // the repository, with the project prefixes taken off. A word that is a
 // command line of its own (sh -c 'bash tools/x.sh') is split again, to
-// depth levels.
+// depth levels. After a cd (or pushd), a word counts from that directory
+// too.
 func commandWords(run string, depth int) []string {
 	words, err := shlex.Split(run)
 	if err != nil {
 		words = strings.Fields(run)
 	}
 	var out []string
+	dir, cd := "", false
 	for _, w := range words {
 		if depth > 0 && strings.ContainsAny(w, " \t\n") {
 			out = append(out, commandWords(w, depth-1)...)
 			continue
 		}
 		for _, part := range strings.FieldsFunc(w, func(r rune) bool { return strings.ContainsRune(";&|()<>`", r) }) {
-			if i := strings.LastIndexByte(part, '='); i >= 0 {
-				part = part[i+1:] // --config=tools/x.json, VAR=path
-			}
-			// ./boot names a file as much as tools/boot does.
-			named := strings.Contains(part, "/")
-			for _, pre := range projectPrefixes {
-				if rest, ok := strings.CutPrefix(part, pre); ok {
-					part = strings.TrimLeft(rest, "/")
-				}
-			}
-			if part == "" || path.IsAbs(part) || strings.HasPrefix(part, "-") || strings.HasPrefix(part, "~") || strings.Contains(part, "://") || strings.ContainsAny(part, "$*?") {
+			if part == "cd" || part == "pushd" {
+				cd = true
 				continue
 			}
-			if named || scriptExts[strings.ToLower(path.Ext(part))] {
-				out = append(out, path.Clean(part))
+			f, named := repoWord(part)
+			if cd {
+				cd = false
+				if f != "" {
+					dir = path.Join(dir, f)
+				}
+				continue
+			}
+			if f == "" || !named && !scriptExts[strings.ToLower(path.Ext(f))] {
+				continue
+			}
+			out = append(out, f)
+			if dir != "" {
+				out = append(out, path.Join(dir, f))
 			}
 		}
 	}
 	return out
+}
+
+// repoWord is a word as a path relative to the project ("" when it is
+// none: absolute, a flag, a URL, a glob or a variable), and whether it
+// was written as a path (with a slash: ./boot names a file as much as
+// tools/boot does).
+func repoWord(w string) (string, bool) {
+	if i := strings.LastIndexByte(w, '='); i >= 0 {
+		w = w[i+1:] // --config=tools/x.json, VAR=path
+	}
+	named := strings.Contains(w, "/")
+	for _, pre := range projectPrefixes {
+		if rest, ok := strings.CutPrefix(w, pre); ok {
+			w = strings.TrimLeft(rest, "/")
+		}
+	}
+	if w == "" || path.IsAbs(w) || strings.HasPrefix(w, "-") || strings.HasPrefix(w, "~") || strings.Contains(w, "://") || strings.ContainsAny(w, "$*?") {
+		return "", false
+	}
+	return path.Clean(w), named
 }
 
 // projectDir is the directory a config's tool runs commands in: the one

@@ -63,6 +63,11 @@ func TestToolScripts(t *testing.T) {
 			config: `{"editor.tabSize": 2, "mcp": {"servers": {"s": {"command": "node", "args": ["tools/s.js"]}}}}`,
 			want:   []string{"tools/s.js"},
 		},
+		{
+			name: "after a cd, and an MCP server's working directory", path: ".claude/settings.json",
+			config: `{"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "cd tools && ./lint"}]}]}, "mcpServers": {"s": {"command": "node", "args": ["server.js"], "cwd": "./mcp"}}}`,
+			want:   []string{"lint", "mcp/server.js", "server.js", "tools/lint"},
+		},
 		{name: "settings only", path: ".claude/settings.json", config: `{"permissions": {"allow": ["Bash(./run.sh)"]}}`},
 		{name: "a prompt hook's words", path: ".claude/settings.json", config: `{"hooks": {"Stop": [{"hooks": [{"type": "prompt", "prompt": "check src/main.go and tools/x.sh"}]}]}}`},
 		{name: "unparsable", path: ".mcp.json", config: `{"mcpServers": `},
