@@ -235,12 +235,18 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	// The job would see (and could change) its own state: runsc's files,
 	// the bundles, the overlay, the attestations. (The mount fails too.)
-	state := resolvedPath(c.StateRoot)
+	state, err := resolvedPath(c.StateRoot)
+	if err != nil {
+		return c, fmt.Errorf("state root: %w", err)
+	}
 	if paths.Within(state, ws) {
 		return c, fmt.Errorf("%w: the state directory %s is inside the workspace %s: give a --state-dir outside it", ErrInvalidConfig, c.StateRoot, ws)
 	}
 	for _, m := range c.Mounts {
-		if src := resolvedPath(m.Source); !m.ReadOnly && paths.Within(state, src) {
+		if m.ReadOnly {
+			continue
+		}
+		if src, err := resolvedPath(m.Source); err == nil && paths.Within(state, src) {
 			return c, fmt.Errorf("%w: the state directory %s is inside %s, which the job can write (mounted at %s): give a --state-dir outside it", ErrInvalidConfig, c.StateRoot, m.Source, m.Destination)
 		}
 	}
@@ -256,19 +262,20 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 // resolvedPath is path made absolute with the symlinks of its longest
-// existing prefix resolved (the rest may not exist yet).
-func resolvedPath(path string) string {
+// existing prefix resolved (the rest may not exist yet): where a state
+// root is, for the checks that it lies outside what a job reaches.
+func resolvedPath(path string) (string, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return path
+		return "", fmt.Errorf("%s: %w", path, err)
 	}
 	rest := ""
 	for dir := abs; ; dir = filepath.Dir(dir) {
 		if real, err := filepath.EvalSymlinks(dir); err == nil {
-			return filepath.Join(real, rest)
+			return filepath.Join(real, rest), nil
 		}
 		if dir == "/" {
-			return abs
+			return abs, nil
 		}
 		rest = filepath.Join(filepath.Base(dir), rest)
 	}

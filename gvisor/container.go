@@ -132,12 +132,9 @@ func checkImageDir(dir, stateRoot string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: rootfs %s: %v (give an unpacked image directory)", ErrInvalidConfig, dir, err)
 	}
-	state, err := filepath.Abs(stateRoot)
+	state, err := resolvedPath(stateRoot)
 	if err != nil {
-		return "", fmt.Errorf("state root %s: %w", stateRoot, err)
-	}
-	if s, err := filepath.EvalSymlinks(state); err == nil {
-		state = s
+		return "", fmt.Errorf("state root: %w", err)
 	}
 	if paths.Within(state, root) {
 		return "", fmt.Errorf("%w: rootfs %s contains airlock's state root %s; give an unpacked image directory", ErrInvalidConfig, dir, stateRoot)
