@@ -63,10 +63,7 @@ func (t tool) verbs() (now, then string) {
 // config. JSON (with comments and trailing commas) and TOML are read;
 // other formats have no semantic diff.
 func toolsOf(p string, data []byte) ([]tool, bool, error) {
-	switch path.Ext(p) {
-	case ".toml":
-	case ".json", ".jsonc":
-	default:
+	if !readableConfig(p) {
 		return nil, false, nil
 	}
 	if len(data) > maxToolConfig {
@@ -78,6 +75,15 @@ func toolsOf(p string, data []byte) ([]tool, bool, error) {
 	}
 	t, err := jsonTools(data, isVSCodeSettings(p))
 	return t, true, err
+}
+
+// readableConfig reports whether p's format is one toolsOf reads.
+func readableConfig(p string) bool {
+	switch path.Ext(p) {
+	case ".json", ".jsonc", ".toml":
+		return true
+	}
+	return false
 }
 
 // isVSCodeSettings reports whether p is a VS Code workspace settings
@@ -520,16 +526,14 @@ func shown(run string) string {
 // an instruction file. (Phase, category and action are the caller's.)
 func agentFindings(category, p string, old, new []byte) []Finding {
 	switch {
-	case category == BuildEntry && isVSCodeSettings(p):
-		// A build-entry file (tasks, editor settings) whose agent
-		// settings are agent-tools findings of their own.
+	case runsTools(category, p):
 		fs := toolFindings(p, old, new)
+		// VS Code's settings are build-entry (editor settings); their
+		// agent settings are agent-tools findings of their own.
 		for i := range fs {
 			fs[i].Category = AgentTools
 		}
 		return fs
-	case category == AgentTools:
-		return toolFindings(p, old, new)
 	case category == AgentInstructions:
 		return instructionFindings(p, old, new)
 	}

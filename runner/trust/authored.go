@@ -62,15 +62,17 @@ func AuthoredDiff(ctx context.Context, repo, base, head string, set *Set) ([]Fin
 		}
 		trees = append(trees, tree)
 	}
-	set, missed := widenForScripts(set, trees, func(tf TreeFile) ([]byte, error) { return blob(ctx, repo, tf.SHA) })
+	// A config both read for its scripts and changed is read once.
+	fetch := fetchOnce(func(tf TreeFile) ([]byte, error) { return blob(ctx, repo, tf.SHA) })
+	set, missed := widenForScripts(set, trees, fetch)
 	out = append(out, missed...)
 	for _, c := range changes {
 		cat := set.Category(c.path)
 		if cat == "" {
 			continue
 		}
-		oldData, oldErr := blob(ctx, repo, c.oldObj)
-		newData, newErr := blob(ctx, repo, c.newObj)
+		oldData, oldErr := fetch(TreeFile{SHA: c.oldObj})
+		newData, newErr := fetch(TreeFile{SHA: c.newObj})
 		fs := describeChange(c, set.semanticCategory(c.path, cat), oldData, newData, unreadable(errors.Join(oldErr, newErr)))
 		out = append(out, stampAuthored(fs, cat, set)...)
 	}

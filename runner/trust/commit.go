@@ -238,6 +238,8 @@ func AuthoredFromTrees(base, head []TreeFile, set *Set, fetch func(TreeFile) ([]
 	for _, tf := range append(append([]TreeFile{}, base...), head...) {
 		sizes[tf.SHA] = tf.Size
 	}
+	// A config both read for its scripts and changed is fetched once.
+	fetch = fetchOnce(fetch)
 	set, out := widenForScripts(set, [][]TreeFile{head, base}, fetch)
 	fetched := 0
 	for _, c := range changes {

@@ -231,8 +231,7 @@ func widenForScripts(set *Set, trees [][]TreeFile, fetch func(TreeFile) ([]byte,
 	read, missed := 0, ""
 	for _, tree := range trees {
 		for _, tf := range tree {
-			ext := path.Ext(tf.Path)
-			if seen[tf] || !runsTools(set.Category(tf.Path), tf.Path) || (ext != ".json" && ext != ".jsonc" && ext != ".toml") || tf.Mode == "120000" {
+			if seen[tf] || !runsTools(set.Category(tf.Path), tf.Path) || !readableConfig(tf.Path) || tf.Mode == "120000" {
 				continue
 			}
 			seen[tf] = true
@@ -269,6 +268,22 @@ func widenForScripts(set *Set, trees [][]TreeFile, fetch func(TreeFile) ([]byte,
 func scriptsIncomplete(set *Set, reason string) Finding {
 	f := Finding{Path: ".", Kind: KindIncomplete, Reason: textsafe.Line(truncate(reason, 300))}
 	return stampAuthored([]Finding{f}, AgentTools, set)[0]
+}
+
+// fetchOnce is fetch with what it read kept by blob id (errors are not
+// kept: a second try may do better).
+func fetchOnce(fetch func(TreeFile) ([]byte, error)) func(TreeFile) ([]byte, error) {
+	got := map[string][]byte{}
+	return func(tf TreeFile) ([]byte, error) {
+		if b, ok := got[tf.SHA]; ok {
+			return b, nil
+		}
+		b, err := fetch(tf)
+		if err == nil {
+			got[tf.SHA] = b
+		}
+		return b, err
+	}
 }
 
 // semanticCategory is the category whose content checks a changed file
