@@ -34,14 +34,7 @@ func TestRunEgressDecisions(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "module-zip") })}
-	go srv.Serve(ln)
-	defer srv.Close()
-	port := ln.Addr().(*net.TCPAddr).Port
+	port := upstream(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "module-zip") })
 
 	var out, errb bytes.Buffer
 	code := execute([]string{"run", "-w", workspace(t), "--state-dir", stateDir(t), "--org", egressOrg(t, port), "--json", "--",
@@ -123,4 +116,19 @@ func newNamespaces(before map[string]bool) []string {
 		}
 	}
 	return out
+}
+
+// upstream serves h on loopback for the test's egress (the gateway
+// reaches it through the organisation's resolve pins) and returns its
+// port.
+func upstream(t *testing.T, h http.HandlerFunc) int {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -38,16 +37,9 @@ func TestOnboarding(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	port := upstream(t, func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "served %s%s", r.Host, r.URL.Path)
-	})}
-	go srv.Serve(ln)
-	defer srv.Close()
-	port := ln.Addr().(*net.TCPAddr).Port
+	})
 
 	ws, git := repoWorkspace(t)
 

@@ -3,7 +3,6 @@ package trust
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -105,10 +104,7 @@ func TestAuthoredToolScripts(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The hook reads the same trees through the GitHub API.
-	fetch := func(tf TreeFile) ([]byte, error) {
-		return exec.Command("git", "-C", dir, "cat-file", "blob", tf.SHA).Output()
-	}
-	fromTrees := AuthoredFromTrees(treeOf(t, dir, base), treeOf(t, dir, "HEAD"), defaultSet(t), fetch, 100)
+	fromTrees := AuthoredFromTrees(treeOf(t, dir, base), treeOf(t, dir, "HEAD"), defaultSet(t), blobsOf(dir), 100)
 	for name, got := range map[string][]Finding{"git": fromGit, "trees": fromTrees} {
 		want := map[string]string{
 			".claude/boot.sh":               `a file run by hook "SessionStart #1.1" of .claude/settings.json`,
@@ -165,10 +161,7 @@ func TestRuntimeToolScripts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fetch := func(tf TreeFile) ([]byte, error) {
-		return exec.Command("git", "-C", dir, "cat-file", "blob", tf.SHA).Output()
-	}
-	fromCommit := CommitBaseline(after, first, treeOf(t, dir, "HEAD"), set, fetch, 1000, 1000).WithGit(first)
+	fromCommit := CommitBaseline(after, first, treeOf(t, dir, "HEAD"), set, blobsOf(dir), 1000, 1000).WithGit(first)
 	for name, before := range map[string]*Snapshot{"first snapshot": first, "commit": fromCommit} {
 		got := map[string]string{}
 		for _, f := range Compare(before, after, set) {

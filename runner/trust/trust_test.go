@@ -469,6 +469,12 @@ func TestMarkdownInert(t *testing.T) {
 	}
 }
 
+// blobsOf fetches blobs from dir's repository, as the hook fetches them
+// through the GitHub API.
+func blobsOf(dir string) func(TreeFile) ([]byte, error) {
+	return func(tf TreeFile) ([]byte, error) { return blob(context.Background(), dir, tf.SHA) }
+}
+
 // treeOf is a commit's tree as the GitHub API lists it (blobs only).
 func treeOf(t *testing.T, dir, rev string) []TreeFile {
 	t.Helper()
@@ -510,9 +516,7 @@ func TestAuthoredFromTreesMatchesGit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fetch := func(tf TreeFile) ([]byte, error) {
-		return exec.Command("git", "-C", dir, "cat-file", "blob", tf.SHA).Output()
-	}
+	fetch := blobsOf(dir)
 	key := func(fs []Finding) []string {
 		var out []string
 		for _, f := range fs {
@@ -576,7 +580,7 @@ func TestCommitBaseline(t *testing.T) {
 		if tf.Path == "package.json" {
 			return nil, os.ErrNotExist // the API failed: still counts as changed
 		}
-		return exec.Command("git", "-C", dir, "cat-file", "blob", tf.SHA).Output()
+		return blobsOf(dir)(tf)
 	}
 	// The git directory as the job found it (here: unchanged).
 	before := CommitBaseline(after, after, tree, set, fetch, 1000, 1000).WithGit(after)
