@@ -251,7 +251,7 @@ summary{cursor:pointer} details{margin:.3em 0}
 <table>
 <tr><th>subject</th><td>{{range $k, $v := .V.Subject.Digest}}<code>{{$k}}:{{$v}}</code> {{end}}</td></tr>
 <tr><th>pull request</th><td>{{.V.Predicate.Job.Repository}} #{{.V.Predicate.Job.PullRequest}} by {{.V.Predicate.Job.Author}} · base <code>{{short .V.Predicate.Job.BaseSHA}}</code> head <code>{{short .V.Predicate.Job.HeadSHA}}</code></td></tr>
-<tr><th>runner</th><td>airlock {{.V.Predicate.Runner.AirlockVersion}} ({{short .V.Predicate.Runner.AirlockCommit}}) · gVisor {{.V.Predicate.Runner.GVisorVersion}} · {{.V.Predicate.Runner.Platform}} · host {{.V.Predicate.Runner.Hostname}}</td></tr>
+<tr><th>runner</th><td>airlock {{.V.Predicate.Runner.AirlockVersion}} ({{short .V.Predicate.Runner.AirlockCommit}}) · gVisor {{.V.Predicate.Runner.GVisorVersion}} · <span id="platform">{{.V.Predicate.Runner.Platform}}{{with .V.Predicate.Runner.PlatformReason}} ({{.}}){{end}}</span>{{range .V.Predicate.Runner.PlatformAttempts}}{{if .Error}}<br><span class="fail">start on {{.Platform}} failed: {{.Error}}</span>{{end}}{{end}} · host {{.V.Predicate.Runner.Hostname}}</td></tr>
 <tr><th>policy</th><td><code>{{.V.Predicate.Policy.EffectiveSHA256}}</code>{{range .V.Predicate.Policy.Sources}}<br>{{.Kind}} {{.Path}} {{short .Commit}} <code>{{short .SHA256}}</code>{{end}}{{with .V.Predicate.Policy.Agent}}<br>agent: {{.Agent}} ({{.Reason}}){{end}}</td></tr>
 <tr><th>time</th><td>{{.V.Predicate.Times.Start.Format "2006-01-02 15:04:05Z07:00"}} – {{.V.Predicate.Times.End.Format "15:04:05Z07:00"}}</td></tr>
 </table>

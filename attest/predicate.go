@@ -43,14 +43,25 @@ type Predicate struct {
 
 // Runner identifies the software and host that ran the job.
 type Runner struct {
-	AirlockVersion  string `json:"airlockVersion"`
-	AirlockCommit   string `json:"airlockCommit"`
-	GVisorVersion   string `json:"gvisorVersion"`
-	Platform        string `json:"platform"`
-	Hostname        string `json:"hostname"`
-	MachineIDSHA256 string `json:"machineIdSha256"`
+	AirlockVersion string `json:"airlockVersion"`
+	AirlockCommit  string `json:"airlockCommit"`
+	GVisorVersion  string `json:"gvisorVersion"`
+	Platform       string `json:"platform"`
+	// PlatformReason says why the job ran on Platform ("kvm unusable:
+	// ..."), and PlatformAttempts are the sandbox's starts, in order.
+	PlatformReason   string            `json:"platformReason"`
+	PlatformAttempts []PlatformAttempt `json:"platformAttempts"`
+	Hostname         string            `json:"hostname"`
+	MachineIDSHA256  string            `json:"machineIdSha256"`
 	// GitHub is set when the job ran under GitHub Actions.
 	GitHub *GitHubRun `json:"github"`
+}
+
+// PlatformAttempt is one start of the job's sandbox: the platform, and
+// why it did not boot (empty: it booted).
+type PlatformAttempt struct {
+	Platform string `json:"platform"`
+	Error    string `json:"error"`
 }
 
 // GitHubRun identifies a GitHub Actions run.

@@ -154,7 +154,7 @@ func Sign(s signature.Signer, statement []byte) (Signed, error) {
 	b := &protobundle.Bundle{
 		MediaType: BundleMediaType,
 		VerificationMaterial: &protobundle.VerificationMaterial{
-			Content: &protobundle.VerificationMaterial_PublicKey{PublicKey: &protocommon.PublicKeyIdentifier{Hint: keyHint(pub)}},
+			Content: &protobundle.VerificationMaterial_PublicKey{PublicKey: &protocommon.PublicKeyIdentifier{Hint: KeyHint(pub)}},
 		},
 		Content: &protobundle.Bundle_DsseEnvelope{DsseEnvelope: &protodsse.Envelope{
 			Payload: statement, PayloadType: PayloadType, Signatures: []*protodsse.Signature{{Sig: sig}},
@@ -167,9 +167,9 @@ func Sign(s signature.Signer, statement []byte) (Signed, error) {
 	return Signed{Bundle: out, Envelope: env}, nil
 }
 
-// keyHint is the base64 sha256 of the public key's DER, a hint for
+// KeyHint is the base64 sha256 of the public key's DER, a hint for
 // verifiers holding several keys.
-func keyHint(pub crypto.PublicKey) string {
+func KeyHint(pub crypto.PublicKey) string {
 	der, err := x509.MarshalPKIXPublicKey(pub)
 	if err != nil {
 		return ""

@@ -141,11 +141,18 @@ type Config struct {
 	// (its interfaces are taken over by gVisor's netstack). Empty: the
 	// sandbox has loopback only.
 	NetNS string
-	// Platform is the gVisor platform: auto (empty), systrap or kvm (see
-	// ResolvePlatform); Config() tells the one used.
+	// Platform is the gVisor platform asked for: auto (empty), systrap or
+	// kvm (platform.go); Config() tells the one used, Sandbox.Platform why.
 	Platform string
 	// RunscFlags are extra global runsc flags (benchmarks and experiments).
 	RunscFlags []string
+
+	// SharedRoot keeps what outlives one job: the host's KVM verdict
+	// (platform/) and the logs of failed starts (logs/). Empty: StateRoot.
+	SharedRoot string
+
+	// judge decides about KVM; nil: this host's (hostJudge). Tests set it.
+	judge *kvmJudge
 }
 
 // Errors that callers map to distinct exit codes and messages.
@@ -186,6 +193,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.StateRoot == "" {
 		c.StateRoot = DefaultStateRoot
 	}
+	if c.SharedRoot == "" {
+		c.SharedRoot = c.StateRoot
+	}
 	if c.WorkspaceMount == "" {
 		c.WorkspaceMount = DefaultWorkspaceMount
 	}
@@ -193,11 +203,6 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: workspace mount point %q: must be an absolute path other than /", ErrInvalidConfig, c.WorkspaceMount)
 	}
 	c.WorkspaceMount = filepath.Clean(c.WorkspaceMount)
-	platform, err := ResolvePlatform(c.Platform)
-	if err != nil {
-		return c, err
-	}
-	c.Platform = platform
 	if c.Workspace == "" {
 		return c, fmt.Errorf("%w: no workspace directory given", ErrNoWorkspace)
 	}
@@ -241,6 +246,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if paths.Within(state, ws) {
 		return c, fmt.Errorf("%w: the state directory %s is inside the workspace %s: give a --state-dir outside it", ErrInvalidConfig, c.StateRoot, ws)
+	}
+	if shared, err := resolvedPath(c.SharedRoot); err != nil || paths.Within(shared, ws) {
+		return c, fmt.Errorf("%w: the shared state directory %s is inside the workspace %s (or cannot be resolved): keep it outside", ErrInvalidConfig, c.SharedRoot, ws)
 	}
 	for _, m := range c.Mounts {
 		if m.ReadOnly {

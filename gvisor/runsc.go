@@ -1,12 +1,19 @@
 package gvisor
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/airlock-ci/airlock/internal/textsafe"
 )
 
 // sharedRoot is runsc's system-wide directory for state shared across
@@ -40,6 +47,9 @@ func newRunsc(c Config, dir string) runsc {
 		"--overlay2=" + overlay,
 		"--pod-init-config=" + filepath.Join(dir, "pod-init.json"),
 		"--log=" + filepath.Join(dir, "runsc.log"),
+		// The sandbox's panic (and its goroutine dump) goes to a file of
+		// its own: bootFailure reads its first line.
+		"--panic-log=" + filepath.Join(dir, panicLogFile),
 		"--host-settings=ignore",
 	}
 	g = append(g, c.RunscFlags...)
@@ -71,4 +81,98 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// panicLogFile is where, in a job directory, runsc's processes write a
+// panic.
+const panicLogFile = "panic.log"
+
+// bootFailure says in one line why a sandbox did not start: runsc's
+// error, with the cause its sandbox process gave (its panic, or the first
+// error it logged) where the error alone does not tell (the sandbox
+// died: "waiting for sandbox to start: EOF").
+func bootFailure(err error, dir string) string {
+	why := err.Error()
+	cause := logCause(filepath.Join(dir, panicLogFile), filepath.Join(dir, "runsc.log"), why)
+	if cause != "" {
+		why += " (" + cause + ")"
+	}
+	return textsafe.Line(oneLine(why))
+}
+
+// logCause returns the first line of the panic log, else the first error
+// runsc logged that is not already in said, else "".
+func logCause(panicLog, log, said string) string {
+	if b, _ := readHead(panicLog); len(bytes.TrimSpace(b)) > 0 {
+		return oneLine(string(b))
+	}
+	b, _ := readHead(log)
+	dec := json.NewDecoder(bytes.NewReader(b))
+	for {
+		var line struct{ Msg, Level string }
+		if dec.Decode(&line) != nil {
+			return ""
+		}
+		if line.Level == "error" && line.Msg != "" && !strings.Contains(said, line.Msg) {
+			return oneLine(line.Msg)
+		}
+	}
+}
+
+// maxStartLogs is how many failed starts' logs the state root keeps.
+const maxStartLogs = 20
+
+// keepStartLog copies the logs of a failed start in job directory dir to
+// logs/<id>-<platform>.log under stateRoot (the newest maxStartLogs are
+// kept), and returns its path, or "" when it could not.
+func keepStartLog(stateRoot, id, platform, dir string) string {
+	logs := filepath.Join(stateRoot, "logs")
+	if os.MkdirAll(logs, 0o700) != nil {
+		return ""
+	}
+	path := filepath.Join(logs, id+"-"+platform+".log")
+	if keepLog(path, nil, filepath.Join(dir, panicLogFile), filepath.Join(dir, "runsc.log"), filepath.Join(dir, "create.err")) != nil {
+		return ""
+	}
+	pruneLogs(logs, maxStartLogs)
+	return path
+}
+
+// keepLog writes out and the given log files, each under a heading, to
+// path (mode 0600).
+func keepLog(path string, out []byte, files ...string) error {
+	var b bytes.Buffer
+	if out != nil {
+		b.WriteString("== output\n")
+		b.Write(out)
+	}
+	for _, l := range files {
+		if body, err := readHead(l); err == nil && len(body) > 0 {
+			fmt.Fprintf(&b, "\n== %s\n", filepath.Base(l))
+			b.Write(body)
+		}
+	}
+	return writeFileAtomic(path, b.Bytes())
+}
+
+// pruneLogs removes all but the newest keep *.log files of dir.
+func pruneLogs(dir string, keep int) {
+	names, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	if len(names) <= keep {
+		return
+	}
+	type aged struct {
+		name string
+		mod  time.Time
+	}
+	var all []aged
+	for _, n := range names {
+		if fi, err := os.Lstat(n); err == nil {
+			all = append(all, aged{n, fi.ModTime()})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].mod.After(all[j].mod) })
+	for _, a := range all[min(keep, len(all)):] {
+		os.Remove(a.name)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,14 +22,15 @@ import (
 // Sandbox is one running job sandbox. Its methods are safe for concurrent
 // use, but steps run one at a time (Exec serialises them).
 type Sandbox struct {
-	cfg    Config
-	dir    string // job directory, owned by this Sandbox
-	runsc  runsc
-	lock   *os.File // flock held for the sandbox's lifetime
-	record *monitor.Record
-	recv   *monitor.Receiver
-	cg     cgroups
-	ctl    *controller // set once the sandbox runs
+	cfg      Config
+	platform PlatformChoice
+	dir      string // job directory, owned by this Sandbox
+	runsc    runsc
+	lock     *os.File // flock held for the sandbox's lifetime
+	record   *monitor.Record
+	recv     *monitor.Receiver
+	cg       cgroups
+	ctl      *controller // set once the sandbox runs
 
 	execMu  sync.Mutex // one step at a time
 	execSeq int
@@ -70,6 +72,15 @@ func Create(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
 	if err != nil {
 		return nil, err
 	}
+	judge := hostJudge(c.SharedRoot)
+	if c.judge != nil {
+		judge = *c.judge
+	}
+	platform, err := judge.choose(ctx, c.Platform)
+	if err != nil {
+		return nil, err
+	}
+	c.Platform = platform.Platform
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("%w: locate own binary: %v", ErrNoSelfExe, err)
@@ -82,7 +93,7 @@ func Create(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create job directory %s (is job id %q already in use?): %w", dir, c.ID, err)
 	}
-	s := &Sandbox{cfg: c, dir: dir, runsc: newRunsc(c, dir), record: monitor.NewRecord()}
+	s := &Sandbox{cfg: c, platform: platform, dir: dir, runsc: newRunsc(c, dir), record: monitor.NewRecord()}
 	defer func() {
 		if err != nil && os.Getenv("AIRLOCK_KEEP_FAILED") == "" {
 			s.Destroy(context.Background())
@@ -97,7 +108,7 @@ func Create(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := s.start(); err != nil {
+	if err := s.start(ctx, judge); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -185,11 +196,70 @@ func (s *Sandbox) prepare(exe string) error {
 	return monitor.WritePodInitConfig(filepath.Join(s.dir, "pod-init.json"), sock, len(s.cfg.ReadOnlyPaths) > 0)
 }
 
-// start creates and starts the sandbox (see create.go). The container's
-// init is airlock's reaper (or this binary in helper mode); its output,
-// which there should be none of, goes to a file: a pipe nobody reads
-// could block it.
-func (s *Sandbox) start() error {
+// start creates and starts the sandbox on the platform chosen. A sandbox
+// that auto put on kvm and that does not boot is created again on
+// systrap: KVM is an acceleration, and a job never fails for want of it.
+// Both attempts are recorded, and the host's KVM verdict turns to
+// unusable, so that later jobs go straight to systrap.
+func (s *Sandbox) start(ctx context.Context, judge kvmJudge) error {
+	err := s.startOnce()
+	s.platform.Attempts = append(s.platform.Attempts, attemptOf(s.cfg.Platform, err))
+	if err == nil || !s.platform.fallsBack() || ctx.Err() != nil {
+		return err
+	}
+	why := s.platform.Attempts[0].Error
+	if err := s.resetAfterFailedStart(); err != nil {
+		return fmt.Errorf("%w: on kvm: %s; then, before trying systrap: %v", ErrStartFailure, why, err)
+	}
+	s.cfg.Platform = PlatformSystrap
+	s.runsc = newRunsc(s.cfg, s.dir)
+	err = s.startOnce()
+	s.platform.Attempts = append(s.platform.Attempts, attemptOf(PlatformSystrap, err))
+	if err != nil {
+		return err
+	}
+	// Only now is it KVM's fault: the same sandbox booted on systrap.
+	judge.failed(why)
+	s.platform.Platform = PlatformSystrap
+	s.platform.Reason = "the sandbox did not boot on kvm (" + why + "), so it was created again on systrap"
+	return nil
+}
+
+// attemptOf records one start.
+func attemptOf(platform string, err error) PlatformAttempt {
+	a := PlatformAttempt{Platform: platform}
+	if err != nil {
+		a.Error = strings.TrimPrefix(err.Error(), ErrStartFailure.Error()+": ")
+	}
+	return a
+}
+
+// resetAfterFailedStart removes what a failed start left (runsc's state,
+// processes, cgroups, the overlay's file store) and keeps the rest of the
+// job directory (the bundle, the monitoring socket) for the next start.
+func (s *Sandbox) resetAfterFailedStart() error {
+	if err := destroyJob(s.runsc, s.cfg.ID, s.dir, s.cg); err != nil {
+		return err
+	}
+	for _, d := range []string{"runsc", "overlay"} {
+		p := filepath.Join(s.dir, d)
+		if err := os.RemoveAll(p); err != nil {
+			return fmt.Errorf("remove %s: %w", d, err)
+		}
+		if err := os.Mkdir(p, 0o700); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// startOnce creates and starts the sandbox (see create.go). The
+// container's init is airlock's reaper (or this binary in helper mode);
+// its output, which there should be none of, goes to a file: a pipe
+// nobody reads could block it. A failure is said in one line; runsc's
+// logs (a panic's goroutine dump among them) are kept in the state
+// directory, never printed.
+func (s *Sandbox) startOnce() error {
 	errFile, err := os.Create(filepath.Join(s.dir, "create.err"))
 	if err != nil {
 		return fmt.Errorf("create log file: %w", err)
@@ -201,8 +271,11 @@ func (s *Sandbox) start() error {
 	}
 	defer devNull.Close()
 	if err := createRoot(s.runsc, s.dir, s.cfg.ID, devNull, errFile, errFile); err != nil {
-		out, _ := os.ReadFile(errFile.Name())
-		return fmt.Errorf("%w: %v %s %s", ErrStartFailure, err, lastLines(string(out), 5), s.runsc.logTail())
+		why := bootFailure(err, s.dir)
+		if kept := keepStartLog(s.cfg.SharedRoot, s.cfg.ID, s.cfg.Platform, s.dir); kept != "" {
+			why += " (runsc's log: " + kept + ")"
+		}
+		return fmt.Errorf("%w: %s", ErrStartFailure, why)
 	}
 	return nil
 }
@@ -215,6 +288,9 @@ func (s *Sandbox) Dir() string { return s.dir }
 
 // Config is the effective configuration (defaults filled in).
 func (s *Sandbox) Config() Config { return s.cfg }
+
+// Platform is the platform the sandbox runs on, why, and its starts.
+func (s *Sandbox) Platform() PlatformChoice { return s.platform }
 
 // Record returns the process record so far.
 func (s *Sandbox) Record() monitor.Snapshot { return s.record.Snapshot() }

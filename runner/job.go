@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/gvisor/monitor"
 	"github.com/airlock-ci/airlock/internal/files"
@@ -108,15 +109,20 @@ type StepOutcome struct {
 
 // SandboxInfo identifies the sandbox a job ran in.
 type SandboxInfo struct {
-	ID             string        `json:"id"`
-	Runtime        string        `json:"runtime"`
-	Platform       string        `json:"platform"`
-	RootFS         string        `json:"rootfs"`
-	Workspace      string        `json:"workspace"`
-	WorkspaceMount string        `json:"workspaceMount"`
-	User           gvisor.User   `json:"user"`
-	Limits         gvisor.Limits `json:"limits"`
-	Network        string        `json:"network"`
+	ID       string `json:"id"`
+	Runtime  string `json:"runtime"`
+	Platform string `json:"platform"`
+	// PlatformReason says why the sandbox runs on Platform, and
+	// PlatformAttempts are its starts (two when a start on kvm failed and
+	// it was created again on systrap).
+	PlatformReason   string                   `json:"platformReason"`
+	PlatformAttempts []attest.PlatformAttempt `json:"platformAttempts"`
+	RootFS           string                   `json:"rootfs"`
+	Workspace        string                   `json:"workspace"`
+	WorkspaceMount   string                   `json:"workspaceMount"`
+	User             gvisor.User              `json:"user"`
+	Limits           gvisor.Limits            `json:"limits"`
+	Network          string                   `json:"network"`
 }
 
 // Result is the machine-readable outcome of a job (`airlock run --json`).
@@ -291,6 +297,7 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 	s.cfg = s.sb.Config()
 	s.res.Sandbox = SandboxInfo{
 		ID: s.sb.ID(), Runtime: runtime, Platform: s.cfg.Platform, RootFS: rootfsName(s.cfg.RootFS),
+		PlatformReason: s.sb.Platform().Reason, PlatformAttempts: platformAttempts(s.sb.Platform()),
 		Workspace: s.cfg.Workspace, WorkspaceMount: s.cfg.WorkspaceMount, User: *s.cfg.User,
 		Limits: s.cfg.Limits, Network: networkName(s.cfg.NetNS),
 	}

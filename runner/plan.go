@@ -62,8 +62,9 @@ type Inputs struct {
 	Steps     []StepSpec
 	PolicyJob string
 	// Workspace is the host directory the job works in; StateRoot holds
-	// the sandbox's state.
-	Workspace, StateRoot string
+	// the sandbox's state; SharedRoot what outlives the job (the host's
+	// KVM verdict, failed starts' logs; empty: StateRoot).
+	Workspace, StateRoot, SharedRoot string
 	// WorkspaceMount, when set, is where the door must put the workspace
 	// (the runner's /__w): it wins over the policy's workspaceMount.
 	WorkspaceMount string
@@ -203,7 +204,7 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	if in.WorkspaceMount != "" {
 		cfg.WorkspaceMount = in.WorkspaceMount
 	}
-	cfg.Workspace, cfg.StateRoot, cfg.RunscFlags = in.Workspace, in.StateRoot, in.RunscFlags
+	cfg.Workspace, cfg.StateRoot, cfg.SharedRoot, cfg.RunscFlags = in.Workspace, in.StateRoot, in.SharedRoot, in.RunscFlags
 	cfg.Mounts = append(slices.Clone(in.Mounts), cfg.Mounts...)
 	cfg.ExtraMasks = append(cfg.ExtraMasks, in.Masks...)
 	cfg.Files = slices.Clone(in.Files)

@@ -22,6 +22,7 @@ func Predicate(res Result, m attest.Meta) attest.Predicate {
 		Runner: attest.Runner{
 			AirlockVersion: m.AirlockVersion, AirlockCommit: m.AirlockCommit,
 			GVisorVersion: res.Sandbox.Runtime, Platform: res.Sandbox.Platform,
+			PlatformReason: clip(res.Sandbox.PlatformReason, 1024), PlatformAttempts: []attest.PlatformAttempt{},
 		},
 		Job:         attest.Job{Name: res.Job, Repository: m.Repository, PullRequest: m.PullRequest, BaseSHA: m.BaseSHA, HeadSHA: m.HeadSHA, Author: m.Author, Event: m.Event, ContainerImage: clip(m.ContainerImage, 512)},
 		Steps:       []attest.Step{},
@@ -33,6 +34,10 @@ func Predicate(res Result, m attest.Meta) attest.Predicate {
 		Trust:       attest.Trust{Findings: []attest.TrustFinding{}},
 		Credentials: attest.Credentials{Withheld: []attest.WithheldCredential{}, Uses: []attest.CredentialUse{}},
 		Processes:   attest.Processes{Execs: []attest.Exec{}},
+	}
+	for _, a := range res.Sandbox.PlatformAttempts {
+		a.Error = clip(a.Error, 1024)
+		p.Runner.PlatformAttempts = append(p.Runner.PlatformAttempts, a)
 	}
 	p.Runner.Hostname, _ = os.Hostname()
 	if id, err := os.ReadFile("/etc/machine-id"); err == nil {

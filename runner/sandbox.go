@@ -1,6 +1,9 @@
 package runner
 
-import "github.com/airlock-ci/airlock/gvisor"
+import (
+	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/gvisor"
+)
 
 // The sandbox's vocabulary as a door needs it, so that a door (cmd/airlock)
 // reaches the sandbox only through this package: the limits and identity a
@@ -17,8 +20,18 @@ const (
 	DefaultWorkspaceMount = gvisor.DefaultWorkspaceMount
 )
 
-// Platforms a job's sandbox can run on (gvisor.ResolvePlatform).
+// Platforms a job's sandbox can run on (gvisor/platform.go).
 var Platforms = []string{gvisor.PlatformAuto, gvisor.PlatformSystrap, gvisor.PlatformKVM}
+
+// platformAttempts are a sandbox's starts, as its result and attestation
+// record them.
+func platformAttempts(p gvisor.PlatformChoice) []attest.PlatformAttempt {
+	out := []attest.PlatformAttempt{}
+	for _, a := range p.Attempts {
+		out = append(out, attest.PlatformAttempt{Platform: a.Platform, Error: a.Error})
+	}
+	return out
+}
 
 // DefaultLimits are the sandbox's limits when nothing sets them.
 func DefaultLimits() Limits { return gvisor.DefaultLimits() }
@@ -30,5 +43,7 @@ var (
 	ErrNoWorkspace     = gvisor.ErrNoWorkspace
 	ErrStartFailure    = gvisor.ErrStartFailure
 	ErrHostUnsupported = gvisor.ErrHostUnsupported
-	ErrInvalidConfig   = gvisor.ErrInvalidConfig
+	// ErrPlatformUnusable: kvm was asked for and cannot boot here.
+	ErrPlatformUnusable = gvisor.ErrPlatformUnusable
+	ErrInvalidConfig    = gvisor.ErrInvalidConfig
 )

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/runner/credentials"
 	"github.com/airlock-ci/airlock/runner/egress"
@@ -36,6 +37,7 @@ func WriteSummary(w io.Writer, res Result) {
 	}
 	fmt.Fprintf(w, "job %s %s in %s (sandbox %s, %d processes recorded)\n",
 		res.Job, verdict, res.Duration.Round(time.Millisecond), res.Sandbox.ID, len(res.Processes.Execs))
+	WritePlatform(w, res.Sandbox.Platform, res.Sandbox.PlatformReason, res.Sandbox.PlatformAttempts)
 	WriteEgress(w, res.Egress)
 	WriteCredentials(w, res.Credentials)
 	if t := res.Trust; t != nil {
@@ -64,6 +66,24 @@ func WriteSummary(w io.Writer, res Result) {
 	}
 	if res.Error != "" {
 		fmt.Fprintf(w, "airlock: %s\n", res.Error)
+	}
+}
+
+// WritePlatform prints the platform the sandbox ran on, and why
+// ("platform: systrap (kvm unusable: open /dev/kvm: no such file or
+// directory)"), and each start that failed.
+func WritePlatform(w io.Writer, platform, reason string, attempts []attest.PlatformAttempt) {
+	if platform == "" {
+		return
+	}
+	if reason != "" {
+		platform += " (" + reason + ")"
+	}
+	fmt.Fprintln(w, "platform: "+textsafe.Line(platform))
+	for _, a := range attempts {
+		if a.Error != "" {
+			fmt.Fprintf(w, "  start on %s failed: %s\n", textsafe.Line(a.Platform), textsafe.Line(a.Error))
+		}
 	}
 }
 

@@ -17,7 +17,7 @@ const (
 	exitUsage       = 64  // bad flags, arguments or steps file
 	exitDataErr     = 65  // an invalid policy
 	exitNoInput     = 66  // the workspace or another input does not exist
-	exitUnavailable = 69  // the sandbox could not be started on this host (no /proc/self/exe, unsupported kernel, runsc failed)
+	exitUnavailable = 69  // the sandbox could not be started on this host (no /proc/self/exe, unsupported kernel, kvm asked for where it cannot boot, runsc failed)
 	exitInternal    = 70  // an airlock bug or an unexpected host failure
 	exitNoPerm      = 77  // not root
 	exitInterrupted = 130 // SIGINT or SIGTERM: the job was cancelled
@@ -50,7 +50,7 @@ func exitCodeFor(err error, stderr io.Writer) int {
 		return exitNoPerm
 	case errors.Is(err, runner.ErrNoWorkspace):
 		return exitNoInput
-	case errors.Is(err, runner.ErrNoSelfExe), errors.Is(err, runner.ErrStartFailure), errors.Is(err, runner.ErrHostUnsupported):
+	case errors.Is(err, runner.ErrNoSelfExe), errors.Is(err, runner.ErrStartFailure), errors.Is(err, runner.ErrHostUnsupported), errors.Is(err, runner.ErrPlatformUnusable):
 		return exitUnavailable
 	}
 	return exitInternal

@@ -63,7 +63,7 @@ func (o *runOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVarP(&o.workspace, "workspace", "w", ".", "host directory mounted read-write in the sandbox")
 	f.StringVar(&o.workspaceMount, "workspace-mount", runner.DefaultWorkspaceMount, "where the workspace appears inside the sandbox")
 	f.StringVar(&o.rootfs, "rootfs", "", "directory to use as root filesystem (an unpacked image); default: the host's root, read-only")
-	f.StringVar(&o.platform, "platform", "auto", "gVisor platform: auto (kvm where /dev/kvm is usable, else systrap), systrap or kvm")
+	f.StringVar(&o.platform, "platform", "auto", "gVisor platform: auto (kvm where a probe sandbox boots on it, else systrap), systrap or kvm (see airlock doctor)")
 	f.StringVar(&o.stepsFile, "steps", "", "YAML or JSON file with the job's steps (name, run, env, working-directory, timeout)")
 	f.StringVar(&o.jobName, "job-name", "", "name of the job in output and results")
 	f.StringArrayVarP(&o.env, "env", "e", nil, "KEY=VALUE to set in the sandbox, or KEY to pass the host's value (repeatable)")

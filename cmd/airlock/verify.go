@@ -109,6 +109,7 @@ func printVerified(out io.Writer, v *attest.Verified) {
 		fmt.Fprintf(w, "  artifact %s sha256:%s\n", a.Name, a.Digest["sha256"])
 	}
 	fmt.Fprintf(w, "job %s %s (exit %d) on airlock %s, gVisor %s, host %s\n", p.Job.Name, verdict, p.Verdict.ExitCode, p.Runner.AirlockVersion, p.Runner.GVisorVersion, p.Runner.Hostname)
+	runner.WritePlatform(w, p.Runner.Platform, p.Runner.PlatformReason, p.Runner.PlatformAttempts)
 	for _, r := range p.Verdict.Reasons {
 		fmt.Fprintf(w, "  reason: %s\n", r)
 	}

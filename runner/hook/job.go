@@ -180,6 +180,9 @@ func (d *job) build(ctx context.Context, args PrepareArgs) (runner.Job, error) {
 	}
 	plan, err := runner.NewPlan(eff, pr, runner.Inputs{
 		Name: "job", Workspace: work, WorkspaceMount: containerWork, StateRoot: filepath.Join(d.dir, "state"),
+		// The KVM verdict is the host's, kept across jobs: one probe per
+		// boot, not one per job.
+		SharedRoot: d.cfg.JobsRoot,
 		Image: c.Image, ContainerUser: user, Env: envList(runnerWatermark(c.Env)), Mounts: mounts, Masks: masks, Services: services,
 		TrustDir: repoDir, CheckoutInJob: true, AttestKey: d.cfg.AttestKey,
 		// The runner gives its hook the github context's URLs.

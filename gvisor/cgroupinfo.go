@@ -1,0 +1,98 @@
+package gvisor
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// CgroupInfo is the host's cgroup layout as a job's sandbox meets it:
+// for `airlock doctor`.
+type CgroupInfo struct {
+	// Layout is v1 (controller hierarchies only), hybrid (v1 controllers
+	// and a unified v2 mount without them), v2 (the unified hierarchy
+	// alone) or none (no cgroup file system at /sys/fs/cgroup).
+	Layout string `json:"layout"`
+	// Cgroup is airlock's own cgroup: the unified one's on v2, the
+	// memory hierarchy's on v1.
+	Cgroup string `json:"cgroup"`
+	// Available and Missing split the controllers the sandbox's limits
+	// need (memory, pids, cpu) by whether airlock's cgroup has them: on
+	// v1 a hierarchy mounted for each, on v2 each in the cgroup.controllers
+	// of airlock's cgroup (enabled in every ancestor's subtree_control).
+	Available []string `json:"available"`
+	Missing   []string `json:"missing"`
+}
+
+// limitControllers are the controllers behind the sandbox's limits:
+// memory (--memory), pids (--pids) and cpu (--cpus).
+var limitControllers = []string{"memory", "pids", "cpu"}
+
+// HostCgroups inspects this host's cgroups from this process's view.
+func HostCgroups() CgroupInfo {
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	self, _ := os.ReadFile("/proc/self/cgroup")
+	return cgroupInfo(string(mi), string(self), os.ReadFile)
+}
+
+// cgroupInfo reads the layout from mountinfo and /proc/self/cgroup's
+// text; read reads a file of the unified hierarchy.
+func cgroupInfo(mountinfo, self string, read func(string) ([]byte, error)) CgroupInfo {
+	var rootType string
+	var v1, unified bool
+	for _, line := range strings.Split(mountinfo, "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 1 {
+			continue
+		}
+		switch mp, fstype := f[4], g[0]; {
+		case mp == cgroupRoot:
+			rootType = fstype
+		case fstype == "cgroup" && filepath.Dir(mp) == cgroupRoot:
+			v1 = true
+		case fstype == "cgroup2" && mp == filepath.Join(cgroupRoot, "unified"):
+			unified = true
+		}
+	}
+	info := CgroupInfo{Layout: "none"}
+	switch {
+	case rootType == "cgroup2":
+		info.Layout = "v2"
+	case v1 && unified:
+		info.Layout = "hybrid"
+	case v1:
+		info.Layout = "v1"
+	}
+	have := map[string]bool{}
+	for _, line := range strings.Split(self, "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		ctrls, path := parts[1], parts[2]
+		switch {
+		case info.Layout == "v2" && parts[0] == "0" && ctrls == "":
+			info.Cgroup = path
+			b, _ := read(filepath.Join(cgroupRoot, path, "cgroup.controllers"))
+			for _, c := range strings.Fields(string(b)) {
+				have[c] = true
+			}
+		case info.Layout == "v1" || info.Layout == "hybrid":
+			for _, c := range strings.Split(ctrls, ",") {
+				have[c] = true
+				if c == "memory" {
+					info.Cgroup = path
+				}
+			}
+		}
+	}
+	for _, c := range limitControllers {
+		if have[c] {
+			info.Available = append(info.Available, c)
+		} else {
+			info.Missing = append(info.Missing, c)
+		}
+	}
+	return info
+}

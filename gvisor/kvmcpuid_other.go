@@ -1,0 +1,10 @@
+//go:build !amd64
+
+package gvisor
+
+import "errors"
+
+// kvmSupportedCPUID: CPUID is x86's; elsewhere there is nothing to ask.
+func kvmSupportedCPUID() ([]cpuidEntry, error) {
+	return nil, errors.New("no CPUID on this architecture")
+}
