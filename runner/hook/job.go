@@ -183,7 +183,7 @@ func (d *job) build(ctx context.Context, args PrepareArgs) (runner.Job, error) {
 		// The KVM verdict is the host's, kept across jobs: one probe per
 		// boot, not one per job.
 		SharedRoot: d.cfg.JobsRoot,
-		Image: c.Image, ContainerUser: user, Env: envList(runnerWatermark(c.Env)), Mounts: mounts, Masks: masks, Services: services,
+		Image:      c.Image, ContainerUser: user, Env: envList(runnerWatermark(c.Env)), Mounts: mounts, Masks: masks, Services: services,
 		TrustDir: repoDir, CheckoutInJob: true, AttestKey: d.cfg.AttestKey,
 		// The runner gives its hook the github context's URLs.
 		GitHubServerURL: os.Getenv("GITHUB_SERVER_URL"), GitHubAPIURL: os.Getenv("GITHUB_API_URL"),
