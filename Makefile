@@ -23,16 +23,21 @@ onboard-sample:
 # package at a time: each starts many sandboxes, and on 2 cores the limit
 # tests (fork and memory bombs) are steadier without a neighbour.
 test:
-	go test -p 1 -count=1 -timeout 30m ./...
+	go test -p 1 -count=1 -timeout 30m $(GOTESTFLAGS) ./...
 
+# gofmt, go vet, and the static builds for both architectures runners
+# have (amd64, and arm64 for Graviton and Ampere hosts).
 vet:
 	gofmt -l . | (! grep .)
 	go vet ./...
+	GOARCH=arm64 go build -o /dev/null ./cmd/airlock
 
 # See BENCHMARKS.md.
 bench:
 	go test -timeout 30m -run XXX -bench WholeProcess -benchtime 7x ./cmd/airlock/
 	go test -run XXX -bench 'ColdStart|IdleMemory|ContainerStep' -benchtime 20x ./gvisor/
+	go test -run XXX -bench PlatformChoice -benchtime 2000x ./gvisor/
+	go test -run XXX -bench FirstProbe -benchtime 10x ./gvisor/
 	go test -run XXX -bench Workload -benchtime 1x ./gvisor/
 	go test -run XXX -bench ConnectionSetup -benchtime 2000x ./runner/egress/gateway/
 	go test -run XXX -bench BulkTransfer -benchtime 3x ./runner/egress/gateway/

@@ -28,7 +28,9 @@ const commitA = "0123456789abcdef0123456789abcdef01234567"
 func predicate(execs, decisions, findings int) Predicate {
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	p := Predicate{
-		Runner:    Runner{AirlockVersion: "v0.1.0", AirlockCommit: "abc", GVisorVersion: "release-20260905", Platform: "systrap", Hostname: "runner-1"},
+		Runner: Runner{AirlockVersion: "v0.1.0", AirlockCommit: "abc", GVisorVersion: "release-20260905", Platform: "systrap", Hostname: "runner-1",
+			PlatformReason:   "the sandbox did not boot on kvm (error setting system registers: invalid argument), so it was created again on systrap",
+			PlatformAttempts: []PlatformAttempt{{Platform: "kvm", Error: "sandbox failed: <b>panic</b>"}, {Platform: "systrap"}}},
 		Policy:    Policy{Sources: []PolicySource{{Kind: "org", Path: "/etc/airlock/org.cue", SHA256: strings.Repeat("a", 64)}}, EffectiveSHA256: strings.Repeat("b", 64), Agent: &AgentDecision{Agent: true, Reason: "author Copilot is a bot"}},
 		Job:       Job{Name: "ci", Repository: "https://github.com/acme/app", PullRequest: 7, BaseSHA: strings.Repeat("1", 40), HeadSHA: commitA, Author: "Copilot", Event: "pull_request"},
 		Steps:     []Step{{Name: "test", CommandSHA256: strings.Repeat("c", 64), Status: "passed", Start: t0, End: t0.Add(time.Minute), StdoutSHA256: strings.Repeat("d", 64), StdoutBytes: 100}},
@@ -275,7 +277,8 @@ func TestHTMLReport(t *testing.T) {
 			t.Errorf("page contains %q", bad)
 		}
 	}
-	for _, want := range []string{"PASSED", "Egress", "Trust findings", "compile", "Credentials (1 withheld from the sandbox)", "credentials.gitPush"} {
+	for _, want := range []string{"PASSED", "Egress", "Trust findings", "compile", "Credentials (1 withheld from the sandbox)", "credentials.gitPush",
+		"systrap (the sandbox did not boot on kvm (error setting system registers: invalid argument), so it was created again on systrap)", "start on kvm failed: sandbox failed: &lt;b&gt;panic&lt;/b&gt;"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %q", want)
 		}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The benchmarks print ratios against baselines measured in the same run,
@@ -226,4 +228,97 @@ func BenchmarkContainerStep(b *testing.B) {
 	b.ReportMetric(float64(execd.Milliseconds())/n, "exec-ms")
 	b.ReportMetric(float64(contained.Milliseconds())/n, "container-ms")
 	b.ReportMetric(float64(contained)/float64(execd), "container/exec")
+}
+
+// BenchmarkPlatformChoice is what auto costs a job once the host's KVM
+// verdict is kept: the device check, the key (boot id, the binary's and
+// /dev/kvm's identity) and the kept verdict read, against the choice of
+// a pinned systrap, which does none of it, interleaved. Without a
+// /dev/kvm the device check ends it early; the verdict path is then
+// timed with the device's answer taken as yes (its cost still paid) and
+// the key without /dev/kvm's stat.
+func BenchmarkPlatformChoice(b *testing.B) {
+	requireRootB(b)
+	root := filepath.Join(testStateBase, "bench-choice")
+	defer os.RemoveAll(root)
+	key := hostKey
+	if _, err := hostKey(); err != nil {
+		key = func() (string, error) {
+			boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+			var st unix.Stat_t
+			unix.Stat("/proc/self/exe", &st)
+			return fmt.Sprintf("boot=%s exe=%d:%d:%d", strings.TrimSpace(string(boot)), st.Dev, st.Ino, st.Ctim.Nsec), err
+		}
+	}
+	j := kvmJudge{
+		device:   func() error { KVMDeviceUsable(); return nil },
+		key:      key,
+		probe:    func(context.Context) error { b.Fatal("the verdict is kept: no probe"); return nil },
+		verdicts: newVerdictCache(root),
+	}
+	k, err := key()
+	if err != nil {
+		b.Fatal(err)
+	}
+	os.MkdirAll(j.verdicts.dir, 0o700)
+	j.verdicts.write(verdict{Key: k, Usable: false, Reason: "a probe sandbox did not boot on kvm (kept)"})
+	ctx := context.Background()
+	var auto, pinned time.Duration
+	for i := 0; i < b.N; i++ {
+		t := time.Now()
+		if c, err := j.choose(ctx, PlatformAuto); err != nil || !strings.Contains(c.Reason, "(kept)") {
+			b.Fatalf("%+v %v", c, err)
+		}
+		auto += time.Since(t)
+		t = time.Now()
+		if _, err := j.choose(ctx, PlatformSystrap); err != nil {
+			b.Fatal(err)
+		}
+		pinned += time.Since(t)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(auto.Nanoseconds())/n/1000, "auto-kept-µs")
+	b.ReportMetric(float64(pinned.Nanoseconds())/n/1000, "pinned-µs")
+	b.ReportMetric(float64(auto-pinned)/n/1e6, "added-ms")
+}
+
+// BenchmarkFirstProbe is the first job's cost after a boot: the probe
+// sandbox on kvm where /dev/kvm opens (here it is the kvm probe the
+// first auto job runs), else the same probe on systrap (a host without
+// /dev/kvm never probes: the shape and cost of the probe are what is
+// measured), against a job's own sandbox cycle (create, `true`, destroy),
+// interleaved.
+func BenchmarkFirstProbe(b *testing.B) {
+	requireRootB(b)
+	root := filepath.Join(testStateBase, "bench-probe")
+	defer os.RemoveAll(root)
+	platform := PlatformKVM
+	if KVMDeviceUsable() != nil {
+		platform = PlatformSystrap
+	}
+	ws := b.TempDir()
+	os.Chown(ws, 1000, 1000)
+	ctx := context.Background()
+	var probe, job time.Duration
+	for i := 0; i < b.N; i++ {
+		t := time.Now()
+		if _, err := ProbePlatform(ctx, root, platform); err != nil && platform == PlatformSystrap {
+			b.Fatal(err)
+		}
+		probe += time.Since(t)
+		t = time.Now()
+		sb, err := Create(ctx, Config{ID: testJobID(), Workspace: ws, StateRoot: root, Limits: DefaultLimits(), Platform: PlatformSystrap})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res, err := sb.Exec(ctx, Step{Args: []string{"true"}}); err != nil || res.ExitCode != 0 {
+			b.Fatalf("exec: %v %+v", err, res)
+		}
+		sb.Destroy(ctx)
+		job += time.Since(t)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(probe.Microseconds())/n/1000, platform+"-probe-ms")
+	b.ReportMetric(float64(job.Microseconds())/n/1000, "job-sandbox-ms")
+	b.ReportMetric(float64(probe)/float64(job), "probe/job-sandbox")
 }

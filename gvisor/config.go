@@ -153,6 +153,9 @@ type Config struct {
 
 	// judge decides about KVM; nil: this host's (hostJudge). Tests set it.
 	judge *kvmJudge
+	// helperInit makes the airlock binary the container's init, as on
+	// architectures without the small reaper (reaper.go). Tests set it.
+	helperInit bool
 }
 
 // Errors that callers map to distinct exit codes and messages.
@@ -168,6 +171,27 @@ var (
 	// ErrInvalidConfig wraps every error about the caller's configuration.
 	ErrInvalidConfig = errors.New("invalid sandbox configuration")
 )
+
+// maxSocketPath is the longest path a Unix socket binds at (sun_path:
+// 108 bytes with its NUL).
+const maxSocketPath = 107
+
+// checkSocketRoom says whether a job's monitoring socket, the longest
+// path in its directory that must bind, fits under stateRoot.
+func checkSocketRoom(stateRoot, id string) error {
+	abs, err := filepath.Abs(stateRoot)
+	if err != nil {
+		return fmt.Errorf("state root %s: %w", stateRoot, err)
+	}
+	if sock := filepath.Join(abs, "jobs", id, "monitor.sock"); len(sock) > maxSocketPath {
+		return fmt.Errorf("%w: the state directory %s is too long: a job's runtime-monitoring socket there (%s) would take %d bytes, and a Unix socket's path has at most %d; give a --state-dir of at most %d bytes", ErrInvalidConfig, stateRoot, sock, len(sock), maxSocketPath, maxSocketPath-len(sock)+len(abs))
+	}
+	return nil
+}
+
+// CheckStateRoot says why jobs cannot keep their state under root, or
+// nil: for airlock doctor.
+func CheckStateRoot(root string) error { return checkSocketRoom(root, newID()) }
 
 // validID reports whether id is safe as a path element and runsc container id.
 func validID(id string) bool {
@@ -192,6 +216,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.StateRoot == "" {
 		c.StateRoot = DefaultStateRoot
+	}
+	if err := checkSocketRoom(c.StateRoot, c.ID); err != nil {
+		return c, err
 	}
 	if c.SharedRoot == "" {
 		c.SharedRoot = c.StateRoot

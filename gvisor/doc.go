@@ -25,6 +25,14 @@
 // asked, no_new_privs, environment from nothing); its image directory is
 // trusted to be what an administrator put there, and is never written.
 //
+// Platform: Create chooses it (platform.go). auto takes kvm only where a
+// probe sandbox has booted on it, a verdict kept under the shared root
+// per boot, binary and /dev/kvm (kvmprobe.go), written and believed only
+// when root alone could have written it; a sandbox that auto put on kvm
+// and that does not boot is created again on systrap. kvm asked for
+// where it cannot boot is refused before anything is created. runsc's
+// logs of a failed start are kept under the shared root, never printed.
+//
 // runsc runs in two ways: its Go API in this process creates, starts,
 // execs in and destroys containers (create.go, control.go), and the gofer
 // and sandbox processes it starts are our own binary (/proc/self/exe)

@@ -353,26 +353,38 @@ func TestKVMAskedForIsNotReplaced(t *testing.T) {
 	}
 }
 
-// The container's init (the small reaper on amd64) reaps what is
-// re-parented to it: the orphans of a step that exited leave no zombie
-// counting against the process limit.
+// The container's init (the small reaper on amd64, the airlock binary
+// elsewhere, arm64 among them) reaps what is re-parented to it: the
+// orphans of a step that exited leave no zombie counting against the
+// process limit.
 func TestInitReapsOrphans(t *testing.T) {
 	requireRoot(t)
-	sb := newTestSandbox(t, nil)
-	if out, _, res := sh(t, sb, "for i in $(seq 40); do (sleep 0.1 &); done; true"); res.ExitCode != 0 {
-		t.Fatalf("step: %+v %s", res, out)
-	}
-	var out string
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
-		out, _, _ = sh(t, sb, `n=0; for s in /proc/[0-9]*/stat; do case "$(cut -d' ' -f3 "$s" 2>/dev/null)" in Z) n=$((n+1));; esac; done; echo "zombies=$n init=$(tr '\0' ' ' < /proc/1/cmdline)"`)
-		if strings.Contains(out, "zombies=0 ") {
-			break
-		}
-	}
-	if !strings.Contains(out, "zombies=0 ") {
-		t.Errorf("orphans not reaped: %s", out)
-	}
-	if elf := reaperELF(); elf != nil && !strings.Contains(out, "init="+reaperPath) {
-		t.Errorf("the init is not the reaper: %s", out)
+	for _, tc := range []struct {
+		name   string
+		helper bool
+		init   string
+	}{
+		{"this architecture's init", false, map[bool]string{true: reaperPath, false: initPath}[reaperELF() != nil]},
+		{"airlock as init (arm64)", true, initPath},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sb := newTestSandbox(t, func(c *Config) { c.helperInit = tc.helper })
+			if out, _, res := sh(t, sb, "for i in $(seq 40); do (sleep 0.1 &); done; true"); res.ExitCode != 0 {
+				t.Fatalf("step: %+v %s", res, out)
+			}
+			var out string
+			for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+				out, _, _ = sh(t, sb, `n=0; for s in /proc/[0-9]*/stat; do case "$(cut -d' ' -f3 "$s" 2>/dev/null)" in Z) n=$((n+1));; esac; done; echo "zombies=$n init=$(tr '\0' ' ' < /proc/1/cmdline)"`)
+				if strings.Contains(out, "zombies=0 ") {
+					break
+				}
+			}
+			if !strings.Contains(out, "zombies=0 ") {
+				t.Errorf("orphans not reaped: %s", out)
+			}
+			if !strings.Contains(out, "init="+tc.init) {
+				t.Errorf("the init is not %s: %s", tc.init, out)
+			}
+		})
 	}
 }

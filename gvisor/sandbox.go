@@ -156,7 +156,7 @@ func (s *Sandbox) prepare(exe string) error {
 		Files: []string{initPath[1:]}, MaskDirs: masks.dirs, MaskFiles: masks.files, EmptyFile: empty,
 	}
 	reaper := ""
-	if elf := reaperELF(); elf != nil {
+	if elf := reaperELF(); elf != nil && !s.cfg.helperInit {
 		reaper = filepath.Join(s.dir, "reaper")
 		if err := os.WriteFile(reaper, elf, 0o555); err != nil {
 			return fmt.Errorf("write the init: %w", err)

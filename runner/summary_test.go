@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/runner/credentials"
 )
 
@@ -38,5 +39,30 @@ func TestWriteCredentials(t *testing.T) {
 				t.Errorf("got\n%s\nwant\n%s", got, want)
 			}
 		})
+	}
+}
+
+// The platform line says which platform ran and why, and each start
+// that failed, on lines a job's text cannot break.
+func TestWritePlatform(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		platform string
+		reason   string
+		attempts []attest.PlatformAttempt
+		want     string
+	}{
+		{"no sandbox", "", "", nil, ""},
+		{"no kvm", "systrap", "kvm unusable: open /dev/kvm: no such file or directory", []attest.PlatformAttempt{{Platform: "systrap"}},
+			"platform: systrap (kvm unusable: open /dev/kvm: no such file or directory)\n"},
+		{"fallback", "systrap", "the sandbox did not boot on kvm (x), so it was created again on systrap",
+			[]attest.PlatformAttempt{{Platform: "kvm", Error: "cannot create sandbox\x1b[2J"}, {Platform: "systrap"}},
+			"platform: systrap (the sandbox did not boot on kvm (x), so it was created again on systrap)\n  start on kvm failed: cannot create sandbox?[2J\n"},
+	} {
+		var b strings.Builder
+		WritePlatform(&b, tc.platform, tc.reason, tc.attempts)
+		if b.String() != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, b.String(), tc.want)
+		}
 	}
 }

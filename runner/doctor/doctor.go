@@ -280,6 +280,9 @@ func checkStateDir(dir string, workspaces []string) Check {
 	if err != nil {
 		return bad(Fail, name, err.Error(), "")
 	}
+	if err := gvisor.CheckStateRoot(dir); err != nil {
+		return bad(Fail, name, err.Error(), "use a shorter path")
+	}
 	for _, ws := range workspaces {
 		if w, err := resolved(ws); err == nil && paths.Within(real, w) {
 			return bad(Fail, name, "inside the workspace "+ws+": a job could change its own state", "give airlock a state directory outside every workspace (--state-dir, AIRLOCK_HOOK_DIR)")

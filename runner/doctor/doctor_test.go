@@ -188,3 +188,12 @@ func TestCheckNode(t *testing.T) {
 		}
 	}
 }
+
+// A state directory whose path leaves no room for a job's monitoring
+// socket fails, before any job meets "bind: invalid argument".
+func TestStateDirTooLong(t *testing.T) {
+	long := filepath.Join(t.TempDir(), strings.Repeat("d", 90))
+	if c := checkStateDir(long, nil); c.Status != Fail || !strings.Contains(c.Detail, "too long") {
+		t.Errorf("%+v", c)
+	}
+}
