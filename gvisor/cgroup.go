@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // cgroupRoot is where the host mounts its cgroup hierarchies.
@@ -127,4 +130,174 @@ func (c cgroups) remove() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// On a pure cgroup v2 host (the unified hierarchy alone at
+// /sys/fs/cgroup) runsc is given an absolute cgroupsPath, prepared by
+// airlock first, because runsc's own handling of a relative one puts the
+// cgroup beside airlock's (not below it) and enables no controller on
+// the way. Three rules of cgroup v2 shape what airlock does:
+//
+//   - A controller is usable in a cgroup only if every ancestor enables it
+//     in cgroup.subtree_control. airlock enables memory, pids and cpu down
+//     its own path, and says in one line which one it cannot enable and
+//     how to delegate it.
+//   - A cgroup other than the root that holds processes cannot enable
+//     controllers for its children ("no internal processes"). When
+//     airlock's own cgroup holds processes (a service's cgroup, the root
+//     of a container's cgroup namespace), airlock first moves them all
+//     into a leaf, airlockLeaf, as nesting container runtimes do.
+//   - The job's cgroup is below airlock's own (the service's, not the
+//     leaf's), so that limits on the runner's service bound its jobs too.
+//
+// runsc then creates the job's cgroup itself, writes its limits, and
+// removes it; airlock removes it too on every path (cgroups.remove).
+
+// airlockLeaf is the leaf cgroup that a v2 cgroup's processes are moved
+// into so that its children may have controllers.
+const airlockLeaf = "airlock-leaf"
+
+// v2Controllers are the controllers the sandbox's limits need on v2:
+// memory (--memory), pids (--pids) and cpu (--cpus).
+var v2Controllers = []string{"memory", "pids", "cpu"}
+
+// unifiedOnly reports whether /sys/fs/cgroup is the cgroup v2 hierarchy
+// alone.
+func unifiedOnly() bool {
+	var st unix.Statfs_t
+	return unix.Statfs(cgroupRoot, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
+}
+
+// jobCgroup returns the cgroupsPath to give runsc for the job's sandbox
+// and the host directories it will make, preparing the hierarchy on v2.
+func jobCgroup(id string) (string, cgroups, error) {
+	name := "airlock-" + id
+	if !unifiedOnly() {
+		// v1 and hybrid: relative, which runsc nests under airlock's own
+		// cgroup in every hierarchy.
+		return name, cgroupsFor(name), nil
+	}
+	parent, err := prepareV2(cgroupRoot, ownV2Cgroup(), v2Controllers)
+	if err != nil {
+		return "", cgroups{}, err
+	}
+	path := filepath.Join(parent, name)
+	return path, cgroups{dirs: []string{filepath.Join(cgroupRoot, path)}}, nil
+}
+
+// ownV2Cgroup is this process's cgroup in the unified hierarchy ("/" when
+// unknown), as /proc/self/cgroup's "0::" line gives it.
+func ownV2Cgroup() string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "/"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok && strings.HasPrefix(p, "/") {
+			return filepath.Clean(p)
+		}
+	}
+	return "/"
+}
+
+// prepareV2 makes the cgroup own (a path in the hierarchy mounted at
+// mount) ready to hold job cgroups with the given controllers, and
+// returns the path they go below: own, or own's parent when own is
+// airlock's leaf already.
+func prepareV2(mount, own string, controllers []string) (string, error) {
+	parent := own
+	if filepath.Base(own) == airlockLeaf {
+		parent = filepath.Dir(own)
+	}
+	dir := filepath.Join(mount, parent)
+	// The hierarchy's real root may hold processes and still enable
+	// controllers; it has no cgroup.type. Any other cgroup, the root of a
+	// cgroup namespace included, may not.
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.type")); err == nil {
+		if err := moveIntoLeaf(dir); err != nil {
+			return "", err
+		}
+	}
+	if err := enableDown(mount, parent, controllers); err != nil {
+		return "", err
+	}
+	return parent, nil
+}
+
+// moveIntoLeaf moves every process of the cgroup dir into its leaf
+// child, until none is left (a process may fork meanwhile).
+func moveIntoLeaf(dir string) error {
+	procs := func() []string {
+		b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		return strings.Fields(string(b))
+	}
+	if len(procs()) == 0 {
+		return nil
+	}
+	leaf := filepath.Join(dir, airlockLeaf)
+	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("cgroup v2: create the leaf %s for the processes of airlock's cgroup (a cgroup with processes cannot give its children controllers): %w", leaf, err)
+	}
+	for round := 0; round < 50; round++ {
+		pids := procs()
+		if len(pids) == 0 {
+			return nil
+		}
+		for _, pid := range pids {
+			err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(pid), 0)
+			if err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("cgroup v2: move process %s of %s into %s: %w (is the cgroup file system read-only? a container needs it writable)", pid, dir, leaf, err)
+			}
+		}
+	}
+	return fmt.Errorf("cgroup v2: %s keeps gaining processes; cannot empty it into %s", dir, leaf)
+}
+
+// enableDown enables each controller in the cgroup.subtree_control of
+// every cgroup from the hierarchy's root down to path, where it is not
+// enabled yet.
+func enableDown(mount, path string, controllers []string) error {
+	dirs := []string{mount}
+	cur := mount
+	for _, e := range strings.Split(strings.Trim(path, "/"), "/") {
+		if e != "" {
+			cur = filepath.Join(cur, e)
+			dirs = append(dirs, cur)
+		}
+	}
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.subtree_control"))
+		if err != nil {
+			return fmt.Errorf("cgroup v2: %w", err)
+		}
+		on := strings.Fields(string(b))
+		for _, c := range controllers {
+			if slices.Contains(on, c) {
+				continue
+			}
+			if err := os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), []byte("+"+c), 0); err != nil {
+				return delegationError(mount, d, c, err)
+			}
+		}
+	}
+	return nil
+}
+
+// delegationError says in one line which controller airlock cannot
+// enable where, and how to delegate it.
+func delegationError(mount, dir, controller string, err error) error {
+	at := strings.TrimPrefix(dir, mount)
+	if at == "" {
+		at = "/"
+	}
+	why := err.Error()
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		why = "its parent does not delegate it"
+	case errors.Is(err, unix.EBUSY):
+		why = "that cgroup holds processes"
+	case errors.Is(err, unix.EROFS), errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+		why = "the cgroup file system is not writable here"
+	}
+	return fmt.Errorf("%w: cgroup v2: cannot enable the %s controller for the cgroups below %s (%s), which the job's limits need: delegate it to the runner (systemd: Delegate=yes in the runner's service; a container: a writable cgroup namespace with the controller enabled)", ErrStartFailure, controller, at, why)
 }

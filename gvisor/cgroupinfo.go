@@ -17,11 +17,14 @@ type CgroupInfo struct {
 	// memory hierarchy's on v1.
 	Cgroup string `json:"cgroup"`
 	// Available and Missing split the controllers the sandbox's limits
-	// need (memory, pids, cpu) by whether airlock's cgroup has them: on
-	// v1 a hierarchy mounted for each, on v2 each in the cgroup.controllers
-	// of airlock's cgroup (enabled in every ancestor's subtree_control).
+	// need (memory, pids, cpu) by whether jobs can have them: on v1 a
+	// hierarchy mounted for each; on v2 each in the hierarchy's root
+	// cgroup.controllers, which airlock enables down to its own cgroup.
 	Available []string `json:"available"`
 	Missing   []string `json:"missing"`
+	// Delegated (v2) are the controllers enabled for airlock's cgroup
+	// now (its cgroup.controllers).
+	Delegated []string `json:"delegated,omitempty"`
 }
 
 // limitControllers are the controllers behind the sandbox's limits:
@@ -74,10 +77,12 @@ func cgroupInfo(mountinfo, self string, read func(string) ([]byte, error)) Cgrou
 		switch {
 		case info.Layout == "v2" && parts[0] == "0" && ctrls == "":
 			info.Cgroup = path
-			b, _ := read(filepath.Join(cgroupRoot, path, "cgroup.controllers"))
+			b, _ := read(filepath.Join(cgroupRoot, "cgroup.controllers"))
 			for _, c := range strings.Fields(string(b)) {
 				have[c] = true
 			}
+			b, _ = read(filepath.Join(cgroupRoot, path, "cgroup.controllers"))
+			info.Delegated = strings.Fields(string(b))
 		case info.Layout == "v1" || info.Layout == "hybrid":
 			for _, c := range strings.Split(ctrls, ",") {
 				have[c] = true

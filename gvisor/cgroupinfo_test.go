@@ -19,12 +19,15 @@ func TestCgroupInfo(t *testing.T) {
 		v2Mounts   = "30 22 0:27 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw,nsdelegate\n"
 		v2Self     = "0::/system.slice/runner.service\n"
 	)
-	controllers := func(have string) func(string) ([]byte, error) {
+	controllers := func(root string) func(string) ([]byte, error) {
 		return func(path string) ([]byte, error) {
-			if path != "/sys/fs/cgroup/system.slice/runner.service/cgroup.controllers" {
-				return nil, errors.New("no such file")
+			switch path {
+			case "/sys/fs/cgroup/cgroup.controllers":
+				return []byte(root + "\n"), nil
+			case "/sys/fs/cgroup/system.slice/runner.service/cgroup.controllers":
+				return []byte("memory\n"), nil
 			}
-			return []byte(have + "\n"), nil
+			return nil, errors.New("no such file")
 		}
 	}
 	for _, tc := range []struct {
@@ -37,7 +40,7 @@ func TestCgroupInfo(t *testing.T) {
 		{"hybrid (these machines)", hybridMounts, hybridSelf, controllers(""), "hybrid", "/runner", []string{"memory", "pids", "cpu"}, nil},
 		{"v1 without pids", "30 22 0:27 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n31 30 0:28 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n", "4:memory:/\n", controllers(""), "v1", "/", []string{"memory"}, []string{"pids", "cpu"}},
 		{"v2, all delegated", v2Mounts, v2Self, controllers("cpuset cpu io memory pids"), "v2", "/system.slice/runner.service", []string{"memory", "pids", "cpu"}, nil},
-		{"v2, pids not delegated", v2Mounts, v2Self, controllers("cpu memory"), "v2", "/system.slice/runner.service", []string{"memory", "cpu"}, []string{"pids"}},
+		{"v2, no pids at the root", v2Mounts, v2Self, controllers("cpu memory"), "v2", "/system.slice/runner.service", []string{"memory", "cpu"}, []string{"pids"}},
 		{"none", "22 1 0:20 / /sys rw - sysfs sysfs rw\n", "", controllers(""), "none", "", nil, []string{"memory", "pids", "cpu"}},
 	} {
 		got := cgroupInfo(tc.mounts, tc.self, tc.read)

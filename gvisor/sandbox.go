@@ -178,11 +178,15 @@ func (s *Sandbox) prepare(exe string) error {
 	if err != nil {
 		return err
 	}
+	cgPath, cg, err := jobCgroup(s.cfg.ID)
+	if err != nil {
+		return err
+	}
+	spec.Linux.CgroupsPath, s.cg = cgPath, cg
 	spec.Mounts = append(spec.Mounts, fileMounts...)
 	if err := writeBundle(s.dir, plan, spec); err != nil {
 		return err
 	}
-	s.cg = cgroupsFor("airlock-" + s.cfg.ID)
 	own := owner{ID: s.cfg.ID, PID: os.Getpid(), Created: time.Now().UTC(), Workspace: s.cfg.Workspace, UID: s.cfg.User.UID, Cgroups: s.cg.dirs}
 	if err := writeJSON(filepath.Join(s.dir, "owner.json"), own); err != nil {
 		return err

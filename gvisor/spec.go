@@ -69,10 +69,10 @@ func buildSpec(c Config, skeleton, exe, reaper, emptyFile string) (*specs.Spec, 
 				{Type: specs.MountNamespace},
 				{Type: specs.NetworkNamespace, Path: c.NetNS},
 			},
-			// Relative: nested under airlock's own cgroup, so a runner
-			// host's limits on airlock also bound its sandboxes.
-			CgroupsPath: "airlock-" + c.ID,
-			Resources:   resources(c.Limits),
+			// CgroupsPath is set by the caller (jobCgroup): below
+			// airlock's own cgroup, so that a runner host's limits on
+			// airlock also bound its sandboxes.
+			Resources: resources(c.Limits),
 		},
 	}
 	spec.Mounts = append(spec.Mounts, bindMounts(c.Mounts)...)

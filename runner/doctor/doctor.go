@@ -181,12 +181,15 @@ func checkCgroups(context.Context, Options) []Check {
 		where = "/"
 	}
 	detail := fmt.Sprintf("%s layout, airlock's cgroup %s; controllers for the limits: %s", info.Layout, where, orNone(info.Available))
+	if info.Layout == "v2" {
+		detail += fmt.Sprintf(" (at the root; enabled for airlock's cgroup now: %s; airlock enables the rest down its path, and moves its cgroup's processes into a leaf, %s, when that cgroup holds them)", orNone(info.Delegated), "airlock-leaf")
+	}
 	switch {
 	case info.Layout == "none":
 		return []Check{bad(Fail, "cgroups", "no cgroup file system at /sys/fs/cgroup", "mount cgroup2 at /sys/fs/cgroup (or the v1 hierarchies)")}
 	case len(info.Missing) > 0 && info.Layout == "v2":
-		return []Check{bad(Warn, "cgroups", detail+"; missing: "+strings.Join(info.Missing, ", "),
-			"enable them in every ancestor's cgroup.subtree_control down to airlock's cgroup (systemd: Delegate=yes in the runner's unit); without them a job's limits do not hold")}
+		return []Check{bad(Fail, "cgroups", detail+"; missing: "+strings.Join(info.Missing, ", "),
+			"the hierarchy airlock sees lacks them: on a host, enable them at the root; in a container, delegate them to its cgroup namespace (systemd: Delegate=yes in the runner's unit)")}
 	case len(info.Missing) > 0:
 		return []Check{bad(Warn, "cgroups", detail+"; not mounted: "+strings.Join(info.Missing, ", "), "mount the v1 hierarchies of the missing controllers under /sys/fs/cgroup; without them a job's limits do not hold")}
 	}
