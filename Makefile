@@ -6,7 +6,7 @@ GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 VERSION    ?= dev
 LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(GIT_COMMIT)
 
-.PHONY: build sample onboard-sample test vet bench clean
+.PHONY: build sample onboard-sample test vm-test vet bench clean
 
 build:
 	go build -ldflags "$(LDFLAGS)" -o bin/airlock ./cmd/airlock
@@ -24,6 +24,12 @@ onboard-sample:
 # tests (fork and memory bombs) are steadier without a neighbour.
 test:
 	go test -p 1 -count=1 -timeout 30m $(GOTESTFLAGS) ./...
+
+# The cgroup v2 host test: a disposable VM (qemu, TCG) on Debian 12's
+# kernel with cgroup v1 off runs jobs in every layout users' hosts have
+# (testdata/cgroupv2-vm). Needs root and a static bin/airlock.
+vm-test: build
+	sh testdata/cgroupv2-vm/run.sh
 
 # gofmt, go vet, and the static builds for both architectures runners
 # have (amd64, and arm64 for Graviton and Ampere hosts).

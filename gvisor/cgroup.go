@@ -139,9 +139,9 @@ func (c cgroups) remove() error {
 // the way. Three rules of cgroup v2 shape what airlock does:
 //
 //   - A controller is usable in a cgroup only if every ancestor enables it
-//     in cgroup.subtree_control. airlock enables memory, pids and cpu down
-//     its own path, and says in one line which one it cannot enable and
-//     how to delegate it.
+//     in cgroup.subtree_control. airlock enables those a job needs
+//     (v2Controllers) down its own path, and says in one line which one it
+//     cannot enable and how to delegate it.
 //   - A cgroup other than the root that holds processes cannot enable
 //     controllers for its children ("no internal processes"). When
 //     airlock's own cgroup holds processes (a service's cgroup, the root
@@ -157,9 +157,11 @@ func (c cgroups) remove() error {
 // into so that its children may have controllers.
 const airlockLeaf = "airlock-leaf"
 
-// v2Controllers are the controllers the sandbox's limits need on v2:
-// memory (--memory), pids (--pids) and cpu (--cpus).
-var v2Controllers = []string{"memory", "pids", "cpu"}
+// v2Controllers are the controllers a job's cgroup needs on v2: memory
+// (--memory), pids (--pids) and cpu (--cpus) for the limits, and cpuset
+// and io because runsc's cgroup v2 code refuses a cgroup without them
+// ("mandatory cgroup controller", runsc/cgroup/cgroup_v2.go: Update).
+var v2Controllers = []string{"cpuset", "cpu", "io", "memory", "pids"}
 
 // unifiedOnly reports whether /sys/fs/cgroup is the cgroup v2 hierarchy
 // alone.
@@ -299,5 +301,5 @@ func delegationError(mount, dir, controller string, err error) error {
 	case errors.Is(err, unix.EROFS), errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
 		why = "the cgroup file system is not writable here"
 	}
-	return fmt.Errorf("%w: cgroup v2: cannot enable the %s controller for the cgroups below %s (%s), which the job's limits need: delegate it to the runner (systemd: Delegate=yes in the runner's service; a container: a writable cgroup namespace with the controller enabled)", ErrStartFailure, controller, at, why)
+	return fmt.Errorf("%w: cgroup v2: cannot enable the %s controller for the cgroups below %s (%s), which a job's cgroup needs: delegate it to the runner (systemd: Delegate=yes in the runner's service; a container: a writable cgroup namespace with the controller enabled)", ErrStartFailure, controller, at, why)
 }

@@ -16,10 +16,11 @@ type CgroupInfo struct {
 	// Cgroup is airlock's own cgroup: the unified one's on v2, the
 	// memory hierarchy's on v1.
 	Cgroup string `json:"cgroup"`
-	// Available and Missing split the controllers the sandbox's limits
-	// need (memory, pids, cpu) by whether jobs can have them: on v1 a
-	// hierarchy mounted for each; on v2 each in the hierarchy's root
-	// cgroup.controllers, which airlock enables down to its own cgroup.
+	// Available and Missing split the controllers a job's cgroup needs
+	// (memory, pids, cpu; on v2 also cpuset and io, see v2Controllers) by
+	// whether jobs can have them: on v1 a hierarchy mounted for each; on
+	// v2 each in the hierarchy's root cgroup.controllers, which airlock
+	// enables down to its own cgroup.
 	Available []string `json:"available"`
 	Missing   []string `json:"missing"`
 	// Delegated (v2) are the controllers enabled for airlock's cgroup
@@ -92,7 +93,11 @@ func cgroupInfo(mountinfo, self string, read func(string) ([]byte, error)) Cgrou
 			}
 		}
 	}
-	for _, c := range limitControllers {
+	need := limitControllers
+	if info.Layout == "v2" {
+		need = v2Controllers
+	}
+	for _, c := range need {
 		if have[c] {
 			info.Available = append(info.Available, c)
 		} else {

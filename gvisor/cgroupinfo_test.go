@@ -39,8 +39,8 @@ func TestCgroupInfo(t *testing.T) {
 	}{
 		{"hybrid (these machines)", hybridMounts, hybridSelf, controllers(""), "hybrid", "/runner", []string{"memory", "pids", "cpu"}, nil},
 		{"v1 without pids", "30 22 0:27 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n31 30 0:28 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n", "4:memory:/\n", controllers(""), "v1", "/", []string{"memory"}, []string{"pids", "cpu"}},
-		{"v2, all delegated", v2Mounts, v2Self, controllers("cpuset cpu io memory pids"), "v2", "/system.slice/runner.service", []string{"memory", "pids", "cpu"}, nil},
-		{"v2, no pids at the root", v2Mounts, v2Self, controllers("cpu memory"), "v2", "/system.slice/runner.service", []string{"memory", "cpu"}, []string{"pids"}},
+		{"v2, all delegated", v2Mounts, v2Self, controllers("cpuset cpu io memory pids"), "v2", "/system.slice/runner.service", []string{"cpuset", "cpu", "io", "memory", "pids"}, nil},
+		{"v2, no io or pids at the root", v2Mounts, v2Self, controllers("cpuset cpu memory"), "v2", "/system.slice/runner.service", []string{"cpuset", "cpu", "memory"}, []string{"io", "pids"}},
 		{"none", "22 1 0:20 / /sys rw - sysfs sysfs rw\n", "", controllers(""), "none", "", nil, []string{"memory", "pids", "cpu"}},
 	} {
 		got := cgroupInfo(tc.mounts, tc.self, tc.read)

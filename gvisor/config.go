@@ -190,8 +190,23 @@ func checkSocketRoom(stateRoot, id string) error {
 }
 
 // CheckStateRoot says why jobs cannot keep their state under root, or
-// nil: for airlock doctor.
-func CheckStateRoot(root string) error { return checkSocketRoom(root, newID()) }
+// nil: its path leaves no room for a job's socket, or it lies inside one
+// of workspaces, where a job could change it. For airlock doctor.
+func CheckStateRoot(root string, workspaces ...string) error {
+	if err := checkSocketRoom(root, newID()); err != nil {
+		return err
+	}
+	state, err := resolvedPath(root)
+	if err != nil {
+		return fmt.Errorf("state root: %w", err)
+	}
+	for _, ws := range workspaces {
+		if w, err := resolvedPath(ws); err == nil && paths.Within(state, w) {
+			return fmt.Errorf("%w: the state directory %s is inside the workspace %s: a job could change its own state", ErrInvalidConfig, root, ws)
+		}
+	}
+	return nil
+}
 
 // validID reports whether id is safe as a path element and runsc container id.
 func validID(id string) bool {

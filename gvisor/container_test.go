@@ -295,10 +295,16 @@ func TestContainerSharedLoopback(t *testing.T) {
 				if res.ExitCode != 0 || out != "from-job" {
 					t.Fatalf("container fetched %q (stderr %q, %+v)", out, errOut, res)
 				}
-				// The sandbox's monitoring sees the container's connects.
-				if !slices.ContainsFunc(sb.Record().Connects, func(c monitor.Connect) bool {
-					return c.Address == "127.0.0.1" && c.Port == 18081
-				}) {
+				// The sandbox's monitoring sees the container's connects
+				// (its events arrive on their own socket: wait for them).
+				seen := func() bool {
+					return slices.ContainsFunc(sb.Record().Connects, func(c monitor.Connect) bool {
+						return c.Address == "127.0.0.1" && c.Port == 18081
+					})
+				}
+				for end := time.Now().Add(10 * time.Second); !seen() && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+				}
+				if !seen() {
 					t.Errorf("the container's connect is not in the record: %+v", sb.Record().Connects)
 				}
 				return

@@ -73,7 +73,7 @@ timeout 1500 qemu-system-x86_64 -machine q35 -accel tcg -cpu max -smp 2 -m 4096 
   -nographic -no-reboot -nic none -serial stdio -monitor none > "$work/console.log" 2>&1 || status=$?
 echo "vm: finished in $(( $(date +%s) - start )) s (qemu exit $status)"
 tr -d '\r' < "$work/console.log" > "$top/bin/vm-console.log"
-grep -a '^VMCHECK\|^VMINFO' "$top/bin/vm-console.log" || true
+grep -a '^VMCHECK\|^VMINFO\|^VMBENCH' "$top/bin/vm-console.log" || true
 if ! grep -aq '^VMDONE' "$work/console.log"; then
   echo "vm: the checks did not finish; the end of the console:" >&2
   tail -n 40 "$work/console.log" | tr -d '\r' >&2
