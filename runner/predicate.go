@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/runner/egress/rules"
 )
 
@@ -241,18 +242,11 @@ func summarize(ds []rules.Decision) []attest.EgressSummary {
 	return out
 }
 
-// clip bounds a one-line string from the job to n bytes (cut at a rune
-// boundary), marking the cut; clipText does the same for text of several
+// clip bounds a one-line string from the job to n bytes (never half a
+// character: textsafe.Clip), marking the cut; clipText does the same for text of several
 // lines, with the mark on a line of its own.
-func clip(s string, n int) string     { return cut(s, n, "...") }
-func clipText(s string, n int) string { return cut(s, n, "\n... (cut)") }
-
-func cut(s string, n int, mark string) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + mark
-}
+func clip(s string, n int) string     { return textsafe.Clip(s, n, "...") }
+func clipText(s string, n int) string { return textsafe.Clip(s, n, "\n... (cut)") }
 
 // shortRule drops what a decision row says anyway: "egress.allow[0]
 // (proxy.golang.org)" is "allow[0]" next to the name.

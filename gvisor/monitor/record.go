@@ -12,6 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 	pb "gvisor.dev/gvisor/pkg/sentry/seccheck/points/points_go_proto"
+
+	"github.com/airlock-ci/airlock/internal/textsafe"
 )
 
 // Bounds on what one record keeps. They are deliberately generous for a CI
@@ -272,20 +274,13 @@ func (r *Record) addOpen(m *pb.Open) {
 		}
 		p = path.Join(base, p)
 	}
-	w := WriteRefused{Time: eventTime(cd), PID: cd.GetThreadGroupId(), Path: truncatePath(path.Clean(p))}
+	w := WriteRefused{Time: eventTime(cd), PID: cd.GetThreadGroupId(), Path: textsafe.Clip(path.Clean(p), maxPathLen, "")}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.snap.WritesRefused) >= maxRefused {
 		return
 	}
 	r.snap.WritesRefused = append(r.snap.WritesRefused, w)
-}
-
-func truncatePath(p string) string {
-	if len(p) > maxPathLen {
-		return p[:maxPathLen]
-	}
-	return p
 }
 
 func eventTime(cd *pb.ContextData) time.Time {
@@ -302,7 +297,7 @@ func (r *Record) addExec(m *pb.ExecveInfo) {
 		PID:    cd.GetThreadGroupId(),
 		PPID:   cd.GetParentThreadGroupId(),
 		UID:    cd.GetCredentials().GetEffectiveUid(),
-		Binary: truncate(m.GetBinaryPath(), maxPathLen),
+		Binary: textsafe.Clip(m.GetBinaryPath(), maxPathLen, ""),
 	}
 	e.Argv, e.ArgvTruncated = boundArgv(m.GetArgv())
 	if h := m.GetBinarySha256(); len(h) == 32 {
@@ -410,19 +405,12 @@ func parseSockaddr(b []byte) (family, addr string, port int) {
 			}
 		}
 		if len(path) > 0 && path[0] == 0 {
-			return "unix", "@" + truncate(string(path[1:]), maxPathLen), 0
+			return "unix", "@" + textsafe.Clip(string(path[1:]), maxPathLen, ""), 0
 		}
-		return "unix", truncate(string(path), maxPathLen), 0
+		return "unix", textsafe.Clip(string(path), maxPathLen, ""), 0
 	default:
 		return fmt.Sprintf("family %d", fam), "", 0
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }
 
 // boundArgv keeps at most maxArgs arguments of at most maxArgLen bytes each

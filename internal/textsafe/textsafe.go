@@ -6,7 +6,10 @@
 // Layer: the bottom (see internal/layers); imports nothing of airlock's.
 package textsafe
 
-import "strings"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // Control reports a rune that must not reach a log or a terminal as is:
 // C0 and C1 controls, DEL, line and paragraph separators, bidi overrides
@@ -34,4 +37,24 @@ func Lines(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// Clip bounds s to n bytes and marks the cut with mark (added after the
+// kept bytes): the one place text is cut short. It never cuts a UTF-8
+// character in half: a cut that would fall inside one falls before it.
+// Bytes that are not UTF-8 are kept as they are (cut where they fall).
+func Clip(s string, n int, mark string) string {
+	if len(s) <= n {
+		return s
+	}
+	n = max(n, 0)
+	i := n
+	// s[n] continues a character that began at most three bytes before.
+	for back := 0; i > 0 && back < utf8.UTFMax-1 && !utf8.RuneStart(s[i]); back++ {
+		i--
+	}
+	if !utf8.RuneStart(s[i]) {
+		i = n // no character begins near the cut: not UTF-8 there
+	}
+	return s[:i] + mark
 }

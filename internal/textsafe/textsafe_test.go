@@ -20,3 +20,27 @@ func TestLine(t *testing.T) {
 		t.Errorf("Lines = %q", got)
 	}
 }
+
+// Clip keeps at most n bytes and never half a character.
+func TestClip(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		n    int
+		mark string
+		want string
+	}{
+		{"short", 10, "...", "short"},
+		{"exactly", 7, "...", "exactly"},
+		{"abcdef", 3, "...", "abc..."},
+		{"abcdef", 3, "", "abc"},
+		{"héllo", 2, "…", "h…"},                   // é is 2 bytes: not cut in half
+		{"a😀b", 3, "", "a"},                       // a 4-byte character at the cut
+		{"a😀b", 5, "", "a😀"},                      // the character fits
+		{"ab\xff\xfe\xfdcd", 4, "", "ab\xff\xfe"}, // not UTF-8: a byte cut
+		{"abc", -1, "!", "!"},
+	} {
+		if got := Clip(tc.s, tc.n, tc.mark); got != tc.want {
+			t.Errorf("Clip(%q, %d, %q) = %q, want %q", tc.s, tc.n, tc.mark, got, tc.want)
+		}
+	}
+}

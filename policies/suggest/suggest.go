@@ -135,7 +135,7 @@ func Suggest(runs []Run, o Options) (Result, error) {
 	repos := map[string]bool{}
 	for _, r := range runs {
 		if a := r.Predicate.Policy.Agent; a != nil && a.Agent && !o.AgentRuns {
-			res.Notes = append(res.Notes, fmt.Sprintf("%s left out: a pull request detected as agent work (%s); what an agent tried to reach is no evidence of what the repository needs", textsafe.Line(r.Name), textsafe.Line(clip(a.Reason, 120))))
+			res.Notes = append(res.Notes, fmt.Sprintf("%s left out: a pull request detected as agent work (%s); what an agent tried to reach is no evidence of what the repository needs", textsafe.Line(r.Name), textsafe.Line(textsafe.Clip(a.Reason, 120, "..."))))
 			continue
 		}
 		repos[r.Predicate.Job.Repository] = true
@@ -220,7 +220,7 @@ func attempts(run int, p attest.Predicate, skipped map[string]int) []attempt {
 		case d.Method != "" && !slices.Contains(schemaMethods, d.Method):
 			// A rule naming methods cannot name this one, and one
 			// without methods would allow them all.
-			skipped["a request method no rule can name ("+clip(textsafe.Line(d.Method), 16)+")"]++
+			skipped["a request method no rule can name ("+textsafe.Clip(textsafe.Line(d.Method), 16, "...")+")"]++
 			continue
 		case d.Method != "" && d.Path != "":
 			// Plain HTTP: direct, through the proxy, inside a CONNECT
@@ -258,7 +258,7 @@ func category(rule string) string {
 	case r == "":
 		return "an unnamed check"
 	default:
-		return textsafe.Line(clip(r, 40))
+		return textsafe.Line(textsafe.Clip(r, 40, "..."))
 	}
 }
 
@@ -535,7 +535,7 @@ func (r Rule) comment() []string {
 			}
 			return r
 		}, textsafe.Line(l))
-		lines[i] = "// " + clip(l, 300)
+		lines[i] = "// " + textsafe.Clip(l, 300, "...")
 	}
 	return lines
 }
@@ -546,13 +546,6 @@ func listOf(items []string) string {
 		return strings.Join(items, ", ")
 	}
 	return strings.Join(items[:5], ", ") + fmt.Sprintf(" and %d more", len(items)-5)
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "..."
 }
 
 // execsByPID lists each pid's execs in time order.

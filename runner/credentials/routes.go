@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/airlock-ci/airlock/internal/textsafe"
 )
 
 // Where each credential belongs (from the sources of actions/toolkit and
@@ -426,7 +428,7 @@ func (v *Vault) Request(host string, port int, method string, u *url.URL, h http
 		return Decision{Route: route, Rule: rule, Reason: reason, Suggest: suggest}
 	}
 	if len(carried) > 0 && !plainPath(u) {
-		return refuse("path", "credentials", fmt.Sprintf("the request carries the job's credentials to a path that is not in plain form (%q: a doubled slash, a dot segment or an encoded separator), which airlock will not classify", truncate(u.EscapedPath(), 200)), "send the request to the path itself")
+		return refuse("path", "credentials", fmt.Sprintf("the request carries the job's credentials to a path that is not in plain form (%q: a doubled slash, a dot segment or an encoded separator), which airlock will not classify", textsafe.Clip(u.EscapedPath(), 200, "...")), "send the request to the path itself")
 	}
 	r, onRoute := v.classify(host, port, method, u)
 	if !onRoute {
@@ -481,13 +483,6 @@ func plainPath(u *url.URL) bool {
 		}
 	}
 	return !strings.HasSuffix(raw, "/.") && !strings.HasSuffix(raw, "/..") && raw != "." && raw != ".."
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
 }
 
 // in reports whether a placeholder of c is in any header value of h

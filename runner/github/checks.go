@@ -6,6 +6,8 @@ import (
 	"time"
 
 	gh "github.com/google/go-github/v60/github"
+
+	"github.com/airlock-ci/airlock/internal/textsafe"
 )
 
 // CheckName is the check run airlock reports as.
@@ -57,7 +59,7 @@ func (c *Client) CompleteCheck(ctx context.Context, owner, repo string, id int64
 	defer cancel()
 	batches := batch(r.Annotations)
 	out := func(anns []*gh.CheckRunAnnotation) *gh.CheckRunOutput {
-		return &gh.CheckRunOutput{Title: gh.String(r.Title), Summary: gh.String(cut(r.Summary)), Text: gh.String(cut(r.Text)), Annotations: anns}
+		return &gh.CheckRunOutput{Title: gh.String(r.Title), Summary: gh.String(textsafe.Clip(r.Summary, maxSummary-20, "\n\n(cut)")), Text: gh.String(textsafe.Clip(r.Text, maxSummary-20, "\n\n(cut)")), Annotations: anns}
 	}
 	first := []*gh.CheckRunAnnotation{}
 	if len(batches) > 0 {
@@ -92,11 +94,4 @@ func batch(anns []Annotation) [][]*gh.CheckRunAnnotation {
 		out = append(out, b)
 	}
 	return out
-}
-
-func cut(s string) string {
-	if len(s) > maxSummary {
-		return s[:maxSummary-20] + "\n\n(cut)"
-	}
-	return s
 }

@@ -468,7 +468,7 @@ func lineOf(data []byte, prefix string) int {
 func toolFindings(p string, old, new []byte) []Finding {
 	after, parsed, err := toolsOf(p, new)
 	if err != nil {
-		return []Finding{{Path: p, Kind: KindUnparsable, Reason: "agent tool config that could not be read: " + textsafe.Line(truncate(err.Error(), 200)) + "; every server, hook and setting in it is unknown"}}
+		return []Finding{{Path: p, Kind: KindUnparsable, Reason: "agent tool config that could not be read: " + textsafe.Line(textsafe.Clip(err.Error(), 200, "...")) + "; every server, hook and setting in it is unknown"}}
 	}
 	if !parsed {
 		return nil
@@ -511,14 +511,14 @@ func toolFindings(p string, old, new []byte) []Finding {
 }
 
 // nameOf is a server's, hook's or setting's name as a finding says it.
-func nameOf(name string) string { return strconv.Quote(truncate(textsafe.Line(name), 100)) }
+func nameOf(name string) string { return strconv.Quote(textsafe.Clip(textsafe.Line(name), 100, "...")) }
 
 // shown is a command line as a finding says it: one line, bounded.
 func shown(run string) string {
 	if run == "" {
 		return "nothing it names (no command or URL)"
 	}
-	return strconv.Quote(truncate(textsafe.Line(run), 300))
+	return strconv.Quote(textsafe.Clip(textsafe.Line(run), 300, "..."))
 }
 
 // agentFindings are what a change to an agent file says beyond its diff:
@@ -596,7 +596,7 @@ func instructionFindings(p string, old, new []byte) []Finding {
 		}
 		if urls := urlInLine.FindAllString(l, 3); len(urls) > 0 {
 			for j, u := range urls {
-				urls[j] = strconv.Quote(truncate(textsafe.Line(u), 120))
+				urls[j] = strconv.Quote(textsafe.Clip(textsafe.Line(u), 120, "..."))
 			}
 			what = append(what, "URLs "+strings.Join(urls, ", "))
 		}
@@ -604,7 +604,7 @@ func instructionFindings(p string, old, new []byte) []Finding {
 			continue
 		}
 		marks = append(marks, mark{rank: rank, f: Finding{Path: p, Line: i + 1, Kind: KindEscalation,
-			Reason: fmt.Sprintf("instruction for the next agent with %s: %s", strings.Join(what, " and "), strconv.Quote(truncate(textsafe.Line(strings.TrimSpace(l)), 400)))}})
+			Reason: fmt.Sprintf("instruction for the next agent with %s: %s", strings.Join(what, " and "), strconv.Quote(textsafe.Clip(textsafe.Line(strings.TrimSpace(l)), 400, "...")))}})
 	}
 	slices.SortStableFunc(marks, func(a, b mark) int { return a.rank - b.rank })
 	for i, m := range marks {

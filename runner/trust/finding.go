@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/pmezard/go-difflib/difflib"
+
+	"github.com/airlock-ci/airlock/internal/textsafe"
 )
 
 // Phases of a finding.
@@ -141,7 +143,7 @@ func Compare(before, after *Snapshot, set *Set) []Finding {
 				if added := missingFrom(a.config, b.config); len(added) > 0 {
 					reason = "git config keys added or changed by the job: " + strings.Join(added, "; ")
 				}
-				f = &Finding{Path: p, Category: a.Category, Kind: KindModified, Reason: truncate(reason, 1000)}
+				f = &Finding{Path: p, Category: a.Category, Kind: KindModified, Reason: textsafe.Clip(reason, 1000, "...")}
 			}
 		case b.Facts != nil && a.Facts != nil:
 			// What matters of the file counts (scripts, driver lines,
@@ -278,7 +280,7 @@ func factsReason(before, after []string) string {
 	if len(removed) > 0 {
 		parts = append(parts, "removed "+strings.Join(removed, "; "))
 	}
-	return truncate(strings.Join(parts, "; "), 1000)
+	return textsafe.Clip(strings.Join(parts, "; "), 1000, "...")
 }
 
 func severity(action string) string {
@@ -289,11 +291,4 @@ func severity(action string) string {
 		return "warning"
 	}
 	return "notice"
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
 }

@@ -25,6 +25,7 @@ import (
 
 	mdns "github.com/miekg/dns"
 
+	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/runner/egress/rules"
 )
 
@@ -108,7 +109,7 @@ func (s *Server) handle(w mdns.ResponseWriter, req *mdns.Msg) {
 	resp.Authoritative = true
 	resp.RecursionAvailable = false
 	question := req.Question[0]
-	raw = truncate(question.Name, 255)
+	raw = textsafe.Clip(question.Name, 255, "")
 	d.Name = strings.TrimSuffix(raw, ".")
 	d.QueryType = mdns.TypeToString[question.Qtype]
 	if d.QueryType == "" {
@@ -170,11 +171,4 @@ func decide(d rules.Decision, raw string, allowed, audited bool, rcode string) r
 		d.Suggest = rules.SuggestHost(d.Name, 443)
 	}
 	return d
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/runner/egress/rules"
 )
 
@@ -59,10 +60,10 @@ func (g *Gateway) serveDirectHTTP(w http.ResponseWriter, r *http.Request) {
 	case sc.tls:
 		proto = rules.ProtoHTTPS
 	}
-	d := rules.Decision{Time: time.Now().UTC(), Protocol: proto, Name: sc.name, Address: local.Addr().String(), Port: sc.port, Method: r.Method, Path: truncate(r.URL.Path, 512), Client: r.RemoteAddr}
+	d := rules.Decision{Time: time.Now().UTC(), Protocol: proto, Name: sc.name, Address: local.Addr().String(), Port: sc.port, Method: r.Method, Path: textsafe.Clip(r.URL.Path, 512, ""), Client: r.RemoteAddr}
 	host := strings.ToLower(strings.TrimSuffix(hostOnly(r.Host), "."))
 	if host != sc.name {
-		g.refuse(w, &d, rules.Verdict{Rule: "fronting", Reason: fmt.Sprintf("HTTP Host %q does not match %s, the name this connection is for", truncate(r.Host, 255), sc.name)})
+		g.refuse(w, &d, rules.Verdict{Rule: "fronting", Reason: fmt.Sprintf("HTTP Host %q does not match %s, the name this connection is for", textsafe.Clip(r.Host, 255, ""), sc.name)})
 		return
 	}
 	g.forward(w, r, &d, sc.tls)
@@ -83,12 +84,12 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !r.URL.IsAbs() || r.URL.Scheme != "http" {
-		d.Path = truncate(r.URL.Path, 512)
+		d.Path = textsafe.Clip(r.URL.Path, 512, "")
 		g.refuse(w, &d, rules.Verdict{Rule: "proxy", Reason: "this is airlock's egress proxy: send CONNECT host:port or an absolute http:// URL"})
 		return
 	}
 	name, port, v := g.target(r.URL.Host, 80)
-	d.Name, d.Port, d.Path = name, port, truncate(r.URL.Path, 512)
+	d.Name, d.Port, d.Path = name, port, textsafe.Clip(r.URL.Path, 512, "")
 	if !v.Allowed {
 		g.refuse(w, &d, v)
 		return
@@ -106,7 +107,7 @@ func (g *Gateway) target(hostport string, defPort int) (string, int, rules.Verdi
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil || port <= 0 || port > 65535 {
-		return host, 0, rules.Verdict{Rule: "proxy", Reason: fmt.Sprintf("invalid port in %q", truncate(hostport, 255))}
+		return host, 0, rules.Verdict{Rule: "proxy", Reason: fmt.Sprintf("invalid port in %q", textsafe.Clip(hostport, 255, ""))}
 	}
 	host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
 	if a, err := netip.ParseAddr(host); err == nil {
@@ -321,13 +322,6 @@ func hostOnly(hostport string) string {
 		return strings.Trim(h, "[]")
 	}
 	return hostport
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
 }
 
 type countingReader struct {
