@@ -1,7 +1,9 @@
-// Package paths answers one question lexically: is this path inside that
+// Package paths answers two questions lexically. Is this path inside that
 // directory? Mount sources, masks, read-only trust paths and submodules
 // are all decided by a path's place in a tree, and they differ only in
 // whether the directory itself counts: Within says yes, Below says no.
+// And is this URL path in plain form (PlainURLPath), the one check that
+// egress rules and the credential vault both rely on?
 //
 // Nothing here touches the file system. A caller that must not be fooled
 // by a symlink opens what it decided on with internal/files. This package
@@ -9,6 +11,7 @@
 package paths
 
 import (
+	pathpkg "path"
 	"path/filepath"
 	"strings"
 )
@@ -57,4 +60,30 @@ func BelowAny(p string, dirs []string) bool {
 		}
 	}
 	return false
+}
+
+// PlainURLPath reports whether a URL path is in plain form, so that it
+// means the same to every server: no doubled slash, no dot segment, no
+// encoded dot, slash or backslash, no backslash. path is the decoded
+// path, escaped its escaped form (url.URL's Path and EscapedPath()).
+// Servers normalise other forms in ways of their own: a path a rule or
+// the credential vault took for one place could reach another. The
+// empty path (a URL with none) is plain.
+func PlainURLPath(path, escaped string) bool {
+	if path == "" && escaped == "" {
+		return true
+	}
+	if !strings.HasPrefix(path, "/") || strings.Contains(path, "\\") {
+		return false
+	}
+	if clean := pathpkg.Clean(path); clean != path && clean+"/" != path {
+		return false
+	}
+	low := strings.ToLower(escaped)
+	for _, bad := range []string{"//", "/./", "/../", "%2e", "%2f", "%5c", "\\"} {
+		if strings.Contains(low, bad) {
+			return false
+		}
+	}
+	return !strings.HasSuffix(escaped, "/.") && !strings.HasSuffix(escaped, "/..")
 }

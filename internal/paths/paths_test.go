@@ -39,3 +39,33 @@ func TestWithinAndBelow(t *testing.T) {
 		t.Error("BelowAny")
 	}
 }
+
+// The path forms a server could read as another path are not plain.
+func TestPlainURLPath(t *testing.T) {
+	for _, tc := range []struct {
+		path, escaped string
+		plain         bool
+	}{
+		{"", "", true},
+		{"/", "/", true},
+		{"/repos/o/r/git/refs", "/repos/o/r/git/refs", true},
+		{"/a/b/", "/a/b/", true},
+		{"/a b", "/a%20b", true},
+		{"//a", "//a", false},
+		{"/a//b", "/a//b", false},
+		{"/a/./b", "/a/./b", false},
+		{"/a/../b", "/a/../b", false},
+		{"/a/..", "/a/..", false},
+		{"/a/.", "/a/.", false},
+		{"/a/b", "/a%2fb", false},
+		{"/a/.b", "/a/%2eb", false},
+		{"/a\\b", "/a%5cb", false},
+		{"/a\\b", "/a\\b", false},
+		{"a/b", "a/b", false},
+		{".", ".", false},
+	} {
+		if got := PlainURLPath(tc.path, tc.escaped); got != tc.plain {
+			t.Errorf("PlainURLPath(%q, %q) = %v, want %v", tc.path, tc.escaped, got, tc.plain)
+		}
+	}
+}

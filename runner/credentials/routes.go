@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/airlock-ci/airlock/internal/paths"
 	"github.com/airlock-ci/airlock/internal/textsafe"
 )
 
@@ -427,7 +428,7 @@ func (v *Vault) Request(host string, port int, method string, u *url.URL, h http
 		}
 		return Decision{Route: route, Rule: rule, Reason: reason, Suggest: suggest}
 	}
-	if len(carried) > 0 && !plainPath(u) {
+	if len(carried) > 0 && !paths.PlainURLPath(u.Path, u.EscapedPath()) {
 		return refuse("path", "credentials", fmt.Sprintf("the request carries the job's credentials to a path that is not in plain form (%q: a doubled slash, a dot segment or an encoded separator), which airlock will not classify", textsafe.Clip(u.EscapedPath(), 200, "...")), "send the request to the path itself")
 	}
 	r, onRoute := v.classify(host, port, method, u)
@@ -468,21 +469,6 @@ func (v *Vault) Request(host string, port int, method string, u *url.URL, h http
 		v.rec.injected(c.label(), host, r.name)
 	}
 	return d
-}
-
-// plainPath reports a URL path in plain form: no doubled slash, no dot
-// segment, no encoded dot, slash or backslash, no backslash. Servers
-// normalise such paths in ways of their own: one the vault classified as
-// a read could reach a write.
-func plainPath(u *url.URL) bool {
-	raw := u.EscapedPath()
-	low := strings.ToLower(raw)
-	for _, bad := range []string{"//", "/./", "/../", "%2e", "%2f", "%5c", "\\"} {
-		if strings.Contains(low, bad) {
-			return false
-		}
-	}
-	return !strings.HasSuffix(raw, "/.") && !strings.HasSuffix(raw, "/..") && raw != "." && raw != ".."
 }
 
 // in reports whether a placeholder of c is in any header value of h

@@ -17,11 +17,11 @@ package rules
 import (
 	"fmt"
 	"net/netip"
-	pathpkg "path"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/airlock-ci/airlock/internal/paths"
 	"github.com/airlock-ci/airlock/policies"
 )
 
@@ -251,7 +251,7 @@ func matchPath(prefixes []string, path, rawPath string) bool {
 	if len(prefixes) == 0 {
 		return true
 	}
-	if !plainPath(path, rawPath) {
+	if !paths.PlainURLPath(path, rawPath) {
 		return false
 	}
 	for _, pre := range prefixes {
@@ -260,20 +260,6 @@ func matchPath(prefixes []string, path, rawPath string) bool {
 		}
 	}
 	return false
-}
-
-// plainPath reports a path that means the same to every server: no dot
-// segments, no encoded slash, backslash or dot.
-func plainPath(path, rawPath string) bool {
-	if !strings.HasPrefix(path, "/") {
-		return false
-	}
-	clean := pathpkg.Clean(path)
-	if clean != path && clean+"/" != path {
-		return false
-	}
-	low := strings.ToLower(rawPath)
-	return !strings.Contains(low, "%2f") && !strings.Contains(low, "%2e") && !strings.Contains(low, "%5c") && !strings.Contains(path, "\\")
 }
 
 // pathDir is the directory part of a request path, as a prefix to suggest.
