@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -99,6 +100,21 @@ type View struct {
 type User struct {
 	UID uint32 `json:"uid"`
 	GID uint32 `json:"gid"`
+}
+
+// ParseUser reads a numeric "UID" or "UID:GID" (the GID is the UID's when
+// not given): the one parser of the identities a job may ask for.
+func ParseUser(s string) (User, error) {
+	us, gs, hasGID := strings.Cut(s, ":")
+	uid, err := strconv.ParseUint(us, 10, 32)
+	gid := uid
+	if err == nil && hasGID {
+		gid, err = strconv.ParseUint(gs, 10, 32)
+	}
+	if err != nil {
+		return User{}, fmt.Errorf("%q: want a numeric UID or UID:GID", s)
+	}
+	return User{UID: uint32(uid), GID: uint32(gid)}, nil
 }
 
 // Config describes a job sandbox.

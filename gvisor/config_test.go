@@ -38,3 +38,26 @@ func TestStateRootOutsideWorkspace(t *testing.T) {
 		})
 	}
 }
+
+func TestParseUser(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want User
+		ok   bool
+	}{
+		{"1000", User{1000, 1000}, true},
+		{"1000:50", User{1000, 50}, true},
+		{"0", User{0, 0}, true},
+		{"root", User{}, false},
+		{"1000:", User{}, false},
+		{":5", User{}, false},
+		{"-1", User{}, false},
+		{"4294967296", User{}, false},
+		{"1000:staff", User{}, false},
+	} {
+		got, err := ParseUser(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseUser(%q) = %+v, %v", tc.in, got, err)
+		}
+	}
+}

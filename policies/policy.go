@@ -44,6 +44,10 @@ type Sandbox struct {
 	Limits       Limits          `json:"limits"`
 }
 
+// ImageUser reports whether the job runs as its image's own user
+// (sandbox.user: "image"), so that the image and the workflow choose it.
+func (s Sandbox) ImageUser() bool { return s.User != nil && s.User.Image }
+
 // Mount is an extra host path in the sandbox.
 type Mount struct {
 	Source      string `json:"source"`

@@ -353,7 +353,7 @@ func (s *Session) Step(ctx context.Context, spec StepSpec, stdout, stderr io.Wri
 	var sr gvisor.StepResult
 	var err error
 	if spec.Image == nil {
-		env := append(append([]string{}, jobEnv...), envList(spec.Env)...)
+		env := append(append([]string{}, jobEnv...), EnvList(spec.Env)...)
 		sr, err = s.sb.Exec(ctx, gvisor.Step{
 			Args:    spec.argv(),
 			Env:     env,
@@ -403,7 +403,7 @@ func (s *Session) containerStep(ctx context.Context, spec StepSpec, stdout, stde
 	c, err := s.StartContainer(ctx, gvisor.ContainerConfig{
 		Name:   fmt.Sprintf("step-%d", len(s.res.Steps)+1),
 		RootFS: spec.Image.RootFS, Mounts: spec.Mounts, Files: spec.Files,
-		Args: spec.argv(), Env: append(append([]string{}, spec.Image.Env...), envList(spec.Env)...),
+		Args: spec.argv(), Env: append(append([]string{}, spec.Image.Env...), EnvList(spec.Env)...),
 		Dir:     workDir(s.cfg.WorkspaceMount, spec.WorkingDirectory),
 		Timeout: timeout, Stdout: stdout, Stderr: stderr,
 	})
@@ -662,9 +662,9 @@ func workDir(mount, wd string) string {
 	}
 }
 
-// envList turns a step's env map into KEY=VALUE entries in key order, so
-// runs are reproducible.
-func envList(m map[string]string) []string {
+// EnvList turns an env map (a step's, a container's) into KEY=VALUE
+// entries in key order, so runs are reproducible.
+func EnvList(m map[string]string) []string {
 	out := make([]string, 0, len(m))
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		out = append(out, k+"="+m[k])

@@ -185,7 +185,7 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	}
 	// The image first: under sandbox.user "image" it chooses the user
 	// which a user's flags may then narrow.
-	imageMode := pol.Sandbox.User != nil && pol.Sandbox.User.Image
+	imageMode := pol.Sandbox.ImageUser()
 	img, err := p.image(&cfg, pol.Sandbox, in.Image)
 	if err != nil {
 		return p, err

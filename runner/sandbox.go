@@ -33,6 +33,9 @@ func platformAttempts(p gvisor.PlatformChoice) []attest.PlatformAttempt {
 	return out
 }
 
+// ParseUser reads a numeric "UID" or "UID:GID" (gvisor.ParseUser).
+func ParseUser(s string) (User, error) { return gvisor.ParseUser(s) }
+
 // DefaultLimits are the sandbox's limits when nothing sets them.
 func DefaultLimits() Limits { return gvisor.DefaultLimits() }
 

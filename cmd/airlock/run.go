@@ -190,9 +190,9 @@ func (o *runOptions) inputs(flags *pflag.FlagSet, args []string) (runner.Inputs,
 		in.Requests.Set[n] = flags.Changed(n)
 	}
 	if o.user != "" {
-		u, err := parseUser(o.user)
+		u, err := runner.ParseUser(o.user)
 		if err != nil {
-			return in, err
+			return in, usagef("--user %v", err)
 		}
 		in.Requests.User = &u
 	}
@@ -312,21 +312,6 @@ func writeResult(path string, res resultWithAttestation) error {
 		return fmt.Errorf("write result: %w", err)
 	}
 	return nil
-}
-
-func parseUser(s string) (runner.User, error) {
-	us, gs, hasGID := strings.Cut(s, ":")
-	uid, err := strconv.ParseUint(us, 10, 32)
-	if err != nil {
-		return runner.User{}, usagef("--user %q: want a numeric UID or UID:GID", s)
-	}
-	gid := uid
-	if hasGID {
-		if gid, err = strconv.ParseUint(gs, 10, 32); err != nil {
-			return runner.User{}, usagef("--user %q: want a numeric UID or UID:GID", s)
-		}
-	}
-	return runner.User{UID: uint32(uid), GID: uint32(gid)}, nil
 }
 
 func sizeString(n int64) string {

@@ -114,7 +114,7 @@ func (d *job) startServices(ctx context.Context, services []Container, names []s
 		if err != nil {
 			return nil, err
 		}
-		env := append(slices.Clone(img.Env), envList(runnerWatermark(s.Env))...)
+		env := append(slices.Clone(img.Env), runner.EnvList(runnerWatermark(s.Env))...)
 		if err := d.session.StartService(ctx, gvisor.ContainerConfig{
 			Name: "service-" + names[i], RootFS: img.RootFS, Args: argv, Env: env, Dir: img.Dir, Files: d.hosts,
 		}, &d.serviceLog); err != nil {

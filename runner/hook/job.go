@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -175,7 +174,7 @@ func (d *job) build(ctx context.Context, args PrepareArgs) (runner.Job, error) {
 	// The workflow's --user counts only where the policy lets the image
 	// choose (sandbox.user "image"); elsewhere a garbled one is no error.
 	user, err := optionsUser(c.CreateOptions)
-	if imageMode := eff.Policy.Sandbox.User != nil && eff.Policy.Sandbox.User.Image; err != nil && imageMode {
+	if err != nil && eff.Policy.Sandbox.ImageUser() {
 		return runner.Job{}, err
 	}
 	plan, err := runner.NewPlan(eff, pr, runner.Inputs{
@@ -183,7 +182,7 @@ func (d *job) build(ctx context.Context, args PrepareArgs) (runner.Job, error) {
 		// The KVM verdict is the host's, kept across jobs: one probe per
 		// boot, not one per job.
 		SharedRoot: d.cfg.JobsRoot,
-		Image:      c.Image, ContainerUser: user, Env: envList(runnerWatermark(c.Env)), Mounts: mounts, Masks: masks, Services: services,
+		Image:      c.Image, ContainerUser: user, Env: runner.EnvList(runnerWatermark(c.Env)), Mounts: mounts, Masks: masks, Services: services,
 		TrustDir: repoDir, CheckoutInJob: true, AttestKey: d.cfg.AttestKey,
 		// The runner gives its hook the github context's URLs.
 		GitHubServerURL: os.Getenv("GITHUB_SERVER_URL"), GitHubAPIURL: os.Getenv("GITHUB_API_URL"),
@@ -375,16 +374,6 @@ func (d *job) removeToolCache() {
 	}
 	defer root.Close()
 	root.RemoveAll(toolCacheDir)
-}
-
-// envList is the container's environment as KEY=VALUE entries, in key
-// order.
-func envList(env map[string]string) []string {
-	var out []string
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		out = append(out, k+"="+env[k])
-	}
-	return out
 }
 
 // repoPolicy reads .github/airlock.cue at the base commit through the
@@ -601,19 +590,15 @@ func optionsUser(createOptions string) (*gvisor.User, error) {
 		if !ok {
 			continue
 		}
-		u, g, hasGroup := strings.Cut(v, ":")
-		if u == "root" {
-			u = "0"
+		id := v
+		if name, _, _ := strings.Cut(v, ":"); name == "root" {
+			id = "0" + strings.TrimPrefix(v, "root")
 		}
-		uid, err := strconv.ParseUint(u, 10, 32)
-		gid := uid
-		if err == nil && hasGroup {
-			gid, err = strconv.ParseUint(g, 10, 32)
-		}
+		u, err := gvisor.ParseUser(id)
 		if err != nil {
 			return nil, fmt.Errorf("the container's options: --user %q: airlock takes a numeric UID[:GID] (or root)", v)
 		}
-		user = &gvisor.User{UID: uint32(uid), GID: uint32(gid)}
+		user = &u
 	}
 	return user, nil
 }
