@@ -15,7 +15,7 @@ import (
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/policies"
-	"github.com/airlock-ci/airlock/policies/suggest"
+	"github.com/airlock-ci/airlock/runner/suggest"
 	"github.com/airlock-ci/airlock/runner"
 )
 
