@@ -15,8 +15,8 @@ import (
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/policies"
-	"github.com/airlock-ci/airlock/runner/suggest"
 	"github.com/airlock-ci/airlock/runner"
+	"github.com/airlock-ci/airlock/runner/suggest"
 )
 
 // policyOptions are the flags of `airlock policy eval`.
