@@ -598,7 +598,7 @@ func (s *Session) closeTrust() {
 	// A repository that was never there has nothing to compare; one the
 	// job made uninspectable (a symlink, a file) fails the job.
 	if inspectErr != nil && !errors.Is(inspectErr, fs.ErrNotExist) {
-		rep.Findings = append(rep.Findings, trust.Finding{Phase: trust.Runtime, Category: "trust", Path: s.job.Trust.Dir, Kind: trust.KindIncomplete,
+		rep.Findings = append(rep.Findings, trust.Finding{Phase: trust.Runtime, Category: trust.Inspection, Path: s.job.Trust.Dir, Kind: trust.KindIncomplete,
 			Severity: "error", Action: trust.ActionFail, Reason: "the repository could not be inspected: " + inspectErr.Error()})
 	}
 	rep.Decide()

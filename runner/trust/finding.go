@@ -118,7 +118,7 @@ func Compare(before, after *Snapshot, set *Set) []Finding {
 	if before.Truncated || after.Truncated {
 		// A walk that stopped early may hide a planted file: never let
 		// that pass as "no change".
-		out = append(out, Finding{Phase: Runtime, Category: "trust", Path: ".", Kind: KindIncomplete, Severity: "error", Action: ActionFail,
+		out = append(out, Finding{Phase: Runtime, Category: Inspection, Path: ".", Kind: KindIncomplete, Severity: "error", Action: ActionFail,
 			Reason: fmt.Sprintf("the workspace is too large to inspect in full (more than %d entries or %d bytes to hash): findings may be missing", maxWalkEntries, maxReadTotal)})
 	}
 	for _, p := range slices.Sorted(maps.Keys(paths)) {

@@ -41,6 +41,9 @@ const (
 	// servers, agent hooks). See agent.go.
 	AgentInstructions = "agent-instructions"
 	AgentTools        = "agent-tools"
+	// Inspection is the category of findings about the inspection
+	// itself: it stopped at a bound, or could not read what it must.
+	Inspection = "trust"
 )
 
 // Actions.
