@@ -95,6 +95,18 @@ func (c cgroups) oomKills() (kills, hits uint64) {
 	return kills, hits
 }
 
+// pidsHits is how many forks the host's pids limit (the backstop under
+// the sandbox's own RLIMIT_NPROC) refused in the sandbox's cgroup:
+// pids.events "max", on v1 and v2 alike.
+func (c cgroups) pidsHits() uint64 {
+	for _, d := range c.dirs {
+		if v, ok := readKey(filepath.Join(d, "pids.events"), "max"); ok {
+			return v
+		}
+	}
+	return 0
+}
+
 func readKey(file, key string) (uint64, bool) {
 	b, err := os.ReadFile(file)
 	if err != nil {

@@ -93,3 +93,16 @@ func TestPrepareV2(t *testing.T) {
 		t.Errorf("enabling %s: %v", missing, err)
 	}
 }
+
+// The host's pids limit is read where v1 and v2 keep it: pids.events.
+func TestPidsHits(t *testing.T) {
+	dir := t.TempDir()
+	cg := cgroups{dirs: []string{filepath.Join(dir, "memory-only"), dir}}
+	if n := cg.pidsHits(); n != 0 {
+		t.Errorf("no pids.events: %d", n)
+	}
+	os.WriteFile(filepath.Join(dir, "pids.events"), []byte("max 7\n"), 0o644)
+	if n := cg.pidsHits(); n != 7 {
+		t.Errorf("pids.events max 7: %d", n)
+	}
+}

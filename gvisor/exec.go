@@ -206,12 +206,12 @@ const (
 
 // usage is what the limit detection compares before and after a process.
 type usage struct {
-	forksRefused, oomKills uint64
+	forksRefused, oomKills, pidsHits uint64
 }
 
 func (s *Sandbox) usage() usage {
 	kills, _ := s.cg.oomKills()
-	return usage{forksRefused: s.record.ForkRefused(), oomKills: kills}
+	return usage{forksRefused: s.record.ForkRefused(), oomKills: kills, pidsHits: s.cg.pidsHits()}
 }
 
 // settle completes the result of a step or container whose process has
@@ -308,10 +308,14 @@ func (s *Sandbox) detectLimit(exitCode int, before usage, diskFull func() bool) 
 			s.markDead("killed by the host after hitting the memory limit")
 			return LimitOOM
 		}
+		if s.cg.pidsHits() > before.pidsHits {
+			s.markDead("stopped after the host's process limit refused it a thread")
+			return LimitPids
+		}
 		s.markDead(s.crashReason())
 		return ""
 	}
-	if s.record.ForkRefused() > before.forksRefused {
+	if s.record.ForkRefused() > before.forksRefused || s.cg.pidsHits() > before.pidsHits {
 		return LimitPids
 	}
 	// Under a flood of events the sentry may drop the refused forks; a
