@@ -59,14 +59,24 @@ func ProbePlatform(ctx context.Context, stateRoot, platform string) (time.Durati
 	if err := os.MkdirAll(pdir, 0o700); err != nil {
 		return 0, fmt.Errorf("create %s: %w", pdir, err)
 	}
+	removeStaleProbes(pdir)
 	dir, err := os.MkdirTemp(pdir, "probe-"+platform+"-")
 	if err != nil {
 		return 0, fmt.Errorf("create probe directory: %w", err)
+	}
+	// Held while the probe runs, as a job's: an airlock killed mid-probe
+	// leaves a directory whose lock is free, and the next probe removes
+	// it with whatever still runs from it.
+	lock, err := lockJobDir(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return 0, err
 	}
 	defer func() {
 		killProcessesUsing(dir)
 		unmountUnder(dir)
 		os.RemoveAll(dir)
+		lock.Close()
 	}()
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
@@ -101,6 +111,27 @@ func ProbePlatform(ctx context.Context, stateRoot, platform string) (time.Durati
 		return took, fmt.Errorf("no answer in %s (%v)", probeTimeout, context.Cause(ctx))
 	}
 	return took, errors.New(probeFailure(out.Bytes(), panicLog, log, err))
+}
+
+// removeStaleProbes removes the probe directories of pdir whose lock is
+// free (their airlock died), with their processes and mounts. A directory
+// younger than two probe timeouts is left alone: it may be one whose
+// probe has not taken its lock yet.
+func removeStaleProbes(pdir string) {
+	stale, _ := filepath.Glob(filepath.Join(pdir, "probe-*"))
+	for _, d := range stale {
+		if fi, err := os.Lstat(d); err != nil || !fi.IsDir() || time.Since(fi.ModTime()) < 2*probeTimeout {
+			continue
+		}
+		lock, err := lockJobDir(d)
+		if err != nil {
+			continue // a probe running now
+		}
+		killProcessesUsing(d)
+		unmountUnder(d)
+		os.RemoveAll(d)
+		lock.Close()
+	}
 }
 
 // probeFailure picks the line that says why a probe failed: the cause

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -386,5 +387,49 @@ func TestInitReapsOrphans(t *testing.T) {
 				t.Errorf("the init is not %s: %s", tc.init, out)
 			}
 		})
+	}
+}
+
+// A probe whose airlock was killed leaves its directory with a free lock
+// and, maybe, processes: the next probe removes both; a probe still
+// running (its lock held) is left alone.
+func TestProbeRemovesStaleProbes(t *testing.T) {
+	requireRoot(t)
+	root := testStateRoot(t)
+	pdir := platformDir(root)
+	stale, live := filepath.Join(pdir, "probe-kvm-stale"), filepath.Join(pdir, "probe-systrap-live")
+	for _, d := range []string{stale, live} {
+		if err := os.MkdirAll(filepath.Join(d, "runsc"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		old := time.Now().Add(-time.Hour)
+		os.Chtimes(d, old, old)
+	}
+	lock, err := lockJobDir(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { lock.Close(); os.RemoveAll(live) }()
+	// A leftover that names the stale probe's directory, as runsc's do.
+	left := exec.Command("/bin/sh", "-c", "sleep 60", filepath.Join(stale, "runsc"))
+	if err := left.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- left.Wait() }()
+	if _, err := ProbePlatform(context.Background(), root, PlatformSystrap); err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the stale probe's directory is still there: %v", err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		left.Process.Kill()
+		t.Errorf("the stale probe's process still runs")
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("a running probe's directory was removed: %v", err)
 	}
 }
