@@ -45,6 +45,10 @@ type PullRequest struct {
 	Fork       bool
 }
 
+// ErrNotPullRequest is an event of another kind (push, workflow_dispatch,
+// ...): a well-formed payload without a pull request.
+var ErrNotPullRequest = errors.New("event payload has no pull_request: airlock decides on pull_request and pull_request_target events")
+
 // ParsePullRequest reads a pull_request or pull_request_target event
 // payload (what a runner finds at GITHUB_EVENT_PATH).
 func ParsePullRequest(payload []byte) (PullRequest, error) {
@@ -58,7 +62,7 @@ func ParsePullRequest(payload []byte) (PullRequest, error) {
 	}
 	pr := ev.GetPullRequest()
 	if pr == nil {
-		return p, errors.New("event payload has no pull_request: airlock decides on pull_request and pull_request_target events")
+		return p, ErrNotPullRequest
 	}
 	p = PullRequest{
 		Author:     pr.GetUser().GetLogin(),

@@ -126,25 +126,36 @@ func (d *job) build(ctx context.Context, args PrepareArgs) (runner.Job, error) {
 	}
 	var pr runner.PullRequest
 	if ev, ok := d.mounts.Host(containerEvent); ok {
-		if payload, err := files.ReadCapped(ev, policies.MaxEventSize); err == nil {
-			if p, err := policies.ParsePullRequest(payload); err == nil {
-				pr.Event, pr.Base, pr.Head = &p, p.BaseSHA, p.HeadSHA
-				var merge string
-				d.owner, d.repo, merge = eventRefs(payload)
-				d.commits = []string{p.HeadSHA}
-				if merge != "" {
-					d.commits = append(d.commits, merge)
-				}
-				if d.owner != "" {
-					pr.Repository = "https://github.com/" + d.owner + "/" + d.repo
-				}
-				src, err := d.repoPolicy(ctx, p.BaseSHA)
-				switch {
-				case err != nil:
-					fmt.Fprintf(os.Stderr, "airlock: the repository policy at %.12s could not be read (%v): the organisation policy applies alone\n", p.BaseSHA, err)
-				case src != nil:
-					srcs = append(srcs, *src)
-				}
+		// No file, or an event of another kind: no pull request. A
+		// payload that is there but does not read or parse is an error:
+		// the job would otherwise run as no pull request's.
+		payload, err := files.ReadCapped(ev, policies.MaxEventSize)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return runner.Job{}, fmt.Errorf("the event payload (%s): %w", containerEvent, err)
+		}
+		var p policies.PullRequest
+		if err == nil {
+			if p, err = policies.ParsePullRequest(payload); err != nil && !errors.Is(err, policies.ErrNotPullRequest) {
+				return runner.Job{}, fmt.Errorf("the event payload (%s): %w", containerEvent, err)
+			}
+		}
+		if err == nil {
+			pr.Event, pr.Base, pr.Head = &p, p.BaseSHA, p.HeadSHA
+			var merge string
+			d.owner, d.repo, merge = eventRefs(payload)
+			d.commits = []string{p.HeadSHA}
+			if merge != "" {
+				d.commits = append(d.commits, merge)
+			}
+			if d.owner != "" {
+				pr.Repository = "https://github.com/" + d.owner + "/" + d.repo
+			}
+			src, err := d.repoPolicy(ctx, p.BaseSHA)
+			switch {
+			case err != nil:
+				fmt.Fprintf(os.Stderr, "airlock: the repository policy at %.12s could not be read (%v): the organisation policy applies alone\n", p.BaseSHA, err)
+			case src != nil:
+				srcs = append(srcs, *src)
 			}
 		}
 	}

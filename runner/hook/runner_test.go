@@ -392,3 +392,31 @@ func readResponse(path string, hasContainer bool, services int) (runnerResponse,
 	}
 	return r, nil
 }
+
+// The event payload decides the pull request, and so the policy: one
+// that is there but is not a GitHub event is an error that says what was
+// wrong, never a job run as no pull request's; an event of another kind
+// (a push) is a job without a pull request.
+func TestEventPayload(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		payload string
+		fails   string
+	}{
+		{"not JSON", `{"pull_request": {"number": 7,`, "the event payload (/github/workflow/event.json): event payload is not a GitHub event (JSON)"},
+		{"a push", `{"ref": "refs/heads/main", "before": "0000000000000000000000000000000000000000", "after": "1111111111111111111111111111111111111111"}`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newRunnerHost(t)
+			os.WriteFile(filepath.Join(h.temp, "_github_workflow", "event.json"), []byte(tc.payload), 0o644)
+			if tc.fails == "" {
+				h.prepare() // fails the test unless prepare_job passes; cleans up
+				return
+			}
+			code, out, _ := h.send(PrepareJob, h.job)
+			if code == 0 || !strings.Contains(out, tc.fails) {
+				t.Fatalf("prepare_job: exit %d, want a failure saying %q: %s", code, tc.fails, out)
+			}
+		})
+	}
+}
