@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -69,7 +68,7 @@ failed, 77 when not run as root.`,
 					return err
 				}
 			} else {
-				printDoctor(safeWriter{c.OutOrStdout()}, rep)
+				rep.WriteText(safeWriter{c.OutOrStdout()})
 			}
 			*code = doctorExit(rep)
 			return nil
@@ -90,20 +89,4 @@ func doctorExit(rep doctor.Report) int {
 		}
 	}
 	return exitUnavailable
-}
-
-func printDoctor(w safeWriter, rep doctor.Report) {
-	counts := map[doctor.Status]int{}
-	for _, c := range rep.Checks {
-		counts[c.Status]++
-		fmt.Fprintf(w, "%-5s %-20s %s\n", c.Status, c.Name, c.Detail)
-		if c.Fix != "" {
-			fmt.Fprintf(w, "%-5s %-20s fix: %s\n", "", "", c.Fix)
-		}
-	}
-	verdict := "this host can run airlock's jobs"
-	if !rep.Ready {
-		verdict = "this host cannot run airlock's jobs as configured"
-	}
-	fmt.Fprintf(w, "%s (%d ok, %d warn, %d fail)\n", verdict, counts[doctor.OK], counts[doctor.Warn], counts[doctor.Fail])
 }

@@ -21,6 +21,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -113,6 +114,24 @@ func Run(ctx context.Context, o Options) Report {
 		}
 	}
 	return r
+}
+
+// WriteText prints the report for a person: a line per check, the fix
+// under a check that is not ok, and the verdict with the counts.
+func (r Report) WriteText(w io.Writer) {
+	counts := map[Status]int{}
+	for _, c := range r.Checks {
+		counts[c.Status]++
+		fmt.Fprintf(w, "%-5s %-20s %s\n", c.Status, c.Name, c.Detail)
+		if c.Fix != "" {
+			fmt.Fprintf(w, "%-5s %-20s fix: %s\n", "", "", c.Fix)
+		}
+	}
+	verdict := "this host can run airlock's jobs"
+	if !r.Ready {
+		verdict = "this host cannot run airlock's jobs as configured"
+	}
+	fmt.Fprintf(w, "%s (%d ok, %d warn, %d fail)\n", verdict, counts[OK], counts[Warn], counts[Fail])
 }
 
 func ok(name, format string, args ...any) Check {

@@ -197,3 +197,23 @@ func TestStateDirTooLong(t *testing.T) {
 		t.Errorf("%+v", c)
 	}
 }
+
+// The text report: a line per check, the fix under one that is not ok,
+// and the verdict with the counts.
+func TestWriteText(t *testing.T) {
+	var b strings.Builder
+	Report{Checks: []Check{
+		{Name: "root", Status: OK, Detail: "running as root"},
+		{Name: "platform kvm", Status: Warn, Detail: "unusable", Fix: "none needed"},
+		{Name: "sandbox", Status: Fail, Detail: "did not start", Fix: "see the cgroups line"},
+	}}.WriteText(&b)
+	want := "ok    root                 running as root\n" +
+		"warn  platform kvm         unusable\n" +
+		"                           fix: none needed\n" +
+		"fail  sandbox              did not start\n" +
+		"                           fix: see the cgroups line\n" +
+		"this host cannot run airlock's jobs as configured (1 ok, 1 warn, 1 fail)\n"
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
