@@ -202,11 +202,14 @@ func jobCgroup(id string) (string, cgroups, error) {
 // ownV2Cgroup is this process's cgroup in the unified hierarchy ("/" when
 // unknown), as /proc/self/cgroup's "0::" line gives it.
 func ownV2Cgroup() string {
-	b, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return "/"
-	}
-	for _, line := range strings.Split(string(b), "\n") {
+	b, _ := os.ReadFile("/proc/self/cgroup")
+	return v2CgroupIn(string(b))
+}
+
+// v2CgroupIn is the unified hierarchy's path in the text of a
+// /proc/PID/cgroup file ("/" when it has none).
+func v2CgroupIn(self string) string {
+	for _, line := range strings.Split(self, "\n") {
 		if p, ok := strings.CutPrefix(line, "0::"); ok && strings.HasPrefix(p, "/") {
 			return filepath.Clean(p)
 		}

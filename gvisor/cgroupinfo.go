@@ -69,26 +69,24 @@ func cgroupInfo(mountinfo, self string, read func(string) ([]byte, error)) Cgrou
 		info.Layout = "v1"
 	}
 	have := map[string]bool{}
-	for _, line := range strings.Split(self, "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
+	if info.Layout == "v2" {
+		info.Cgroup = v2CgroupIn(self)
+		b, _ := read(filepath.Join(cgroupRoot, "cgroup.controllers"))
+		for _, c := range strings.Fields(string(b)) {
+			have[c] = true
 		}
-		ctrls, path := parts[1], parts[2]
-		switch {
-		case info.Layout == "v2" && parts[0] == "0" && ctrls == "":
-			info.Cgroup = path
-			b, _ := read(filepath.Join(cgroupRoot, "cgroup.controllers"))
-			for _, c := range strings.Fields(string(b)) {
-				have[c] = true
+		b, _ = read(filepath.Join(cgroupRoot, info.Cgroup, "cgroup.controllers"))
+		info.Delegated = strings.Fields(string(b))
+	} else if info.Layout == "v1" || info.Layout == "hybrid" {
+		for _, line := range strings.Split(self, "\n") {
+			parts := strings.SplitN(line, ":", 3)
+			if len(parts) != 3 {
+				continue
 			}
-			b, _ = read(filepath.Join(cgroupRoot, path, "cgroup.controllers"))
-			info.Delegated = strings.Fields(string(b))
-		case info.Layout == "v1" || info.Layout == "hybrid":
-			for _, c := range strings.Split(ctrls, ",") {
+			for _, c := range strings.Split(parts[1], ",") {
 				have[c] = true
 				if c == "memory" {
-					info.Cgroup = path
+					info.Cgroup = parts[2]
 				}
 			}
 		}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-ci/airlock/internal/textsafe"
 )
 
 // Platforms airlock runs sandboxes on: systrap (system calls trapped
@@ -174,11 +176,16 @@ func (j kvmJudge) probed(ctx context.Context) (bool, string) {
 // failed records that a sandbox started on kvm did not boot although a
 // probe had, so that later jobs go straight to systrap.
 func (j kvmJudge) failed(why string) {
+	j.keep(false, "a job's sandbox did not boot on kvm: "+why)
+}
+
+// keep writes a verdict for this host's key, where verdicts are kept.
+func (j kvmJudge) keep(usable bool, why string) {
 	if j.verdicts == nil {
 		return
 	}
 	if key, err := j.key(); err == nil {
-		j.verdicts.write(verdict{Key: key, Usable: false, Reason: "a job's sandbox did not boot on kvm: " + why})
+		j.verdicts.write(verdict{Key: key, Usable: usable, Reason: why})
 	}
 }
 
@@ -214,9 +221,5 @@ func oneLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		s = s[:i]
 	}
-	const max = 300
-	if len(s) > max {
-		s = s[:max] + "..."
-	}
-	return s
+	return textsafe.Clip(s, 300, "...")
 }

@@ -24,8 +24,8 @@ func JudgeKVM(ctx context.Context, stateRoot string) (usable bool, why string) {
 		return false, err.Error()
 	}
 	usable, why = j.probed(ctx)
-	if key, err := j.key(); err == nil && ctx.Err() == nil {
-		j.verdicts.write(verdict{Key: key, Usable: usable, Reason: why})
+	if ctx.Err() == nil {
+		j.keep(usable, why)
 	}
 	return usable, why
 }
