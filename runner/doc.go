@@ -4,8 +4,8 @@
 // the job's gVisor sandbox with its egress gateway and trust snapshot,
 // executes steps with their output streamed and capped, and on Close
 // destroys the sandbox, diffs the trust-sensitive files, tidies the
-// workspace and returns the Result; WriteAttestation signs what the
-// Result says (Predicate).
+// workspace and returns the Result. What the Result says is reported by
+// runner/report (predicate, attestation, summary).
 //
 // The same plan and session serve every door: `airlock run` and the
 // composite action (cmd/airlock, which calls Run), and the runner hook

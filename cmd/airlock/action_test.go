@@ -10,7 +10,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/airlock-ci/airlock/runner"
+	"github.com/airlock-ci/airlock/runner/report"
 )
 
 // action.yml is a valid composite action whose inputs never reach the
@@ -62,7 +62,7 @@ func TestActionYAML(t *testing.T) {
 	ws := workspace(t)
 	org := orgPolicy(t, "")
 	var out, errb bytes.Buffer
-	os.Unsetenv(runner.PasswordEnv)
+	os.Unsetenv(report.PasswordEnv)
 	if code := execute([]string{"keys", "generate", "--out", filepath.Join(dir, "k")}, &out, &errb); code != 0 {
 		t.Fatal(errb.String())
 	}

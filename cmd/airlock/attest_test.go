@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-ci/airlock/runner"
+	"github.com/airlock-ci/airlock/runner/report"
 )
 
 // keys generate, a signed attestation at the end of airlock run, verify
@@ -18,7 +18,7 @@ func TestAttestationRoundTrip(t *testing.T) {
 		t.Skip("needs root")
 	}
 	dir := t.TempDir()
-	t.Setenv(runner.PasswordEnv, "pw-for-test")
+	t.Setenv(report.PasswordEnv, "pw-for-test")
 	var out, errb bytes.Buffer
 	if code := execute([]string{"keys", "generate", "--out", filepath.Join(dir, "k")}, &out, &errb); code != 0 {
 		t.Fatalf("keys generate: %d %s", code, errb.String())

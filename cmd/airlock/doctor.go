@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/doctor"
 	"github.com/airlock-ci/airlock/runner/hook"
+	"github.com/airlock-ci/airlock/runner/report"
 )
 
 // doctorOptions are the flags of `airlock doctor`. The hook's settings
@@ -59,7 +60,7 @@ failed, 77 when not run as root.`,
 			rep := doctor.Run(c.Context(), doctor.Options{
 				StateRoot: o.stateDir, HookDir: o.hookDir, Workspaces: o.workspaces,
 				OrgDir: o.orgDir, AttestKey: o.attestKey, Node: o.node,
-				Password: attest.PasswordFromEnv(runner.PasswordEnv, ""),
+				Password: attest.PasswordFromEnv(report.PasswordEnv, ""),
 			})
 			if o.asJSON {
 				enc := json.NewEncoder(c.OutOrStdout())

@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
+	"github.com/airlock-ci/airlock/runner/report"
 )
 
 // runOptions are the flags of `airlock run`.
@@ -53,7 +54,7 @@ type runOptions struct {
 	jobFromPolicy string
 	// Attestation.
 	attestDir          string
-	retention          runner.Retention
+	retention          report.Retention
 	attestKey          string
 	attestPasswordFile string
 }
@@ -87,10 +88,10 @@ func (o *runOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.eventFile, "event", "", "pull request event payload (JSON, as in GITHUB_EVENT_PATH): agent detection, base and head")
 	f.StringVar(&o.jobFromPolicy, "job", "", "run the policy's steps.NAME job")
 	f.StringVar(&o.attestDir, "attest-dir", "", "where the signed attestation goes (default STATE-DIR/attestations)")
-	f.IntVar(&o.retention.Keep, "keep-attestations", runner.DefaultRetention.Keep, "how many jobs' attestations STATE-DIR/attestations keeps (0: all); not applied to --attest-dir")
-	f.DurationVar(&o.retention.MaxAge, "attestation-max-age", runner.DefaultRetention.MaxAge, "how long STATE-DIR/attestations keeps a job's attestation (0: for ever)")
-	f.StringVar(&o.attestKey, "attest-key", "", "signing key: a key file (PEM, ECDSA P-256 or Ed25519; encrypted ones take the password from "+runner.PasswordEnv+") or a KMS URI; default the policy's attest.key")
-	f.StringVar(&o.attestPasswordFile, "attest-key-password-file", "", "file with the signing key's password, when "+runner.PasswordEnv+" is not set")
+	f.IntVar(&o.retention.Keep, "keep-attestations", report.DefaultRetention.Keep, "how many jobs' attestations STATE-DIR/attestations keeps (0: all); not applied to --attest-dir")
+	f.DurationVar(&o.retention.MaxAge, "attestation-max-age", report.DefaultRetention.MaxAge, "how long STATE-DIR/attestations keeps a job's attestation (0: for ever)")
+	f.StringVar(&o.attestKey, "attest-key", "", "signing key: a key file (PEM, ECDSA P-256 or Ed25519; encrypted ones take the password from "+report.PasswordEnv+") or a KMS URI; default the policy's attest.key")
+	f.StringVar(&o.attestPasswordFile, "attest-key-password-file", "", "file with the signing key's password, when "+report.PasswordEnv+" is not set")
 	f.StringArrayVar(&o.runscFlags, "runsc-flag", nil, "extra global runsc flag, e.g. --runsc-flag=--directfs=false (experts)")
 	f.MarkHidden("runsc-flag")
 }
@@ -254,7 +255,7 @@ func runJob(ctx context.Context, plan runner.Plan, o *runOptions, stdout, stderr
 		plan.Attest.ResolveSubject(ctx)
 	}()
 	job.BeforeSteps = func() { <-subject }
-	resume := runner.PauseWorkflowCommands(stdout)
+	resume := report.PauseWorkflowCommands(stdout)
 	res, err := runner.Run(ctx, job, runtimeName())
 	resume()
 	<-subject
@@ -262,7 +263,7 @@ func runJob(ctx context.Context, plan runner.Plan, o *runOptions, stdout, stderr
 		// The sandbox never started: nothing to summarise.
 		return 0, err
 	}
-	att := runner.WriteAttestation(ctx, res, &plan.Attest, stderr)
+	att := report.WriteAttestation(ctx, res, &plan.Attest, stderr)
 	if o.attestDir == "" {
 		// airlock's own directory keeps a bounded past; a directory the
 		// user named is theirs.
@@ -270,9 +271,9 @@ func runJob(ctx context.Context, plan runner.Plan, o *runOptions, stdout, stderr
 			fmt.Fprintf(stderr, "airlock: pruning %s: %v\n", plan.Attest.Dir, err)
 		}
 	}
-	runner.WriteSummary(stderr, res)
+	report.WriteSummary(stderr, res)
 	if res.Trust != nil {
-		runner.PublishTrust(res.Trust, stdout, stderr)
+		report.PublishTrust(res.Trust, stdout, stderr)
 	}
 	out := resultWithAttestation{Result: res, Attestation: att}
 	if o.resultFile != "" {
@@ -300,7 +301,7 @@ func runJob(ctx context.Context, plan runner.Plan, o *runOptions, stdout, stderr
 // attestation went.
 type resultWithAttestation struct {
 	runner.Result
-	Attestation *runner.Attestation `json:"attestation"`
+	Attestation *report.Attestation `json:"attestation"`
 }
 
 func writeResult(path string, res resultWithAttestation) error {

@@ -14,7 +14,7 @@ import (
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/internal/textsafe"
-	"github.com/airlock-ci/airlock/runner"
+	"github.com/airlock-ci/airlock/runner/report"
 )
 
 func newVerifyCmd(code *int) *cobra.Command {
@@ -109,7 +109,7 @@ func printVerified(out io.Writer, v *attest.Verified) {
 		fmt.Fprintf(w, "  artifact %s sha256:%s\n", a.Name, a.Digest["sha256"])
 	}
 	fmt.Fprintf(w, "job %s %s (exit %d) on airlock %s, gVisor %s, host %s\n", p.Job.Name, verdict, p.Verdict.ExitCode, p.Runner.AirlockVersion, p.Runner.GVisorVersion, p.Runner.Hostname)
-	runner.WritePlatform(w, p.Runner.Platform, p.Runner.PlatformReason, p.Runner.PlatformAttempts)
+	report.WritePlatform(w, p.Runner.Platform, p.Runner.PlatformReason, p.Runner.PlatformAttempts)
 	for _, r := range p.Verdict.Reasons {
 		fmt.Fprintf(w, "  reason: %s\n", r)
 	}
@@ -212,20 +212,20 @@ func newKeysCmd() *cobra.Command {
 	var prefix, passwordFile string
 	gen := &cobra.Command{
 		Use:   "generate --out PREFIX",
-		Short: "Write an ECDSA P-256 key pair: PREFIX.key (0600; encrypted when " + runner.PasswordEnv + " or --password-file gives a password) and PREFIX.pub",
+		Short: "Write an ECDSA P-256 key pair: PREFIX.key (0600; encrypted when " + report.PasswordEnv + " or --password-file gives a password) and PREFIX.pub",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if prefix == "" {
 				return usagef("--out PREFIX is required")
 			}
 			var password []byte
-			if v, ok := os.LookupEnv(runner.PasswordEnv); ok {
+			if v, ok := os.LookupEnv(report.PasswordEnv); ok {
 				if v == "" {
-					return usagef("%s is set but empty: unset it for an unencrypted key, or give a password", runner.PasswordEnv)
+					return usagef("%s is set but empty: unset it for an unencrypted key, or give a password", report.PasswordEnv)
 				}
 				password = []byte(v)
 			} else if passwordFile != "" {
-				p, err := attest.PasswordFromEnv(runner.PasswordEnv, passwordFile)()
+				p, err := attest.PasswordFromEnv(report.PasswordEnv, passwordFile)()
 				if err != nil {
 					return usageError{err}
 				}
@@ -247,7 +247,7 @@ func newKeysCmd() *cobra.Command {
 		},
 	}
 	gen.Flags().StringVar(&prefix, "out", "", "path prefix of the two files")
-	gen.Flags().StringVar(&passwordFile, "password-file", "", "file holding the password (when "+runner.PasswordEnv+" is not set)")
+	gen.Flags().StringVar(&passwordFile, "password-file", "", "file holding the password (when "+report.PasswordEnv+" is not set)")
 	keys.AddCommand(gen)
 	return keys
 }

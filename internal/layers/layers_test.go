@@ -20,9 +20,9 @@ var layer = map[string]int{
 	"gvisor": 2, "runner/trust": 2, "runner/egress/rules": 2, "runner/credentials": 2,
 	"runner/egress/dns": 3, "runner/egress/gateway": 3, "runner/doctor": 3, "internal/testhost": 3, "runner/suggest": 3,
 	"runner/egress": 4,
-	"runner":        5,
-	"runner/hook":   6,
-	"cmd/airlock":   7,
+	"runner":        5, "runner/report": 6,
+	"runner/hook": 7,
+	"cmd/airlock": 8,
 }
 
 // notFromCmd are what cmd/airlock reaches only through runner.

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/github"
+	"github.com/airlock-ci/airlock/runner/report"
 )
 
 // maxCheckBundle is the largest attestation bundle put in the check run
@@ -22,7 +23,7 @@ const maxCheckBundle = 48 << 10
 // airlock's verdict (fails: airlockFails): a failure only when airlock
 // fails the job; a job whose steps failed without that is neutral (the
 // workflow may have let them fail).
-func checkReport(res runner.Result, att *runner.Attestation, fails []string) github.Report {
+func checkReport(res runner.Result, att *report.Attestation, fails []string) github.Report {
 	r := github.Report{Conclusion: "success", Title: "airlock: passed"}
 	var sum strings.Builder
 	switch {
@@ -50,7 +51,7 @@ func checkReport(res runner.Result, att *runner.Attestation, fails []string) git
 	var text strings.Builder
 	if e := res.Egress; e != nil {
 		var b strings.Builder
-		runner.WriteEgress(&b, e)
+		report.WriteEgress(&b, e)
 		fmt.Fprintf(&text, "```\n%s```\n", strings.ReplaceAll(b.String(), "`", "'"))
 		if e.Mode == "audit" {
 			text.WriteString("Egress ran in audit (egress.mode): what enforcement would refuse was let through and recorded as would-deny; `airlock policy suggest` turns it into rules.\n")
@@ -58,7 +59,7 @@ func checkReport(res runner.Result, att *runner.Attestation, fails []string) git
 	}
 	if c := res.Credentials; c != nil && len(c.Withheld) > 0 {
 		var b strings.Builder
-		runner.WriteCredentials(&b, c)
+		report.WriteCredentials(&b, c)
 		fmt.Fprintf(&text, "\n```\n%s```\n", strings.ReplaceAll(b.String(), "`", "'"))
 	}
 	if att != nil && att.Bundle != "" {

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/airlock-ci/airlock/internal/files"
-	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/github"
+	"github.com/airlock-ci/airlock/runner/report"
 )
 
 // Environment of the runner host that configures the hook.
@@ -17,7 +17,7 @@ const (
 	OrgDirEnv    = "AIRLOCK_ORG_DIR"  // organisation policy (default /etc/airlock)
 	AttestKeyEnv = "AIRLOCK_ATTEST_KEY"
 	// How many jobs' attestations the jobs root keeps, and for how long
-	// (runner.DefaultRetention unless set; 0: no bound).
+	// (report.DefaultRetention unless set; 0: no bound).
 	KeepAttestationsEnv  = "AIRLOCK_KEEP_ATTESTATIONS"
 	AttestationMaxAgeEnv = "AIRLOCK_ATTESTATION_MAX_AGE"
 	// The GitHub API, optional: a token, or a GitHub App (id,
@@ -52,7 +52,7 @@ type Config struct {
 	// AttestKey is the signing key; empty: the organisation policy's.
 	AttestKey string
 	// Retention bounds the attestations kept in JobsRoot/attestations.
-	Retention runner.Retention
+	Retention report.Retention
 }
 
 // ConfigFromEnv reads the hook's configuration from the environment.
@@ -61,7 +61,7 @@ func ConfigFromEnv(b Build) Config {
 	if c.JobsRoot == "" {
 		c.JobsRoot = defaultJobsRoot
 	}
-	c.Retention = runner.DefaultRetention
+	c.Retention = report.DefaultRetention
 	if n, err := strconv.Atoi(os.Getenv(KeepAttestationsEnv)); err == nil {
 		c.Retention.Keep = n
 	}

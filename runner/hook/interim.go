@@ -12,7 +12,7 @@ import (
 	"syscall"
 
 	"github.com/airlock-ci/airlock/internal/files"
-	"github.com/airlock-ci/airlock/runner"
+	"github.com/airlock-ci/airlock/runner/report"
 )
 
 // The hook's cleanup runs after the job's last step, so no step can
@@ -50,7 +50,7 @@ func (d *job) interimAttestation(ctx context.Context, stderr io.Writer) {
 	o.ResolveSubject(ctx)
 	d.pinWorkspace()
 	o.ArtifactsDir = d.attest.ArtifactsDir
-	info := runner.WriteAttestation(ctx, d.session.Interim(), &o, io.Discard)
+	info := report.WriteAttestation(ctx, d.session.Interim(), &o, io.Discard)
 	if info.Bundle == "" {
 		fmt.Fprintf(stderr, "airlock: no interim attestation for the upload: %s\n", info.Error)
 		return

@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/github"
+	"github.com/airlock-ci/airlock/runner/report"
 	"github.com/airlock-ci/airlock/runner/trust"
 )
 
@@ -522,11 +523,11 @@ func (d *job) Cleanup(ctx context.Context, stdout, stderr io.Writer) error {
 	d.removeToolCache()
 	d.pinWorkspace()
 	d.serviceLog.writeTo(stderr)
-	att := runner.WriteAttestation(ctx, res, &d.attest, stderr)
+	att := report.WriteAttestation(ctx, res, &d.attest, stderr)
 	if _, err := d.cfg.Retention.Prune(d.attest.Dir, time.Now()); err != nil {
 		fmt.Fprintf(stderr, "airlock: pruning %s: %v\n", d.attest.Dir, err)
 	}
-	runner.WriteSummary(stderr, res)
+	report.WriteSummary(stderr, res)
 	if res.Trust != nil {
 		res.Trust.WriteAnnotations(stdout)
 	}
@@ -559,7 +560,7 @@ func (d *job) Cleanup(ctx context.Context, stdout, stderr io.Writer) error {
 // that failed is not one: the runner already failed it, or let it fail
 // (continue-on-error: true), and a failing cleanup_job would fail the
 // job's post step, and so the job, whatever the workflow said.
-func airlockFails(res runner.Result, att *runner.Attestation, keyConfigured bool) []string {
+func airlockFails(res runner.Result, att *report.Attestation, keyConfigured bool) []string {
 	var out []string
 	if res.Trust != nil && res.Trust.Failed {
 		out = append(out, res.Trust.Reason)

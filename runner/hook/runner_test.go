@@ -15,7 +15,7 @@ import (
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/internal/testhost"
-	"github.com/airlock-ci/airlock/runner"
+	"github.com/airlock-ci/airlock/runner/report"
 )
 
 // The official runner, as far as the hook sees it: the directories it
@@ -126,8 +126,8 @@ func newRunnerHost(t testing.TB) *runnerHost {
 	state := stateDir(t)
 	dir := t.TempDir()
 	// The hook processes inherit this environment: no key password.
-	t.Setenv(runner.PasswordEnv, "")
-	os.Unsetenv(runner.PasswordEnv)
+	t.Setenv(report.PasswordEnv, "")
+	os.Unsetenv(report.PasswordEnv)
 	if err := attest.WriteKeyPair(filepath.Join(dir, "k"), nil); err != nil {
 		t.Fatalf("keys: %v", err)
 	}

@@ -1,4 +1,4 @@
-package runner
+package report
 
 import (
 	"strings"
@@ -7,6 +7,7 @@ import (
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/gvisor/monitor"
+	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/trust"
 )
 
@@ -18,9 +19,9 @@ func TestPredicateBoundsWhatTheJobWrote(t *testing.T) {
 	for i := range many {
 		many[i] = "arg"
 	}
-	res := Result{
+	res := runner.Result{
 		Job:       "job",
-		Steps:     []StepOutcome{{Name: "s", Status: StatusFailed, StepResult: gvisor.StepResult{Message: huge}}},
+		Steps:     []runner.StepOutcome{{Name: "s", Status: runner.StatusFailed, StepResult: gvisor.StepResult{Message: huge}}},
 		Processes: monitor.Snapshot{Execs: []monitor.Exec{{Binary: huge, Argv: many}}},
 		Trust:     &trust.Report{Findings: []trust.Finding{{Path: huge, Reason: huge, Diff: huge}}, Notes: many},
 	}

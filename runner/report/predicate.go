@@ -1,4 +1,4 @@
-package runner
+package report
 
 import (
 	"crypto/sha256"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/internal/textsafe"
+	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/egress/rules"
 )
 
@@ -18,7 +19,7 @@ import (
 // string that came from the job is clipped and every list bounded
 // (attest.Max*), so a job cannot make its own record unbounded; what was
 // left out is counted.
-func Predicate(res Result, m attest.Meta) attest.Predicate {
+func Predicate(res runner.Result, m attest.Meta) attest.Predicate {
 	p := attest.Predicate{
 		Runner: attest.Runner{
 			AirlockVersion: m.AirlockVersion, AirlockCommit: m.AirlockCommit,
@@ -67,7 +68,7 @@ func Predicate(res Result, m attest.Meta) attest.Predicate {
 			ExitCode: s.ExitCode, Limit: s.Limit, StdoutSHA256: s.StdoutSHA256, StdoutBytes: s.StdoutBytes,
 			StderrSHA256: s.StderrSHA256, StderrBytes: s.StderrBytes, Message: clip(s.Message, 512),
 		})
-		if s.Status != StatusPassed {
+		if s.Status != runner.StatusPassed {
 			reason := fmt.Sprintf("step %q %s (exit %d)", s.Name, s.Status, s.ExitCode)
 			if s.Limit != "" {
 				reason += " at the " + s.Limit + " limit"

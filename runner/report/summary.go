@@ -1,4 +1,4 @@
-package runner
+package report
 
 import (
 	"fmt"
@@ -10,18 +10,19 @@ import (
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/internal/textsafe"
+	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/credentials"
 	"github.com/airlock-ci/airlock/runner/egress"
 )
 
 // WriteSummary prints the final table: one row per step with its status,
 // exit code, duration and the limit it hit.
-func WriteSummary(w io.Writer, res Result) {
+func WriteSummary(w io.Writer, res runner.Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "STEP\tSTATUS\tEXIT\tDURATION\tLIMIT")
 	for _, s := range res.Steps {
 		exit, dur, limit := "-", "-", "-"
-		if s.Status != StatusSkipped {
+		if s.Status != runner.StatusSkipped {
 			exit = strconv.Itoa(s.ExitCode)
 			dur = s.Duration.Round(time.Millisecond).String()
 		}
