@@ -8,11 +8,16 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/gvisor/monitor"
 	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/runner"
+	"github.com/airlock-ci/airlock/runner/credentials"
+	"github.com/airlock-ci/airlock/runner/egress"
 	"github.com/airlock-ci/airlock/runner/egress/rules"
+	"github.com/airlock-ci/airlock/runner/trust"
 )
 
 // Predicate builds the attestation predicate of a job's result. Every
@@ -21,11 +26,7 @@ import (
 // left out is counted.
 func Predicate(res runner.Result, m attest.Meta) attest.Predicate {
 	p := attest.Predicate{
-		Runner: attest.Runner{
-			AirlockVersion: m.AirlockVersion, AirlockCommit: m.AirlockCommit,
-			GVisorVersion: res.Sandbox.Runtime, Platform: res.Sandbox.Platform,
-			PlatformReason: clip(res.Sandbox.PlatformReason, 1024), PlatformAttempts: []attest.PlatformAttempt{},
-		},
+		Runner:      runnerOf(res.Sandbox, m),
 		Job:         attest.Job{Name: res.Job, Repository: m.Repository, PullRequest: m.PullRequest, BaseSHA: m.BaseSHA, HeadSHA: m.HeadSHA, Author: m.Author, Event: m.Event, ContainerImage: clip(m.ContainerImage, 512)},
 		Steps:       []attest.Step{},
 		Verdict:     attest.Verdict{Passed: res.Passed, ExitCode: res.ExitCode, Reasons: []string{}, Final: !res.Interim},
@@ -37,21 +38,6 @@ func Predicate(res runner.Result, m attest.Meta) attest.Predicate {
 		Credentials: attest.Credentials{Withheld: []attest.WithheldCredential{}, Uses: []attest.CredentialUse{}},
 		Processes:   attest.Processes{Execs: []attest.Exec{}},
 	}
-	for _, a := range res.Sandbox.PlatformAttempts {
-		a.Error = clip(a.Error, 1024)
-		p.Runner.PlatformAttempts = append(p.Runner.PlatformAttempts, a)
-	}
-	p.Runner.Hostname, _ = os.Hostname()
-	if id, err := os.ReadFile("/etc/machine-id"); err == nil {
-		sum := sha256.Sum256([]byte(strings.TrimSpace(string(id))))
-		p.Runner.MachineIDSHA256 = hex.EncodeToString(sum[:])
-	}
-	if os.Getenv("GITHUB_ACTIONS") == "true" {
-		p.Runner.GitHub = &attest.GitHubRun{
-			Repository: os.Getenv("GITHUB_REPOSITORY"), RunID: os.Getenv("GITHUB_RUN_ID"), RunAttempt: os.Getenv("GITHUB_RUN_ATTEMPT"),
-			Workflow: os.Getenv("GITHUB_WORKFLOW"), Job: os.Getenv("GITHUB_JOB"), RunnerName: os.Getenv("RUNNER_NAME"),
-		}
-	}
 	if pi := res.Policy; pi != nil {
 		p.Policy.EffectiveSHA256 = pi.Digest
 		for _, s := range pi.Sources {
@@ -61,7 +47,54 @@ func Predicate(res runner.Result, m attest.Meta) attest.Predicate {
 			p.Policy.Agent = &attest.AgentDecision{Agent: pi.Agent.Agent, Reason: pi.Agent.Reason}
 		}
 	}
-	for _, s := range res.Steps {
+	addSteps(&p, res.Steps)
+	addProcesses(&p, res.Processes)
+	if res.Egress != nil {
+		addEgress(&p, res.Egress, res.Start)
+	}
+	if res.Trust != nil {
+		addTrust(&p, res.Trust)
+	}
+	if res.Credentials != nil {
+		addCredentials(&p, res.Credentials)
+	}
+	if res.Error != "" {
+		p.Verdict.Reasons = append(p.Verdict.Reasons, "airlock: "+res.Error)
+	}
+	return p
+}
+
+// runnerOf says what ran the job: airlock, gVisor and its platform, and
+// the host (by name and hashed machine id; the Actions run, when there
+// is one).
+func runnerOf(sb runner.SandboxInfo, m attest.Meta) attest.Runner {
+	r := attest.Runner{
+		AirlockVersion: m.AirlockVersion, AirlockCommit: m.AirlockCommit,
+		GVisorVersion: sb.Runtime, Platform: sb.Platform,
+		PlatformReason: clip(sb.PlatformReason, 1024), PlatformAttempts: []attest.PlatformAttempt{},
+	}
+	for _, a := range sb.PlatformAttempts {
+		a.Error = clip(a.Error, 1024)
+		r.PlatformAttempts = append(r.PlatformAttempts, a)
+	}
+	r.Hostname, _ = os.Hostname()
+	if id, err := os.ReadFile("/etc/machine-id"); err == nil {
+		sum := sha256.Sum256([]byte(strings.TrimSpace(string(id))))
+		r.MachineIDSHA256 = hex.EncodeToString(sum[:])
+	}
+	if os.Getenv("GITHUB_ACTIONS") == "true" {
+		r.GitHub = &attest.GitHubRun{
+			Repository: os.Getenv("GITHUB_REPOSITORY"), RunID: os.Getenv("GITHUB_RUN_ID"), RunAttempt: os.Getenv("GITHUB_RUN_ATTEMPT"),
+			Workflow: os.Getenv("GITHUB_WORKFLOW"), Job: os.Getenv("GITHUB_JOB"), RunnerName: os.Getenv("RUNNER_NAME"),
+		}
+	}
+	return r
+}
+
+// addSteps records each step by its command's digest, and a step that
+// did not pass as a reason of the verdict.
+func addSteps(p *attest.Predicate, steps []runner.StepOutcome) {
+	for _, s := range steps {
 		cmd := sha256.Sum256([]byte(strings.Join(s.Command, "\x00")))
 		p.Steps = append(p.Steps, attest.Step{
 			Name: s.Name, CommandSHA256: hex.EncodeToString(cmd[:]), Status: s.Status, Start: s.Start, End: s.End,
@@ -76,9 +109,14 @@ func Predicate(res runner.Result, m attest.Meta) attest.Predicate {
 			p.Verdict.Reasons = append(p.Verdict.Reasons, reason)
 		}
 	}
-	execs := res.Processes.Execs
-	p.Processes.Dropped = res.Processes.DroppedExecs
-	p.Processes.DroppedBySentry, p.Processes.Malformed = res.Processes.DroppedBySentry, res.Processes.Malformed
+}
+
+// addProcesses records the first attest.MaxExecs execs, argv bounded and
+// digested; the rest are counted.
+func addProcesses(p *attest.Predicate, procs monitor.Snapshot) {
+	execs := procs.Execs
+	p.Processes.Dropped = procs.DroppedExecs
+	p.Processes.DroppedBySentry, p.Processes.Malformed = procs.DroppedBySentry, procs.Malformed
 	if len(execs) > attest.MaxExecs {
 		p.Processes.Dropped += uint64(len(execs) - attest.MaxExecs)
 		execs = execs[:attest.MaxExecs]
@@ -93,90 +131,96 @@ func Predicate(res runner.Result, m attest.Meta) attest.Predicate {
 		}
 		p.Processes.Execs = append(p.Processes.Execs, e)
 	}
-	if eg := res.Egress; eg != nil {
-		p.Egress.Gateway, p.Egress.Mode, p.Egress.ModeNote = eg.Gateway, eg.Mode, clip(eg.ModeNote, 256)
-		p.Egress.Dropped = eg.Dropped
-		ds := eg.Decisions
-		if len(ds) > attest.MaxDecisions {
-			p.Egress.Dropped += uint64(len(ds) - attest.MaxDecisions)
-			ds = ds[:attest.MaxDecisions]
-		}
-		for _, d := range ds {
-			addr := d.Address
-			if d.Name != "" && d.Protocol != rules.ProtoDirect {
-				addr = "" // a gateway address: the name says it
-			}
-			p.Egress.Decisions = append(p.Egress.Decisions, attest.EgressDecision{
-				Time: d.Time, PID: d.PID, Protocol: d.Protocol, Name: clip(d.Name, 253), Address: addr, Port: d.Port,
-				Method: clip(d.Method, 16), Path: clip(d.Path, 256), Decision: d.Decision, Rule: clip(shortRule(d.Rule), 128),
-				Reason: clip(d.Reason, 256), Upstream: d.Upstream,
-				BytesOut: d.BytesOut, BytesIn: d.BytesIn,
-			}.Row(res.Start))
-		}
-		p.Egress.Summary = summarize(eg.Decisions)
-		if len(p.Egress.Summary) > attest.MaxDestinations {
-			other := attest.EgressSummary{Destination: fmt.Sprintf("(%d other destinations)", len(p.Egress.Summary)-attest.MaxDestinations)}
-			for _, d := range p.Egress.Summary[attest.MaxDestinations:] {
-				other.Allowed += d.Allowed
-				other.Denied += d.Denied
-				other.WouldDeny += d.WouldDeny
-				other.BytesOut += d.BytesOut
-				other.BytesIn += d.BytesIn
-			}
-			p.Egress.Summary = append(p.Egress.Summary[:attest.MaxDestinations], other)
-		}
+}
+
+// addEgress records the first attest.MaxDecisions decisions as rows and
+// every decision in the per-destination summary (its tail folded into
+// one line).
+func addEgress(p *attest.Predicate, eg *egress.Report, start time.Time) {
+	p.Egress.Gateway, p.Egress.Mode, p.Egress.ModeNote = eg.Gateway, eg.Mode, clip(eg.ModeNote, 256)
+	p.Egress.Dropped = eg.Dropped
+	ds := eg.Decisions
+	if len(ds) > attest.MaxDecisions {
+		p.Egress.Dropped += uint64(len(ds) - attest.MaxDecisions)
+		ds = ds[:attest.MaxDecisions]
 	}
-	if tr := res.Trust; tr != nil {
-		p.Trust.ReadOnly = tr.ReadOnly
-		if len(p.Trust.ReadOnly) > 100 {
-			p.Trust.ReadOnly = p.Trust.ReadOnly[:100]
+	for _, d := range ds {
+		addr := d.Address
+		if d.Name != "" && d.Protocol != rules.ProtoDirect {
+			addr = "" // a gateway address: the name says it
 		}
-		p.Trust.Error = clip(tr.Error, 2048)
-		p.Trust.Notes = []string{}
-		for i, n := range tr.Notes {
-			if i == 50 {
-				p.Trust.Notes = append(p.Trust.Notes, fmt.Sprintf("... and %d more notes", len(tr.Notes)-i))
-				break
-			}
-			p.Trust.Notes = append(p.Trust.Notes, clip(n, 512))
-		}
-		if tr.Error != "" {
-			p.Verdict.Reasons = append(p.Verdict.Reasons, "trust diffs incomplete: "+clip(tr.Error, 512))
-		}
-		for i, f := range tr.Findings {
-			if i == attest.MaxFindings {
-				p.Trust.Dropped = uint64(len(tr.Findings) - i)
-				break
-			}
-			p.Trust.Findings = append(p.Trust.Findings, attest.TrustFinding{
-				Phase: f.Phase, Category: f.Category, Path: clip(f.Path, 512), Line: f.Line, Kind: f.Kind, Severity: f.Severity,
-				Action: f.Action, Outcome: clip(f.Outcome, 256), Reason: clip(f.Reason, 1024), DiffSHA256: f.DiffSHA256, Diff: clipText(f.Diff, attest.MaxDiffBytes),
-			})
-		}
-		if tr.Failed {
-			p.Verdict.Reasons = append(p.Verdict.Reasons, tr.Reason)
-		}
+		p.Egress.Decisions = append(p.Egress.Decisions, attest.EgressDecision{
+			Time: d.Time, PID: d.PID, Protocol: d.Protocol, Name: clip(d.Name, 253), Address: addr, Port: d.Port,
+			Method: clip(d.Method, 16), Path: clip(d.Path, 256), Decision: d.Decision, Rule: clip(shortRule(d.Rule), 128),
+			Reason: clip(d.Reason, 256), Upstream: d.Upstream,
+			BytesOut: d.BytesOut, BytesIn: d.BytesIn,
+		}.Row(start))
 	}
-	if c := res.Credentials; c != nil {
-		p.Credentials.Masked, p.Credentials.UsesDropped = c.Masked, c.UsesDropped
-		for _, w := range c.Withheld {
-			p.Credentials.Withheld = append(p.Credentials.Withheld, attest.WithheldCredential{Name: clip(w.Name, 128), Kinds: w.Kinds, Variables: boundList(w.Variables)})
+	p.Egress.Summary = summarize(eg.Decisions)
+	if len(p.Egress.Summary) > attest.MaxDestinations {
+		other := attest.EgressSummary{Destination: fmt.Sprintf("(%d other destinations)", len(p.Egress.Summary)-attest.MaxDestinations)}
+		for _, d := range p.Egress.Summary[attest.MaxDestinations:] {
+			other.Allowed += d.Allowed
+			other.Denied += d.Denied
+			other.WouldDeny += d.WouldDeny
+			other.BytesOut += d.BytesOut
+			other.BytesIn += d.BytesIn
 		}
-		for i, u := range c.Uses {
-			if i == attest.MaxDestinations {
-				for _, rest := range c.Uses[i:] {
-					p.Credentials.UsesDropped += rest.Injected + rest.Refused + rest.Elsewhere
-				}
-				break
+		p.Egress.Summary = append(p.Egress.Summary[:attest.MaxDestinations], other)
+	}
+}
+
+// addTrust records the trust report: findings (the first
+// attest.MaxFindings, diffs clipped), notes, and its verdict's reasons.
+func addTrust(p *attest.Predicate, tr *trust.Report) {
+	p.Trust.ReadOnly = tr.ReadOnly
+	if len(p.Trust.ReadOnly) > 100 {
+		p.Trust.ReadOnly = p.Trust.ReadOnly[:100]
+	}
+	p.Trust.Error = clip(tr.Error, 2048)
+	p.Trust.Notes = []string{}
+	for i, n := range tr.Notes {
+		if i == 50 {
+			p.Trust.Notes = append(p.Trust.Notes, fmt.Sprintf("... and %d more notes", len(tr.Notes)-i))
+			break
+		}
+		p.Trust.Notes = append(p.Trust.Notes, clip(n, 512))
+	}
+	if tr.Error != "" {
+		p.Verdict.Reasons = append(p.Verdict.Reasons, "trust diffs incomplete: "+clip(tr.Error, 512))
+	}
+	for i, f := range tr.Findings {
+		if i == attest.MaxFindings {
+			p.Trust.Dropped = uint64(len(tr.Findings) - i)
+			break
+		}
+		p.Trust.Findings = append(p.Trust.Findings, attest.TrustFinding{
+			Phase: f.Phase, Category: f.Category, Path: clip(f.Path, 512), Line: f.Line, Kind: f.Kind, Severity: f.Severity,
+			Action: f.Action, Outcome: clip(f.Outcome, 256), Reason: clip(f.Reason, 1024), DiffSHA256: f.DiffSHA256, Diff: clipText(f.Diff, attest.MaxDiffBytes),
+		})
+	}
+	if tr.Failed {
+		p.Verdict.Reasons = append(p.Verdict.Reasons, tr.Reason)
+	}
+}
+
+// addCredentials records what credentials were withheld and where each
+// was used (the first attest.MaxDestinations; the rest counted).
+func addCredentials(p *attest.Predicate, c *credentials.Record) {
+	p.Credentials.Masked, p.Credentials.UsesDropped = c.Masked, c.UsesDropped
+	for _, w := range c.Withheld {
+		p.Credentials.Withheld = append(p.Credentials.Withheld, attest.WithheldCredential{Name: clip(w.Name, 128), Kinds: w.Kinds, Variables: boundList(w.Variables)})
+	}
+	for i, u := range c.Uses {
+		if i == attest.MaxDestinations {
+			for _, rest := range c.Uses[i:] {
+				p.Credentials.UsesDropped += rest.Injected + rest.Refused + rest.Elsewhere
 			}
-			p.Credentials.Uses = append(p.Credentials.Uses, attest.CredentialUse{Credential: clip(u.Credential, 128), Host: clip(u.Host, 253), Route: u.Route,
-				Injected: u.Injected, Refused: u.Refused, Elsewhere: u.Elsewhere, Rule: u.Rule})
+			break
 		}
+		p.Credentials.Uses = append(p.Credentials.Uses, attest.CredentialUse{Credential: clip(u.Credential, 128), Host: clip(u.Host, 253), Route: u.Route,
+			Injected: u.Injected, Refused: u.Refused, Elsewhere: u.Elsewhere, Rule: u.Rule})
 	}
-	if res.Error != "" {
-		p.Verdict.Reasons = append(p.Verdict.Reasons, "airlock: "+res.Error)
-	}
-	return p
 }
 
 // boundList keeps at most 50 short entries of a list from the job.
