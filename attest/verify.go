@@ -10,6 +10,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/airlock-ci/airlock/internal/input"
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
@@ -296,7 +297,7 @@ func ReadEvidence(b []byte, v signature.Verifier, allowUnsigned bool) (out *Veri
 			return out, false, nil
 		}
 		if !allowUnsigned {
-			return nil, false, fmt.Errorf("not verified: give the signer's key with --key")
+			return nil, false, input.Errorf(input.VerifyKey, "not given: a bundle is not verified without it")
 		}
 		return inspected, true, nil
 	}
@@ -305,7 +306,7 @@ func ReadEvidence(b []byte, v signature.Verifier, allowUnsigned bool) (out *Veri
 		return nil, false, fmt.Errorf("neither an airlock bundle nor an airlock statement: %w", err)
 	}
 	if !allowUnsigned {
-		return nil, false, fmt.Errorf("an unsigned statement: refused without --allow-unsigned")
+		return nil, false, input.Errorf(input.AllowUnsigned, "not given: an unsigned statement is refused without it")
 	}
 	return st, true, nil
 }

@@ -200,7 +200,7 @@ func checkSocketRoom(stateRoot, id string) error {
 		return fmt.Errorf("state root %s: %w", stateRoot, err)
 	}
 	if sock := filepath.Join(abs, "jobs", id, "monitor.sock"); len(sock) > maxSocketPath {
-		return fmt.Errorf("%w: the state directory %s is too long: a job's runtime-monitoring socket there (%s) would take %d bytes, and a Unix socket's path has at most %d; give a --state-dir of at most %d bytes", ErrInvalidConfig, stateRoot, sock, len(sock), maxSocketPath, maxSocketPath-len(sock)+len(abs))
+		return fmt.Errorf("%w: the state directory %s is too long: a job's runtime-monitoring socket there (%s) would take %d bytes, and a Unix socket's path has at most %d; give a state directory of at most %d bytes", ErrInvalidConfig, stateRoot, sock, len(sock), maxSocketPath, maxSocketPath-len(sock)+len(abs))
 	}
 	return nil
 }
@@ -271,7 +271,7 @@ func (c Config) withDefaults() (Config, error) {
 	// Resolve symlinks once, here, so the mount source is a real directory
 	// and a later swap of the link cannot redirect the mount.
 	if ws, err = filepath.EvalSymlinks(ws); err != nil {
-		return c, fmt.Errorf("%w: %s does not exist; create it or pass --workspace DIR", ErrNoWorkspace, c.Workspace)
+		return c, fmt.Errorf("%w: %s does not exist; create it or give another workspace", ErrNoWorkspace, c.Workspace)
 	}
 	if fi, err := os.Stat(ws); err != nil || !fi.IsDir() {
 		return c, fmt.Errorf("%w: %s is not a directory", ErrNoWorkspace, c.Workspace)
@@ -303,7 +303,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("state root: %w", err)
 	}
 	if paths.Within(state, ws) {
-		return c, fmt.Errorf("%w: the state directory %s is inside the workspace %s: give a --state-dir outside it", ErrInvalidConfig, c.StateRoot, ws)
+		return c, fmt.Errorf("%w: the state directory %s is inside the workspace %s: give a state directory outside it", ErrInvalidConfig, c.StateRoot, ws)
 	}
 	if shared, err := resolvedPath(c.SharedRoot); err != nil || paths.Within(shared, ws) {
 		return c, fmt.Errorf("%w: the shared state directory %s is inside the workspace %s (or cannot be resolved): keep it outside", ErrInvalidConfig, c.SharedRoot, ws)
@@ -313,7 +313,7 @@ func (c Config) withDefaults() (Config, error) {
 			continue
 		}
 		if src, err := resolvedPath(m.Source); err == nil && paths.Within(state, src) {
-			return c, fmt.Errorf("%w: the state directory %s is inside %s, which the job can write (mounted at %s): give a --state-dir outside it", ErrInvalidConfig, c.StateRoot, m.Source, m.Destination)
+			return c, fmt.Errorf("%w: the state directory %s is inside %s, which the job can write (mounted at %s): give a state directory outside it", ErrInvalidConfig, c.StateRoot, m.Source, m.Destination)
 		}
 	}
 	for _, m := range c.ExtraMasks {

@@ -31,7 +31,7 @@ func TestStateRootOutsideWorkspace(t *testing.T) {
 			t.Chdir(ws)
 			mounts := []Mount{{Source: rw, Destination: "/cache"}, {Source: ro, Destination: "/ro", ReadOnly: true}}
 			_, err := Config{Workspace: ws, StateRoot: tc.state, User: &User{UID: 1000, GID: 1000}, Mounts: mounts}.withDefaults()
-			refused := err != nil && errors.Is(err, ErrInvalidConfig) && strings.Contains(err.Error(), "--state-dir outside")
+			refused := err != nil && errors.Is(err, ErrInvalidConfig) && strings.Contains(err.Error(), "give a state directory outside")
 			if refused != tc.refused {
 				t.Errorf("state %s: error %v, want refused %v", tc.state, err, tc.refused)
 			}

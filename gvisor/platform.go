@@ -206,7 +206,7 @@ func (j kvmJudge) choose(ctx context.Context, asked string) (PlatformChoice, err
 	case PlatformKVM:
 		usable, why := j.judge(ctx)
 		if !usable {
-			return c, fmt.Errorf("%w: platform kvm: %s; use --platform auto (it runs on systrap here) or systrap, or set sandbox.platform to \"auto\" in the organisation policy; `airlock doctor` checks the host", ErrPlatformUnusable, why)
+			return c, fmt.Errorf("%w: platform kvm: %s; ask for platform auto (it runs on systrap here) or systrap, or set sandbox.platform to \"auto\" in the organisation policy; `airlock doctor` checks the host", ErrPlatformUnusable, why)
 		}
 		c.Platform, c.Reason = PlatformKVM, "asked for; "+why
 	default:

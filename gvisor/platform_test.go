@@ -46,8 +46,8 @@ func TestChoosePlatform(t *testing.T) {
 		{"auto, no device: no probe", "auto", noDevice, nil, PlatformSystrap, "kvm unusable: open /dev/kvm: no such file or directory", nil, 0},
 		{"systrap: no probe", "systrap", nil, nil, PlatformSystrap, "asked for", nil, 0},
 		{"kvm, probe passes", "kvm", nil, nil, PlatformKVM, "asked for; a probe sandbox booted on kvm", nil, 1},
-		{"kvm, probe fails", "kvm", nil, panicked, "", "error setting system registers: invalid argument; use --platform auto", ErrPlatformUnusable, 1},
-		{"kvm, no device", "kvm", noDevice, nil, "", "platform kvm: open /dev/kvm: no such file or directory; use --platform auto", ErrPlatformUnusable, 0},
+		{"kvm, probe fails", "kvm", nil, panicked, "", "error setting system registers: invalid argument; ask for platform auto", ErrPlatformUnusable, 1},
+		{"kvm, no device", "kvm", noDevice, nil, "", "platform kvm: open /dev/kvm: no such file or directory; ask for platform auto", ErrPlatformUnusable, 0},
 		{"unknown platform", "ptrace", nil, nil, "", `platform "ptrace": use auto, systrap or kvm`, ErrInvalidConfig, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -272,7 +272,7 @@ func TestAutoPlatformOnThisHost(t *testing.T) {
 // nothing of the job was created.
 func checkRefusal(t *testing.T, cfg Config, err error) {
 	t.Helper()
-	if !errors.Is(err, ErrPlatformUnusable) || strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "goroutine") || !strings.Contains(err.Error(), "use --platform auto") {
+	if !errors.Is(err, ErrPlatformUnusable) || strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "goroutine") || !strings.Contains(err.Error(), "ask for platform auto") {
 		t.Fatalf("kvm asked for where it cannot boot: %v", err)
 	}
 	if _, serr := os.Stat(filepath.Join(cfg.StateRoot, "jobs", cfg.ID)); !os.IsNotExist(serr) {

@@ -92,4 +92,3 @@ func isCommitID(s string) bool {
 	}
 	return true
 }
-

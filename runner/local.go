@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/airlock-ci/airlock/internal/files"
+	"github.com/airlock-ci/airlock/internal/input"
 	"github.com/airlock-ci/airlock/policies"
 )
 
@@ -23,11 +24,11 @@ func LocalPolicy(ctx context.Context, workspace string, org []policies.Source, e
 	if eventFile != "" {
 		payload, err := files.ReadCapped(eventFile, policies.MaxEventSize)
 		if err != nil {
-			return nil, pr, InputError{err}
+			return nil, pr, InputError{Err: err}
 		}
 		ev, err := policies.ParsePullRequest(payload)
 		if err != nil {
-			return nil, pr, inputf("--event %s: %w", eventFile, err)
+			return nil, pr, input.Errorf(input.Event, "%s: %w", eventFile, err)
 		}
 		pr.Event = &ev
 		if pr.Base == "" {

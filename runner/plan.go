@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/input"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner/credentials"
 	"github.com/airlock-ci/airlock/runner/trust"
@@ -38,20 +39,20 @@ type PullRequest struct {
 	HeadChangesPolicy *policies.PolicyChange
 }
 
-// Requests are what the user of `airlock run` asks for with flags.
-// Without a policy they are the sandbox as asked. Under a policy, each
-// one the user gave (named in Set by its flag) may only tighten the
-// policy: one that would loosen it is an InputError.
+// Requests are what the user of a door asks of the sandbox (airlock
+// run's flags). Without a policy they are the sandbox as asked. Under a
+// policy, each one the user gave (named in Set) may only tighten the
+// policy: one that would loosen it is an InputError naming it.
 type Requests struct {
 	RootFS, Platform string
 	WorkspaceMount   string
 	Capabilities     []string
 	User             *gvisor.User
 	Limits           gvisor.Limits
-	// Set names the flags the user gave: rootfs, workspace-mount, cap,
-	// and the limits' (timeout, step-timeout, memory, pids, cpus,
-	// overlay-size, tmp-size, output-limit).
-	Set map[string]bool
+	// Set names the requests the user gave (input.RootFS, input.Platform,
+	// input.WorkspaceMount, input.Capabilities, and the limits':
+	// input.JobTimeout ... input.Output).
+	Set map[input.Name]bool
 }
 
 // Inputs are what a door brings to a job besides the policy.
@@ -134,12 +135,10 @@ type Plan struct {
 	Notes []string
 }
 
-// InputError is a door's input that cannot be honoured: a flag that
-// would loosen the policy, a job the policy does not have.
-type InputError struct{ Err error }
-
-func (e InputError) Error() string { return e.Err.Error() }
-func (e InputError) Unwrap() error { return e.Err }
+// InputError is a door's input that cannot be honoured: a request that
+// would loosen the policy, a job the policy does not have. Its Input
+// names which, for the door to spell (input.Spelling).
+type InputError = input.Error
 
 // PolicyError is a policy that cannot be turned into a job (a size that
 // does not parse, an egress rule that does not compile).
@@ -148,7 +147,7 @@ type PolicyError struct{ Err error }
 func (e PolicyError) Error() string { return e.Err.Error() }
 func (e PolicyError) Unwrap() error { return e.Err }
 
-func inputf(format string, args ...any) error { return InputError{fmt.Errorf(format, args...)} }
+func inputf(format string, args ...any) error { return InputError{Err: fmt.Errorf(format, args...)} }
 
 // NewPlan turns the effective policy, the pull request and the door's
 // inputs into a job. Without a policy (eff nil: airlock run on a host
@@ -209,7 +208,7 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	cfg.ExtraMasks = append(cfg.ExtraMasks, in.Masks...)
 	cfg.Files = slices.Clone(in.Files)
 	if err := checkServices(pol.Sandbox, in.Services); err != nil {
-		return p, InputError{err}
+		return p, InputError{Err: err}
 	}
 	if len(in.Services) > 0 {
 		p.Hosts = []gvisor.File{hostsFile(in.Services)}
@@ -261,7 +260,7 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 
 	if in.PolicyJob != "" {
 		if p.Job.Steps, err = StepsFromPolicy(pol, in.PolicyJob); err != nil {
-			return p, InputError{err}
+			return p, InputError{Err: err}
 		}
 		if p.Job.Name == "" {
 			p.Job.Name = in.PolicyJob
@@ -301,36 +300,36 @@ func requestedSandbox(in Inputs) gvisor.Config {
 // any that would loosen it. Where the image chooses the user
 // (imageMode), so may the user.
 func tighten(cfg *gvisor.Config, r Requests, imageMode bool) error {
-	if r.Set["rootfs"] && r.RootFS != cfg.RootFS {
-		return inputf("--rootfs: the policy sets the root filesystem (sandbox.rootfs)")
+	if r.Set[input.RootFS] && r.RootFS != cfg.RootFS {
+		return input.Errorf(input.RootFS, "the policy sets it (sandbox.rootfs)")
 	}
-	if r.Set["platform"] {
+	if r.Set[input.Platform] {
 		if cfg.Platform != "" && cfg.Platform != gvisor.PlatformAuto && r.Platform != cfg.Platform {
-			return inputf("--platform: the organisation policy sets the platform (sandbox.platform: %q)", cfg.Platform)
+			return input.Errorf(input.Platform, "the organisation policy sets it (sandbox.platform: %q)", cfg.Platform)
 		}
 		cfg.Platform = r.Platform
 	}
-	if r.Set["workspace-mount"] && r.WorkspaceMount != cfg.WorkspaceMount {
-		return inputf("--workspace-mount: the policy sets it (sandbox.workspaceMount)")
+	if r.Set[input.WorkspaceMount] && r.WorkspaceMount != cfg.WorkspaceMount {
+		return input.Errorf(input.WorkspaceMount, "the policy sets it (sandbox.workspaceMount)")
 	}
 	for _, c := range r.Capabilities {
 		if !slices.Contains(cfg.Capabilities, c) {
-			return inputf("--cap %s: the policy does not grant it (sandbox.capabilities); a flag can only tighten the policy", c)
+			return input.Errorf(input.Capabilities, "%s: the policy does not grant it (sandbox.capabilities); a request can only tighten the policy", c)
 		}
 	}
-	if r.Set["cap"] {
+	if r.Set[input.Capabilities] {
 		cfg.Capabilities = r.Capabilities
 	}
 	if r.User != nil {
 		if cfg.User != nil && *cfg.User != *r.User && !imageMode {
-			return inputf("--user: the policy sets the identity (sandbox.user)")
+			return input.Errorf(input.User, "the policy sets it (sandbox.user)")
 		}
 		u := *r.User
 		cfg.User = &u
 	}
 	l, err := TightenLimits(cfg.Limits, r.Limits, r.Set)
 	if err != nil {
-		return InputError{err}
+		return err
 	}
 	cfg.Limits = l
 	return nil

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/input"
 	"github.com/airlock-ci/airlock/policies"
 )
 
@@ -54,9 +55,9 @@ steps: build: [{name: "vet", run: "go vet ./..."}]
 		return map[string]string{"AIRLOCK_SECRET_API": "s3cret"}[k], k == "AIRLOCK_SECRET_API"
 	}
 	agentPR := &policies.PullRequest{Number: 7, Author: "Copilot", BaseSHA: "b", HeadSHA: "h"}
-	set := func(flags ...string) map[string]bool {
-		m := map[string]bool{}
-		for _, f := range flags {
+	set := func(names ...input.Name) map[input.Name]bool {
+		m := map[input.Name]bool{}
+		for _, f := range names {
 			m[f] = true
 		}
 		return m
@@ -123,7 +124,7 @@ steps: build: [{name: "vet", run: "go vet ./..."}]
 		{
 			name: "a flag that tightens the policy applies",
 			org:  orgPolicy,
-			in:   Inputs{Requests: Requests{Limits: tighter, Capabilities: []string{}, Set: set("pids", "cap")}},
+			in:   Inputs{Requests: Requests{Limits: tighter, Capabilities: []string{}, Set: set(input.Pids, input.Capabilities)}},
 			check: func(t *testing.T, p Plan) {
 				if p.Job.Sandbox.Limits.Pids != 100 || len(p.Job.Sandbox.Capabilities) != 0 {
 					t.Errorf("limits %+v caps %v", p.Job.Sandbox.Limits, p.Job.Sandbox.Capabilities)
@@ -177,10 +178,10 @@ steps: build: [{name: "vet", run: "go vet ./..."}]
 				}
 			},
 		},
-		{name: "a flag that loosens a limit", org: orgPolicy, in: Inputs{Requests: Requests{Limits: looser, Set: set("memory")}}, wantErr: "--memory asks for more", input: true},
-		{name: "another root filesystem", org: orgPolicy, in: Inputs{Requests: Requests{RootFS: "/img", Set: set("rootfs")}}, wantErr: "--rootfs: the policy sets", input: true},
-		{name: "a capability the policy does not grant", org: orgPolicy, in: Inputs{Requests: Requests{Capabilities: []string{"CAP_SYS_ADMIN"}, Set: set("cap")}}, wantErr: "--cap CAP_SYS_ADMIN", input: true},
-		{name: "another identity", org: orgPolicy + "sandbox: user: {uid: 1000, gid: 1000}\n", in: Inputs{Requests: Requests{User: &gvisor.User{UID: 0}}}, wantErr: "--user: the policy sets", input: true},
+		{name: "a request that loosens a limit", org: orgPolicy, in: Inputs{Requests: Requests{Limits: looser, Set: set(input.Memory)}}, wantErr: "the memory limit: more than the policy's sandbox.limits allow", input: true},
+		{name: "another root filesystem", org: orgPolicy, in: Inputs{Requests: Requests{RootFS: "/img", Set: set(input.RootFS)}}, wantErr: "the root filesystem: the policy sets it", input: true},
+		{name: "a capability the policy does not grant", org: orgPolicy, in: Inputs{Requests: Requests{Capabilities: []string{"CAP_SYS_ADMIN"}, Set: set(input.Capabilities)}}, wantErr: "the capabilities: CAP_SYS_ADMIN: the policy does not grant it", input: true},
+		{name: "another identity", org: orgPolicy + "sandbox: user: {uid: 1000, gid: 1000}\n", in: Inputs{Requests: Requests{User: &gvisor.User{UID: 0}}}, wantErr: "the user: the policy sets it", input: true},
 		{name: "a job the policy does not have", org: orgPolicy, in: Inputs{PolicyJob: "deploy"}, wantErr: `no job "deploy"`, input: true},
 		{
 			name: "the runner hook: its paths, the mapped image, services, the checkout in the job",

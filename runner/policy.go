@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/input"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner/egress"
 	"github.com/airlock-ci/airlock/runner/egress/rules"
@@ -75,31 +76,31 @@ func LimitsFromPolicy(p policies.Limits) (gvisor.Limits, error) {
 // TightenLimits applies the caller's limits where they are at least as
 // strict as the policy's (0 means unlimited), and refuses any that would
 // loosen it: a flag can narrow a policy, never widen it.
-func TightenLimits(policy, asked gvisor.Limits, set map[string]bool) (gvisor.Limits, error) {
+func TightenLimits(policy, asked gvisor.Limits, set map[input.Name]bool) (gvisor.Limits, error) {
 	out := policy
-	stricter := func(name string, p, a float64, dst func()) error {
+	stricter := func(name input.Name, p, a float64, dst func()) error {
 		if !set[name] {
 			return nil
 		}
 		if p != 0 && (a == 0 || a > p) {
-			return fmt.Errorf("--%s asks for more than the policy's sandbox.limits allow; a flag can only tighten the policy", name)
+			return input.Errorf(name, "more than the policy's sandbox.limits allow; a request can only tighten the policy")
 		}
 		dst()
 		return nil
 	}
 	for _, c := range []struct {
-		name string
+		name input.Name
 		p, a float64
 		dst  func()
 	}{
-		{"timeout", float64(policy.JobTimeout), float64(asked.JobTimeout), func() { out.JobTimeout = asked.JobTimeout }},
-		{"step-timeout", float64(policy.StepTimeout), float64(asked.StepTimeout), func() { out.StepTimeout = asked.StepTimeout }},
-		{"memory", float64(policy.Memory), float64(asked.Memory), func() { out.Memory = asked.Memory }},
-		{"pids", float64(policy.Pids), float64(asked.Pids), func() { out.Pids = asked.Pids }},
-		{"cpus", policy.CPUs, asked.CPUs, func() { out.CPUs = asked.CPUs }},
-		{"overlay-size", float64(policy.Overlay), float64(asked.Overlay), func() { out.Overlay = asked.Overlay }},
-		{"tmp-size", float64(policy.Tmp), float64(asked.Tmp), func() { out.Tmp = asked.Tmp }},
-		{"output-limit", float64(policy.Output), float64(asked.Output), func() { out.Output = asked.Output }},
+		{input.JobTimeout, float64(policy.JobTimeout), float64(asked.JobTimeout), func() { out.JobTimeout = asked.JobTimeout }},
+		{input.StepTimeout, float64(policy.StepTimeout), float64(asked.StepTimeout), func() { out.StepTimeout = asked.StepTimeout }},
+		{input.Memory, float64(policy.Memory), float64(asked.Memory), func() { out.Memory = asked.Memory }},
+		{input.Pids, float64(policy.Pids), float64(asked.Pids), func() { out.Pids = asked.Pids }},
+		{input.CPUs, policy.CPUs, asked.CPUs, func() { out.CPUs = asked.CPUs }},
+		{input.Overlay, float64(policy.Overlay), float64(asked.Overlay), func() { out.Overlay = asked.Overlay }},
+		{input.Tmp, float64(policy.Tmp), float64(asked.Tmp), func() { out.Tmp = asked.Tmp }},
+		{input.Output, float64(policy.Output), float64(asked.Output), func() { out.Output = asked.Output }},
 	} {
 		if err := stricter(c.name, c.p, c.a, c.dst); err != nil {
 			return policy, err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlock-ci/airlock/gvisor/monitor"
 	"github.com/airlock-ci/airlock/internal/gitexec"
+	"github.com/airlock-ci/airlock/internal/input"
 	"github.com/airlock-ci/airlock/internal/paths"
 	"github.com/airlock-ci/airlock/policies"
 
@@ -111,7 +112,7 @@ func refusedWrites(mount string, set *trust.Set, readOnly []string, refused []mo
 // repository's policy at base define, decided.
 func AuthoredReport(ctx context.Context, dir string, org []policies.Source, base, head string) (*trust.Report, error) {
 	if _, err := gitexec.ResolveCommit(ctx, dir, base); err != nil {
-		return nil, inputf("--base: %w (a shallow clone lacks older commits: fetch the history, e.g. actions/checkout with fetch-depth: 0)", err)
+		return nil, input.Errorf(input.Base, "%w (a shallow clone lacks older commits: fetch the history, e.g. actions/checkout with fetch-depth: 0)", err)
 	}
 	srcs := slices.Clone(org)
 	src, err := policies.FromCommit(ctx, dir, base)
@@ -131,7 +132,7 @@ func AuthoredReport(ctx context.Context, dir string, org []policies.Source, base
 	}
 	findings, err := trust.AuthoredDiff(ctx, dir, base, head, set)
 	if err != nil {
-		return nil, InputError{err}
+		return nil, InputError{Err: err}
 	}
 	rep := &trust.Report{Findings: findings}
 	if rep.Findings == nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/airlock-ci/airlock/internal/input"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
 )
@@ -31,12 +32,32 @@ func (u usageError) Unwrap() error { return u.err }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
+// flagSpelling is how airlock's flags name the inputs that the packages
+// below cmd name in words (input.Name).
+func flagSpelling() input.Spelling {
+	return input.Spelling{
+		input.RootFS: "--rootfs", input.Platform: "--platform", input.WorkspaceMount: "--workspace-mount",
+		input.Capabilities: "--cap", input.User: "--user",
+		input.JobTimeout: "--timeout", input.StepTimeout: "--step-timeout", input.Memory: "--memory", input.Pids: "--pids",
+		input.CPUs: "--cpus", input.Overlay: "--overlay-size", input.Tmp: "--tmp-size", input.Output: "--output-limit",
+		input.Base: "--base", input.Event: "--event", input.AttestKey: "--attest-key", input.StateDir: "--state-dir",
+		input.Node: "--node", input.OrgDir: "--org", input.VerifyKey: "--key", input.AllowUnsigned: "--allow-unsigned",
+	}
+}
+
+// requests are the inputs of airlock run that may only tighten a policy
+// (runner.Requests.Set).
+var requests = []input.Name{
+	input.RootFS, input.Platform, input.WorkspaceMount, input.Capabilities, input.JobTimeout, input.StepTimeout,
+	input.Memory, input.Pids, input.CPUs, input.Overlay, input.Tmp, input.Output,
+}
+
 // exitCodeFor maps an error to an exit code and prints it as one sentence.
 func exitCodeFor(err error, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "airlock: %v\n", err)
+	fmt.Fprintf(stderr, "airlock: %s\n", flagSpelling().Say(err))
 	var u usageError
 	var in runner.InputError
 	var pe runner.PolicyError

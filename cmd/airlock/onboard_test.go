@@ -147,7 +147,7 @@ func TestOnboarding(t *testing.T) {
 		{"no key, no flag", []string{bundle}, exitUsage, "give --key"},
 		{"another signer", []string{"--key", filepath.Join(other, "k.pub"), "--allow-unsigned", bundle}, exitDataErr, "NOT VERIFIED"},
 		{"not evidence at all", []string{"--key", filepath.Join(keys, "k.pub"), file}, exitDataErr, "neither an airlock bundle nor an airlock statement"},
-		{"an unsigned statement", []string{"--key", filepath.Join(keys, "k.pub"), unsigned}, exitDataErr, "refused without --allow-unsigned"},
+		{"an unsigned statement", []string{"--key", filepath.Join(keys, "k.pub"), unsigned}, exitDataErr, "--allow-unsigned: not given: an unsigned statement is refused without it"},
 		{"an unsigned statement, allowed", []string{"--allow-unsigned", unsigned}, 0, "UNVERIFIED"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -257,7 +257,7 @@ func (o *suggestOptions) run(cmd *cobra.Command, args []string, code *int) error
 		}
 		v, unverified, err := attest.ReadEvidence(b, ver, o.allowUnsigned)
 		if err != nil {
-			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", name, err)
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", name, flagSpelling().Say(err))
 			*code = exitDataErr
 			return nil
 		}

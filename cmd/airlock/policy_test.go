@@ -138,8 +138,11 @@ steps: ci: [{name: "hello", run: "echo from-policy; id -u"}]
 		code int
 		want string
 	}{
-		{"loosen a limit", []string{"--pids", "5000"}, exitUsage, "can only tighten"},
-		{"add a capability", []string{"--cap", "CAP_NET_RAW"}, exitUsage, "does not grant it"},
+		// Below cmd an input is named in words (input.Name): the error
+		// says it as the flag the user gave.
+		{"loosen a limit", []string{"--pids", "5000"}, exitUsage, "airlock: --pids: more than the policy's sandbox.limits allow; a request can only tighten"},
+		{"add a capability", []string{"--cap", "CAP_NET_RAW"}, exitUsage, "airlock: --cap: CAP_NET_RAW: the policy does not grant it"},
+		{"another root filesystem", []string{"--rootfs", "/nonexistent-rootfs"}, exitUsage, "airlock: --rootfs: the policy sets it (sandbox.rootfs)"},
 		{"unknown job", []string{"--job", "deploy"}, exitUsage, `no job "deploy"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/airlock-ci/airlock/internal/input"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/report"
@@ -160,7 +161,7 @@ func (o *runOptions) inputs(flags *pflag.FlagSet, args []string) (runner.Inputs,
 		Name: o.jobName, PolicyJob: o.jobFromPolicy, Workspace: o.workspace, StateRoot: o.stateDir,
 		Masks: o.masks, RunscFlags: o.runscFlags, AttestKey: o.attestKey,
 		GitHubServerURL: os.Getenv("GITHUB_SERVER_URL"), GitHubAPIURL: os.Getenv("GITHUB_API_URL"),
-		Requests: runner.Requests{RootFS: o.rootfs, Platform: o.platform, WorkspaceMount: o.workspaceMount, Capabilities: o.caps, Set: map[string]bool{}},
+		Requests: runner.Requests{RootFS: o.rootfs, Platform: o.platform, WorkspaceMount: o.workspaceMount, Capabilities: o.caps, Set: map[input.Name]bool{}},
 	}
 	switch {
 	case o.stepsFile != "" && len(args) > 0, o.jobFromPolicy != "" && (o.stepsFile != "" || len(args) > 0):
@@ -187,8 +188,8 @@ func (o *runOptions) inputs(flags *pflag.FlagSet, args []string) (runner.Inputs,
 	if in.Requests.Limits, err = o.limits(); err != nil {
 		return in, err
 	}
-	for _, n := range []string{"rootfs", "platform", "workspace-mount", "cap", "timeout", "step-timeout", "memory", "pids", "cpus", "overlay-size", "tmp-size", "output-limit"} {
-		in.Requests.Set[n] = flags.Changed(n)
+	for _, n := range requests {
+		in.Requests.Set[n] = flags.Changed(strings.TrimPrefix(flagSpelling().Of(n), "--"))
 	}
 	if o.user != "" {
 		u, err := runner.ParseUser(o.user)

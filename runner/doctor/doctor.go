@@ -35,6 +35,7 @@ import (
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/input"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner/egress/netns"
 )
@@ -83,6 +84,9 @@ type Options struct {
 	// Node is the node the runner runs the hook's index.js with ("" :
 	// the one in PATH).
 	Node string
+	// Spelling is how the door names its inputs in hints (`airlock
+	// doctor`: its flags); nil: in words.
+	Spelling input.Spelling
 }
 
 // MinKernel is the oldest Linux gVisor supports (its docs: 4.14.77;
@@ -290,15 +294,15 @@ func checkNetwork(context.Context, Options) []Check {
 func checkStateDirs(_ context.Context, o Options) []Check {
 	var out []Check
 	for _, d := range stateRoots(o) {
-		out = append(out, checkStateDir(d, o.Workspaces))
+		out = append(out, checkStateDir(d, o.Workspaces, o.Spelling))
 	}
 	return out
 }
 
-func checkStateDir(dir string, workspaces []string) Check {
+func checkStateDir(dir string, workspaces []string, spell input.Spelling) Check {
 	name := "state " + dir
 	if err := gvisor.CheckStateRoot(dir, workspaces...); err != nil {
-		return bad(Fail, name, err.Error(), "give airlock a state directory outside every workspace, with a short path (--state-dir, AIRLOCK_HOOK_DIR)")
+		return bad(Fail, name, err.Error(), "give airlock a state directory outside every workspace, with a short path ("+spell.Of(input.StateDir)+", AIRLOCK_HOOK_DIR)")
 	}
 	real, err := filepath.Abs(dir)
 	if err != nil {
@@ -330,7 +334,7 @@ func checkStateDir(dir string, workspaces []string) Check {
 		detail += " (on " + at + "; the first job creates it)"
 	}
 	if free < minFreeState {
-		return bad(Warn, name, detail, "free space there: each job's root overlay and logs are kept in it while the job runs (up to --overlay-size)")
+		return bad(Warn, name, detail, "free space there: each job's root overlay and logs are kept in it while the job runs (up to the overlay size, sandbox.limits.overlay)")
 	}
 	return ok(name, "%s", detail)
 }
@@ -351,7 +355,7 @@ func checkNode(ctx context.Context, o Options) []Check {
 	if node == "" {
 		p, err := exec.LookPath("node")
 		if err != nil {
-			return []Check{bad(Warn, "node", "no node in PATH", "the runner runs the hook's index.js with its own externals/node20/bin/node: give --node PATH to check it; `airlock run` does not need node")}
+			return []Check{bad(Warn, "node", "no node in PATH", "the runner runs the hook's index.js with its own externals/node20/bin/node: give "+o.Spelling.Of(input.Node)+" to check it; `airlock run` does not need node")}
 		}
 		node = p
 	}
@@ -362,7 +366,7 @@ func checkNode(ctx context.Context, o Options) []Check {
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	if err := cmd.Run(); err != nil {
-		return []Check{bad(Fail, "node", node+" --version: "+err.Error(), "give --node the runner's externals/node20/bin/node")}
+		return []Check{bad(Fail, "node", node+" --version: "+err.Error(), "give "+o.Spelling.Of(input.Node)+" as the runner's externals/node20/bin/node")}
 	}
 	v := strings.TrimSpace(out.String())
 	major, _ := strconv.Atoi(strings.SplitN(strings.TrimPrefix(v, "v"), ".", 2)[0])
@@ -382,7 +386,7 @@ func checkPolicyAndKey(ctx context.Context, o Options) []Check {
 	case err != nil:
 		out = append(out, bad(Fail, "organisation policy", err.Error(), "fix the files, then check them with airlock policy vet"))
 	case len(srcs) == 0:
-		out = append(out, bad(Warn, "organisation policy", "none (no "+policies.DefaultOrgDir+", no --org)", "without one, a repository's .github/airlock.cue alone decides its sandbox and egress: put the organisation's *.cue files in "+policies.DefaultOrgDir))
+		out = append(out, bad(Warn, "organisation policy", "none (no "+policies.DefaultOrgDir+", no "+o.Spelling.Of(input.OrgDir)+")", "without one, a repository's .github/airlock.cue alone decides its sandbox and egress: put the organisation's *.cue files in "+policies.DefaultOrgDir))
 	default:
 		eff, err := policies.Load(ctx, srcs)
 		if err != nil {

@@ -95,7 +95,7 @@ func TestStateDir(t *testing.T) {
 		{"a symlink into the workspace", filepath.Join(base, "link", "x"), Fail, "inside the workspace"},
 		{"writable by others", open, Fail, "others may change it"},
 	} {
-		c := checkStateDir(tc.dir, []string{ws})
+		c := checkStateDir(tc.dir, []string{ws}, nil)
 		if c.Status != tc.want || !strings.Contains(c.Detail, tc.says) {
 			t.Errorf("%s: %+v, want %s saying %q", tc.name, c, tc.want, tc.says)
 		}
@@ -193,7 +193,7 @@ func TestCheckNode(t *testing.T) {
 // socket fails, before any job meets "bind: invalid argument".
 func TestStateDirTooLong(t *testing.T) {
 	long := filepath.Join(t.TempDir(), strings.Repeat("d", 90))
-	if c := checkStateDir(long, nil); c.Status != Fail || !strings.Contains(c.Detail, "too long") {
+	if c := checkStateDir(long, nil, nil); c.Status != Fail || !strings.Contains(c.Detail, "too long") {
 		t.Errorf("%+v", c)
 	}
 }

@@ -274,7 +274,7 @@ func writeRefusals(w io.Writer, title string, ds []rules.Decision) {
 	fmt.Fprintf(w, "%s (%d):\n", title, len(ds))
 	for i, d := range ds {
 		if i == most {
-			fmt.Fprintf(w, "  ... and %d more (see the egress section of airlock run --json)\n", len(ds)-most)
+			fmt.Fprintf(w, "  ... and %d more (see the egress section of the JSON result)\n", len(ds)-most)
 			break
 		}
 		dest := d.Address

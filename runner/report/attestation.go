@@ -92,7 +92,7 @@ func WriteAttestation(ctx context.Context, res runner.Result, c *runner.AttestCo
 		return info
 	}
 	if c.Key == "" {
-		return unsigned("no signing key (--attest-key, or attest.key in the policy)")
+		return unsigned("no signing key (give one, or set attest.key in the organisation policy)")
 	}
 	signer, err := attest.LoadSigner(ctx, c.Key, attest.PasswordFromEnv(PasswordEnv, c.PasswordFile))
 	if err != nil {

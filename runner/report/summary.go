@@ -139,7 +139,7 @@ func WriteEgress(w io.Writer, e *egress.Report) {
 	refused := egress.Refusals(e.Decisions)
 	for i, d := range refused {
 		if i == 10 {
-			fmt.Fprintf(w, "  ... and %d more (airlock run --json)\n", len(refused)-i)
+			fmt.Fprintf(w, "  ... and %d more (the JSON result)\n", len(refused)-i)
 			break
 		}
 		dest := d.Name
