@@ -4,9 +4,23 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"os"
 	"slices"
 	"strings"
 )
+
+// WriteHTMLFile writes the HTML report of v (WriteHTML) to path.
+func WriteHTMLFile(path string, v *Verified, verified bool, status string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := WriteHTML(f, v, verified, status); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
 
 // WriteHTML renders a verified attestation as one self-contained page
 // (no external assets, no script) for reviewers, in the order a reviewer

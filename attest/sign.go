@@ -63,6 +63,20 @@ func PasswordFromEnv(env, file string) PasswordFunc {
 	}
 }
 
+// NewKeyPassword is the password a new key is encrypted with: from the
+// environment variable env when it is set, else from file when given;
+// neither: none, and the key is written unencrypted.
+func NewKeyPassword(env, file string) ([]byte, error) {
+	if _, set := os.LookupEnv(env); !set && file == "" {
+		return nil, nil
+	}
+	p, err := PasswordFromEnv(env, file)()
+	if err != nil {
+		return nil, fmt.Errorf("%w (for an unencrypted key, unset %s and give no password file)", err, env)
+	}
+	return p, nil
+}
+
 // LoadSigner loads a signer from a key file (PEM: ECDSA P-256 or Ed25519,
 // plain or "ENCRYPTED SIGSTORE PRIVATE KEY") or a KMS URI (any provider
 // compiled in: see kms.SupportedProviders).
@@ -103,6 +117,15 @@ func LoadSigner(ctx context.Context, ref string, password PasswordFunc) (signatu
 		return signature.LoadED25519SignerVerifier(k)
 	}
 	return nil, fmt.Errorf("signing key %s: %T keys are not supported; use ECDSA P-256 or Ed25519", ref, priv)
+}
+
+// LoadVerifierFile loads the public key (PEM) in the file at path.
+func LoadVerifierFile(path string) (signature.Verifier, error) {
+	pub, err := files.ReadCapped(path, 64<<10)
+	if err != nil {
+		return nil, err
+	}
+	return LoadVerifier(pub)
 }
 
 // LoadVerifier loads a public key (PEM) for verification.

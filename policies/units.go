@@ -46,3 +46,17 @@ func ParseDuration(s string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// FormatSize writes n as ParseSize reads it, in the largest binary unit
+// that divides it (4G, 512M, 1000).
+func FormatSize(n int64) string {
+	switch {
+	case n == 0:
+		return "0"
+	case n%(1<<30) == 0:
+		return fmt.Sprintf("%dG", n>>30)
+	case n%(1<<20) == 0:
+		return fmt.Sprintf("%dM", n>>20)
+	}
+	return strconv.FormatInt(n, 10)
+}

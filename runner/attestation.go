@@ -59,6 +59,18 @@ func (c *AttestConfig) ResolveSubject(ctx context.Context) {
 	}
 }
 
+// ResolveSubjectMeanwhile runs ResolveSubject in the background and
+// returns the function that waits for it (a Job's BeforeSteps: the
+// subject is resolved before the first step can move HEAD).
+func (c *AttestConfig) ResolveSubjectMeanwhile(ctx context.Context) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.ResolveSubject(ctx)
+	}()
+	return func() { <-done }
+}
+
 // SubjectNotes are the trouble ResolveSubject had, for the verdict.
 func (c *AttestConfig) SubjectNotes() []string { return c.subjectNotes }
 

@@ -9,7 +9,8 @@ import (
 )
 
 // LocalPolicy is the effective policy and the pull request as `airlock
-// run` finds them on its host: the organisation's policy files (org), the
+// run` finds them on its host: the organisation's policy files (in
+// orgDir, or the host's policies.DefaultOrgDir when empty), the
 // event payload (eventFile, optional: agent detection, base and head),
 // and the repository's policy read from the workspace's git objects at
 // the base commit. base and head, when given, win over the event's; with
@@ -18,8 +19,12 @@ import (
 // The runner hook does not use this: a runner's workspace holds what
 // earlier jobs left, so the hook reads the repository's policy through
 // the GitHub API.
-func LocalPolicy(ctx context.Context, workspace string, org []policies.Source, eventFile, base, head string) (*policies.Effective, PullRequest, error) {
+func LocalPolicy(ctx context.Context, workspace, orgDir, eventFile, base, head string) (*policies.Effective, PullRequest, error) {
 	pr := PullRequest{Base: base, Head: head}
+	org, err := policies.OrgSources(orgDir)
+	if err != nil {
+		return nil, pr, input.Error{Input: input.OrgDir, Err: err}
+	}
 	srcs := org
 	if eventFile != "" {
 		payload, err := files.ReadCapped(eventFile, policies.MaxEventSize)

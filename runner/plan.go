@@ -55,6 +55,13 @@ type Requests struct {
 	Set map[input.Name]bool
 }
 
+// RequestInputs are the inputs a Requests.Set may name: the requests
+// that can only tighten a policy.
+var RequestInputs = []input.Name{
+	input.RootFS, input.Platform, input.WorkspaceMount, input.Capabilities, input.JobTimeout, input.StepTimeout,
+	input.Memory, input.Pids, input.CPUs, input.Overlay, input.Tmp, input.Output,
+}
+
 // Inputs are what a door brings to a job besides the policy.
 type Inputs struct {
 	// Name labels the job; Steps are its steps (the policy's own,

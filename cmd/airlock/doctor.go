@@ -1,13 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/doctor"
 	"github.com/airlock-ci/airlock/runner/hook"
@@ -52,10 +52,8 @@ Each line is ok, warn or fail, with the reason and the fix. Exit status:
 failed, 77 when not run as root.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if len(o.workspaces) == 0 {
-				if ws := os.Getenv("RUNNER_WORKSPACE"); ws != "" {
-					o.workspaces = []string{ws}
-				}
+			if ws := os.Getenv("RUNNER_WORKSPACE"); len(o.workspaces) == 0 && ws != "" {
+				o.workspaces = []string{ws}
 			}
 			rep := doctor.Run(c.Context(), doctor.Options{
 				StateRoot: o.stateDir, HookDir: o.hookDir, Workspaces: o.workspaces,
@@ -63,31 +61,21 @@ failed, 77 when not run as root.`,
 				Password: attest.PasswordFromEnv(report.PasswordEnv, ""),
 			})
 			if o.asJSON {
-				enc := json.NewEncoder(c.OutOrStdout())
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
+				if err := printJSON(c.OutOrStdout(), rep); err != nil {
 					return err
 				}
 			} else {
-				rep.WriteText(safeWriter{c.OutOrStdout()})
+				rep.WriteText(textsafe.Writer(c.OutOrStdout()))
 			}
-			*code = doctorExit(rep)
+			switch {
+			case !rep.Ready && rep.NotRoot():
+				*code = exitNoPerm
+			case !rep.Ready:
+				*code = exitUnavailable
+			}
 			return nil
 		},
 	}
 	o.addFlags(cmd.Flags(), hook.ConfigFromEnv(build()))
 	return cmd
-}
-
-// doctorExit: 0 ready, 77 not root, 69 another failure.
-func doctorExit(rep doctor.Report) int {
-	if rep.Ready {
-		return exitOK
-	}
-	for _, c := range rep.Checks {
-		if c.Name == "root" && c.Status == doctor.Fail {
-			return exitNoPerm
-		}
-	}
-	return exitUnavailable
 }

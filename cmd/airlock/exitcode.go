@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,17 +40,10 @@ func flagSpelling() input.Spelling {
 		input.RootFS: "--rootfs", input.Platform: "--platform", input.WorkspaceMount: "--workspace-mount",
 		input.Capabilities: "--cap", input.User: "--user",
 		input.JobTimeout: "--timeout", input.StepTimeout: "--step-timeout", input.Memory: "--memory", input.Pids: "--pids",
-		input.CPUs: "--cpus", input.Overlay: "--overlay-size", input.Tmp: "--tmp-size", input.Output: "--output-limit",
+		input.CPUs: "--cpus", input.Overlay: "--overlay-size", input.Tmp: "--tmp-size", input.Output: "--output-limit", input.Env: "--env", input.Format: "--format",
 		input.Base: "--base", input.Event: "--event", input.AttestKey: "--attest-key", input.StateDir: "--state-dir",
 		input.Node: "--node", input.OrgDir: "--org", input.VerifyKey: "--key", input.AllowUnsigned: "--allow-unsigned",
 	}
-}
-
-// requests are the inputs of airlock run that may only tighten a policy
-// (runner.Requests.Set).
-var requests = []input.Name{
-	input.RootFS, input.Platform, input.WorkspaceMount, input.Capabilities, input.JobTimeout, input.StepTimeout,
-	input.Memory, input.Pids, input.CPUs, input.Overlay, input.Tmp, input.Output,
 }
 
 // exitCodeFor maps an error to an exit code and prints it as one sentence.
@@ -75,4 +69,11 @@ func exitCodeFor(err error, stderr io.Writer) int {
 		return exitUnavailable
 	}
 	return exitInternal
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"slices"
-	"strings"
 
 	"github.com/sigstore/sigstore/pkg/signature"
 	"github.com/spf13/cobra"
@@ -14,6 +11,7 @@ import (
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/internal/files"
+	"github.com/airlock-ci/airlock/internal/input"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/suggest"
@@ -63,11 +61,7 @@ func newPolicyVetCmd(code *int) *cobra.Command {
 			}
 			bad := 0
 			for _, f := range args {
-				srcs, err := policies.ReadFiles([]string{f}, policies.KindRepo)
-				if err == nil {
-					_, err = policies.Load(cmd.Context(), append(append([]policies.Source{}, org...), srcs...))
-				}
-				if err != nil {
+				if err := policies.VetFile(cmd.Context(), f, org); err != nil {
 					bad++
 					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", f, err)
 					continue
@@ -101,29 +95,14 @@ func newPolicyEvalCmd(code *int) *cobra.Command {
 				}
 				return err
 			}
-			if o.explain {
-				for _, e := range out.Effective.Explain {
-					by := "schema default"
-					if len(e.SetBy) > 0 {
-						by = strings.Join(e.SetBy, "; ")
-					}
-					fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\t# %s\n", e.Path, e.Value, by)
-				}
-				return nil
+			switch {
+			case o.explain:
+				out.Effective.WriteExplain(cmd.OutOrStdout())
+			case o.asJSON:
+				return printJSON(cmd.OutOrStdout(), out)
+			default:
+				out.Effective.WriteCUE(cmd.OutOrStdout(), out.Change)
 			}
-			if o.asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(out)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "// effective policy %s\n", out.Effective.Digest)
-			for _, s := range out.Effective.Sources {
-				fmt.Fprintf(cmd.OutOrStdout(), "// source %s %s%s sha256:%s\n", s.Kind, s.Path, atCommit(s.Commit), s.SHA256)
-			}
-			if out.Change != nil && out.Change.Changed {
-				fmt.Fprintf(cmd.OutOrStdout(), "// the head commit changes %s: that change does not apply to this run\n", policies.RepoPolicyPath)
-			}
-			fmt.Fprint(cmd.OutOrStdout(), out.Effective.CUE)
 			return nil
 		},
 	}
@@ -141,19 +120,8 @@ func (o *policyOptions) evaluate(cmd *cobra.Command) (evalResult, error) {
 	if (o.repo == "") != (o.base == "") {
 		return evalResult{}, usagef("--repo and --base go together: the repository policy is read from the base commit")
 	}
-	org, err := orgSources(o.orgDir)
-	if err != nil {
-		return evalResult{}, err
-	}
-	eff, pr, err := runner.LocalPolicy(cmd.Context(), o.repo, org, "", o.base, o.head)
+	eff, pr, err := runner.LocalPolicy(cmd.Context(), o.repo, o.orgDir, "", o.base, o.head)
 	return evalResult{Effective: eff, Change: pr.HeadChangesPolicy}, err
-}
-
-func atCommit(c string) string {
-	if c == "" {
-		return ""
-	}
-	return "@" + c
 }
 
 func newPolicyTestCmd(code *int) *cobra.Command {
@@ -241,11 +209,8 @@ func (o *suggestOptions) run(cmd *cobra.Command, args []string, code *int) error
 	}
 	var ver signature.Verifier
 	if o.keyFile != "" {
-		pub, err := files.ReadCapped(o.keyFile, 64<<10)
-		if err != nil {
-			return usageError{err}
-		}
-		if ver, err = attest.LoadVerifier(pub); err != nil {
+		var err error
+		if ver, err = attest.LoadVerifierFile(o.keyFile); err != nil {
 			return usageError{err}
 		}
 	}
@@ -270,37 +235,13 @@ func (o *suggestOptions) run(cmd *cobra.Command, args []string, code *int) error
 	if err != nil {
 		return err
 	}
-	srcs := slices.Clone(org)
-	var existing []byte
-	if o.repo != "" {
-		src, err := policies.FromCommit(cmd.Context(), o.repo, o.base)
-		if err != nil {
-			return usageError{fmt.Errorf("repository policy: %w", err)}
-		}
-		if src != nil {
-			existing = src.Data
-			srcs = append(srcs, *src)
-		}
+	res, err := suggest.ForRepository(cmd.Context(), runs, suggest.Repository{Dir: o.repo, Base: o.base, Org: org}, o.agentRuns)
+	var inputErr input.Error
+	if errors.As(err, &inputErr) {
+		return err
 	}
-	var current *policies.Egress
-	if len(srcs) > 0 {
-		eff, err := policies.Load(cmd.Context(), srcs)
-		if err != nil {
-			fmt.Fprintln(cmd.ErrOrStderr(), err)
-			*code = exitDataErr
-			return nil
-		}
-		current = &eff.Policy.Egress
-	}
-	res, err := suggest.Suggest(runs, suggest.Options{Existing: existing, Path: policies.RepoPolicyPath, Current: current, AgentRuns: o.agentRuns})
 	if err != nil {
 		fmt.Fprintln(cmd.ErrOrStderr(), err)
-		*code = exitDataErr
-		return nil
-	}
-	// What is printed must pass `airlock policy vet --org`.
-	if _, err := policies.Load(cmd.Context(), append(slices.Clone(org), policies.Source{Kind: policies.KindRepo, Path: policies.RepoPolicyPath, Data: res.File})); err != nil {
-		fmt.Fprintf(cmd.ErrOrStderr(), "the suggested policy does not pass policy vet, so it is not printed: %v\n", err)
 		*code = exitDataErr
 		return nil
 	}

@@ -2,17 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -36,14 +33,7 @@ type runOptions struct {
 	caps           []string
 	masks          []string
 	stateDir       string
-	jobTimeout     time.Duration
-	stepTimeout    time.Duration
-	memory         string
-	pids           int
-	cpus           float64
-	overlaySize    string
-	tmpSize        string
-	outputLimit    string
+	limits         runner.Limits
 	asJSON         bool
 	resultFile     string
 	runscFlags     []string
@@ -73,14 +63,15 @@ func (o *runOptions) addFlags(f *pflag.FlagSet) {
 	f.StringArrayVar(&o.caps, "cap", nil, "capability to grant the workload, e.g. CAP_NET_BIND_SERVICE (repeatable; default none)")
 	f.StringArrayVar(&o.masks, "mask", nil, "extra host path to hide inside the sandbox (repeatable)")
 	f.StringVar(&o.stateDir, "state-dir", runner.DefaultStateRoot, "directory for airlock's per-job state")
-	f.DurationVar(&o.jobTimeout, "timeout", d.JobTimeout, "wall-clock limit for the whole job (0: none)")
-	f.DurationVar(&o.stepTimeout, "step-timeout", d.StepTimeout, "wall-clock limit per step (0: none)")
-	f.StringVar(&o.memory, "memory", sizeString(d.Memory), "memory limit of the sandbox (e.g. 512M, 4G; 0: none)")
-	f.IntVar(&o.pids, "pids", d.Pids, "most processes and threads in the sandbox (0: none)")
-	f.Float64Var(&o.cpus, "cpus", d.CPUs, "CPU quota in cores, e.g. 1.5 (0: none)")
-	f.StringVar(&o.overlaySize, "overlay-size", sizeString(d.Overlay), "size limit of the writable layer over the root filesystem")
-	f.StringVar(&o.tmpSize, "tmp-size", sizeString(d.Tmp), "size limit of /tmp")
-	f.StringVar(&o.outputLimit, "output-limit", sizeString(d.Output), "cap on stdout+stderr captured per step")
+	l := &o.limits
+	f.DurationVar(&l.JobTimeout, "timeout", d.JobTimeout, "wall-clock limit for the whole job (0: none)")
+	f.DurationVar(&l.StepTimeout, "step-timeout", d.StepTimeout, "wall-clock limit per step (0: none)")
+	f.Var(newSize(&l.Memory, d.Memory), "memory", "memory limit of the sandbox (e.g. 512M, 4G; 0: none)")
+	f.IntVar(&l.Pids, "pids", d.Pids, "most processes and threads in the sandbox (0: none)")
+	f.Float64Var(&l.CPUs, "cpus", d.CPUs, "CPU quota in cores, e.g. 1.5 (0: none)")
+	f.Var(newSize(&l.Overlay, d.Overlay), "overlay-size", "size limit of the writable layer over the root filesystem")
+	f.Var(newSize(&l.Tmp, d.Tmp), "tmp-size", "size limit of /tmp")
+	f.Var(newSize(&l.Output, d.Output), "output-limit", "cap on stdout+stderr captured per step")
 	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON on stdout (step output goes to stderr)")
 	f.StringVar(&o.resultFile, "result", "", "also write the JSON result to this file")
 	f.StringVar(&o.orgDir, "org", "", "organisation policy directory (default "+policies.DefaultOrgDir+" when it exists); turns on policy mode")
@@ -132,11 +123,7 @@ func (o *runOptions) plan(ctx context.Context, flags *pflag.FlagSet, args []stri
 	var eff *policies.Effective
 	var pr runner.PullRequest
 	if o.orgDir != "" || o.base != "" || o.eventFile != "" || o.jobFromPolicy != "" || policies.HostHasOrgPolicy() {
-		org, err := orgSources(o.orgDir)
-		if err != nil {
-			return runner.Plan{}, err
-		}
-		if eff, pr, err = runner.LocalPolicy(ctx, o.workspace, org, o.eventFile, o.base, o.head); err != nil {
+		if eff, pr, err = runner.LocalPolicy(ctx, o.workspace, o.orgDir, o.eventFile, o.base, o.head); err != nil {
 			return runner.Plan{}, err
 		}
 	}
@@ -184,11 +171,11 @@ func (o *runOptions) inputs(flags *pflag.FlagSet, args []string) (runner.Inputs,
 	if !slices.Contains(runner.Platforms, o.platform) {
 		return in, usagef("--platform %q: use auto, systrap or kvm", o.platform)
 	}
-	var err error
-	if in.Requests.Limits, err = o.limits(); err != nil {
-		return in, err
+	if l := o.limits; l.Pids < 0 || l.CPUs < 0 || l.JobTimeout < 0 || l.StepTimeout < 0 {
+		return in, usagef("limits must not be negative")
 	}
-	for _, n := range requests {
+	in.Requests.Limits = o.limits
+	for _, n := range runner.RequestInputs {
 		in.Requests.Set[n] = flags.Changed(strings.TrimPrefix(flagSpelling().Of(n), "--"))
 	}
 	if o.user != "" {
@@ -198,44 +185,9 @@ func (o *runOptions) inputs(flags *pflag.FlagSet, args []string) (runner.Inputs,
 		}
 		in.Requests.User = &u
 	}
-	for _, e := range o.env {
-		if k, _, ok := strings.Cut(e, "="); ok {
-			if k == "" {
-				return in, usagef("--env %q: missing variable name", e)
-			}
-			in.Env = append(in.Env, e)
-			continue
-		}
-		// KEY alone passes the host's value: the only way host variables
-		// reach the sandbox is by being named here.
-		if v, ok := os.LookupEnv(e); ok {
-			in.Env = append(in.Env, e+"="+v)
-		}
-	}
-	return in, nil
-}
-
-func (o *runOptions) limits() (runner.Limits, error) {
-	l := runner.Limits{JobTimeout: o.jobTimeout, StepTimeout: o.stepTimeout, Pids: o.pids, CPUs: o.cpus}
-	if o.pids < 0 || o.cpus < 0 || o.jobTimeout < 0 || o.stepTimeout < 0 {
-		return l, usagef("limits must not be negative")
-	}
-	for _, s := range []struct {
-		flag, val string
-		dst       *int64
-	}{
-		{"--memory", o.memory, &l.Memory},
-		{"--overlay-size", o.overlaySize, &l.Overlay},
-		{"--tmp-size", o.tmpSize, &l.Tmp},
-		{"--output-limit", o.outputLimit, &l.Output},
-	} {
-		n, err := policies.ParseSize(s.val)
-		if err != nil {
-			return l, usagef("%s %q: %v", s.flag, s.val, err)
-		}
-		*s.dst = n
-	}
-	return l, nil
+	var err error
+	in.Env, err = runner.PassEnv(o.env, os.LookupEnv)
+	return in, err
 }
 
 // runJob runs the job with SIGINT/SIGTERM turned into cancellation, prints
@@ -250,42 +202,33 @@ func runJob(ctx context.Context, plan runner.Plan, o *runOptions, stdout, stderr
 	}
 	// The subject (git) resolves while the sandbox starts, and before
 	// the job's first step, which could move the repository's HEAD.
-	subject := make(chan struct{})
-	go func() {
-		defer close(subject)
-		plan.Attest.ResolveSubject(ctx)
-	}()
-	job.BeforeSteps = func() { <-subject }
+	job.BeforeSteps = plan.Attest.ResolveSubjectMeanwhile(ctx)
 	resume := report.PauseWorkflowCommands(stdout)
 	res, err := runner.Run(ctx, job, runtimeName())
 	resume()
-	<-subject
+	job.BeforeSteps()
 	if err != nil && res.Sandbox.ID == "" {
 		// The sandbox never started: nothing to summarise.
 		return 0, err
 	}
-	att := report.WriteAttestation(ctx, res, &plan.Attest, stderr)
-	if o.attestDir == "" {
-		// airlock's own directory keeps a bounded past; a directory the
-		// user named is theirs.
-		if _, err := o.retention.Prune(plan.Attest.Dir, time.Now()); err != nil {
-			fmt.Fprintf(stderr, "airlock: pruning %s: %v\n", plan.Attest.Dir, err)
-		}
+	// airlock's own directory keeps a bounded past; a directory the user
+	// named is theirs.
+	keep := &o.retention
+	if o.attestDir != "" {
+		keep = nil
 	}
-	report.WriteSummary(stderr, res)
+	att := report.Finish(ctx, res, &plan.Attest, keep, stderr)
 	if res.Trust != nil {
 		report.PublishTrust(res.Trust, stdout, stderr)
 	}
-	out := resultWithAttestation{Result: res, Attestation: att}
+	out := report.Outcome{Result: res, Attestation: att}
 	if o.resultFile != "" {
-		if werr := writeResult(o.resultFile, out); werr != nil {
+		if werr := out.WriteFile(o.resultFile); werr != nil {
 			fmt.Fprintf(stderr, "airlock: %v\n", werr)
 		}
 	}
 	if o.asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
+		if err := printJSON(stdout, out); err != nil {
 			return exitInternal, fmt.Errorf("write JSON result: %w", err)
 		}
 	}
@@ -298,32 +241,14 @@ func runJob(ctx context.Context, plan runner.Plan, o *runOptions, stdout, stderr
 	return res.ExitCode, nil
 }
 
-// resultWithAttestation is the JSON result: the job's, and where its
-// attestation went.
-type resultWithAttestation struct {
-	runner.Result
-	Attestation *report.Attestation `json:"attestation"`
-}
+// sizeFlag is a size flag (512M, 4G) read as policies read sizes.
+type sizeFlag struct{ n *int64 }
 
-func writeResult(path string, res resultWithAttestation) error {
-	b, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode result: %w", err)
-	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write result: %w", err)
-	}
-	return nil
-}
+func newSize(n *int64, def int64) sizeFlag { *n = def; return sizeFlag{n} }
 
-func sizeString(n int64) string {
-	switch {
-	case n == 0:
-		return "0"
-	case n%(1<<30) == 0:
-		return fmt.Sprintf("%dG", n>>30)
-	case n%(1<<20) == 0:
-		return fmt.Sprintf("%dM", n>>20)
-	}
-	return strconv.FormatInt(n, 10)
+func (s sizeFlag) String() string { return policies.FormatSize(*s.n) }
+func (s sizeFlag) Type() string   { return "size" }
+func (s sizeFlag) Set(v string) (err error) {
+	*s.n, err = policies.ParseSize(v)
+	return err
 }

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"encoding/json"
-	"io"
-
 	"github.com/spf13/cobra"
 
-	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
+	"github.com/airlock-ci/airlock/runner/report"
 )
 
 func newTrustCmd(code *int) *cobra.Command {
@@ -40,22 +37,8 @@ commit. Exit status 1 when a finding's action is fail.`,
 			if err != nil {
 				return err
 			}
-			out := c.OutOrStdout()
-			switch format {
-			case "json":
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
-					return err
-				}
-			case "annotations":
-				rep.WriteAnnotations(out)
-			case "markdown":
-				// Diffs hold the job's bytes: no terminal escape reaches
-				// whoever reads this.
-				io.WriteString(out, textsafe.Lines(rep.Markdown()))
-			default:
-				return usagef("--format %q: want markdown, json or annotations", format)
+			if err := report.WriteTrust(c.OutOrStdout(), rep, format); err != nil {
+				return err
 			}
 			if rep.Failed {
 				*code = 1

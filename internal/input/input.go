@@ -32,6 +32,8 @@ const (
 	Overlay        Name = "the overlay size"
 	Tmp            Name = "the /tmp size"
 	Output         Name = "the output limit"
+	Env            Name = "the environment"
+	Format         Name = "the output format"
 	Base           Name = "the base revision"
 	Event          Name = "the event payload"
 	AttestKey      Name = "the signing key"

@@ -7,6 +7,7 @@
 package textsafe
 
 import (
+	"io"
 	"strings"
 	"unicode/utf8"
 )
@@ -57,4 +58,18 @@ func Clip(s string, n int, mark string) string {
 		i = n // no character begins near the cut: not UTF-8 there
 	}
 	return s[:i] + mark
+}
+
+// Writer returns a writer that writes through Lines: control characters
+// (terminal escapes, bidi overrides) are replaced, newlines and tabs
+// kept. For reports that show what a job wrote.
+func Writer(w io.Writer) io.Writer { return linesWriter{w} }
+
+type linesWriter struct{ w io.Writer }
+
+func (s linesWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(s.w, Lines(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

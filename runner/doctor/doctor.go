@@ -65,6 +65,17 @@ type Report struct {
 	Ready bool `json:"ready"`
 }
 
+// NotRoot says the root check failed: nothing else could be checked
+// as a job would use it.
+func (r Report) NotRoot() bool {
+	for _, c := range r.Checks {
+		if c.Name == "root" && c.Status == Fail {
+			return true
+		}
+	}
+	return false
+}
+
 // Options are the host's configuration as the doors use it.
 type Options struct {
 	// StateRoot is airlock run's state directory; HookDir the runner

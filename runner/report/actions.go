@@ -3,10 +3,13 @@ package report
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 
+	"github.com/airlock-ci/airlock/internal/input"
+	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/runner/trust"
 )
 
@@ -50,4 +53,23 @@ func PublishTrust(r *trust.Report, stdout, stderr io.Writer) {
 			fmt.Fprintf(stderr, "airlock: write the job summary: %v\n", err)
 		}
 	}
+}
+
+// WriteTrust writes a trust report in format: markdown (what a person
+// reads: no terminal escape from a diff reaches them), json, or
+// annotations (GitHub workflow commands).
+func WriteTrust(w io.Writer, r *trust.Report, format string) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	case "annotations":
+		r.WriteAnnotations(w)
+		return nil
+	case "markdown":
+		_, err := io.WriteString(w, textsafe.Lines(r.Markdown()))
+		return err
+	}
+	return input.Errorf(input.Format, "%q: want markdown, json or annotations", format)
 }
