@@ -6,7 +6,7 @@
 // sigstore's signers and written as a Sigstore bundle that cosign also
 // verifies offline.
 //
-// Layer: a leaf (see internal/layers). It knows statements, signatures and
+// Layer 1: a leaf (see internal/layers). It knows statements, signatures and
 // the predicate's shape, never a job: runner builds the predicate from a
 // job's result (runner.Predicate). It must not import runner, gvisor or
 // policies.

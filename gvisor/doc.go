@@ -39,7 +39,7 @@
 // with a runsc argv[0]; see Dispatch, which every binary that embeds this
 // package must call first thing in main (tests: in TestMain).
 //
-// Layer: a leaf (see internal/layers). It knows sandboxes, never jobs,
+// Layer 2: a leaf (see internal/layers). It knows sandboxes, never jobs,
 // policies or pull requests: it imports only gvisor/monitor and internal
 // packages, never runner, policies or attest.
 package gvisor

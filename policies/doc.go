@@ -11,7 +11,7 @@
 // text is untrusted input too (a pull request can propose one): files are
 // size-capped, imports are refused, and evaluation has a deadline.
 //
-// Layer: a leaf (see internal/layers). It knows policies and events, never
+// Layer 1: a leaf (see internal/layers). It knows policies and events, never
 // sandboxes or jobs: it imports only internal packages (git plumbing),
 // never runner, gvisor or attest.
 package policies

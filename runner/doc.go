@@ -12,7 +12,7 @@
 // (runner/hook, which spreads a Session over the runner's calls). They
 // differ only in the Inputs they give NewPlan.
 //
-// Layer: above the leaves (gvisor, policies, attest) and the job's parts
+// Layer 5: above the leaves (gvisor, policies, attest) and the job's parts
 // (runner/egress, runner/trust, runner/workspace), below the doors. It
 // must not import runner/hook, runner/github or cmd; sandbox types reach
 // the doors through it (sandbox.go).

@@ -5,6 +5,8 @@
 // lives in runner (a job, its plan, its attestation; runner/hook for the
 // Actions runner's container hook), policies and attest. Apart from
 // gvisor.Dispatch, it reaches no sandbox, gateway or trust package.
+//
+// Layer 8: the top; nothing imports it.
 package main
 
 import (

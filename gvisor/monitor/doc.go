@@ -18,6 +18,6 @@
 // (the sentry drops events rather than wait for us) or grow memory without
 // bound.
 //
-// Layer: imports nothing of airlock's; only gvisor uses it directly, the
+// Layer 1: imports nothing of airlock's; only gvisor uses it directly, the
 // rest reads its records through gvisor and runner.
 package monitor

@@ -2,7 +2,7 @@
 // commit (set at link time in main), the gVisor it embeds and the Go it
 // was built with, read from the module build information.
 //
-// Layer: a leaf; it imports nothing of airlock's.
+// Layer 0: a leaf; it imports nothing of airlock's.
 package buildinfo
 
 import "runtime/debug"

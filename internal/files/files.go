@@ -1,7 +1,7 @@
 // Package files reads files whose size is not trusted, and opens
 // directories a sandboxed job can rearrange.
 //
-// Layer: the bottom (see internal/layers); imports nothing of airlock's.
+// Layer 0: the bottom (see internal/layers); imports nothing of airlock's.
 package files
 
 import (

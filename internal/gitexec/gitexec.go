@@ -4,7 +4,7 @@
 // config ignored, and callers use only plumbing commands that apply no
 // filters, textconv or external diff drivers.
 //
-// Layer: the bottom (see internal/layers); imports nothing of airlock's.
+// Layer 0: the bottom (see internal/layers); imports nothing of airlock's.
 package gitexec
 
 import (

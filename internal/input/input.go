@@ -5,7 +5,7 @@
 // --rootfs, another door its own name. No package below cmd writes a
 // flag's name.
 //
-// Layer: a leaf; it imports nothing of airlock's.
+// Layer 0: a leaf; it imports nothing of airlock's.
 package input
 
 import (

@@ -1,11 +1,13 @@
 package layers
 
 import (
+	"fmt"
 	"go/parser"
 	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -90,6 +92,106 @@ func TestImportsGoDown(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(root, pkg)); err != nil {
 				t.Errorf("layer table names %s, which does not exist", pkg)
 			}
+		}
+	}
+}
+
+// docLayer is how a package doc says its layer: a paragraph that starts
+// "Layer N:".
+var docLayer = regexp.MustCompile(`(?m)^Layer (\d+):`)
+
+// TestPackageDocsSayTheirLayer reads each package's doc comment: it says
+// the layer the table gives, once.
+func TestPackageDocsSayTheirLayer(t *testing.T) {
+	for pkg, want := range layer {
+		doc, err := packageDoc(filepath.Join("../..", pkg))
+		if err != nil {
+			t.Errorf("%s: %v", pkg, err)
+			continue
+		}
+		m := docLayer.FindAllStringSubmatch(doc, -1)
+		if len(m) != 1 || m[0][1] != strconv.Itoa(want) {
+			t.Errorf("%s: its package doc must say \"Layer %d: ...\" once (internal/layers' table); it says %q", pkg, want, m)
+		}
+	}
+}
+
+// packageDoc is the doc comment of the package in dir (from whichever
+// non-test file has one).
+func packageDoc(dir string) (string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		return "", err
+	}
+	doc := ""
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		pf, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.PackageClauseOnly|parser.ParseComments)
+		if err != nil {
+			return "", err
+		}
+		if pf.Doc != nil {
+			doc += pf.Doc.Text()
+		}
+	}
+	if doc == "" {
+		return "", fmt.Errorf("no package doc comment")
+	}
+	return doc, nil
+}
+
+// diagramEntry is a package line of the diagram in docs/architecture.md:
+// " 5  runner   ..." starts a layer, "    runner/trust   ..." is another
+// package of the same layer; description lines are indented further.
+var diagramEntry = regexp.MustCompile(`^ ?(\d)?\s{2,3}([a-z][a-z0-9_/…]*)(\s|$)`)
+
+// TestArchitectureDiagramAgrees reads the package diagram of
+// docs/architecture.md: every package is drawn at the table's layer
+// (internal/… stands for the internal packages not drawn on their own),
+// and the diagram draws no package the table lacks.
+func TestArchitectureDiagramAgrees(t *testing.T) {
+	b, err := os.ReadFile("../../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(b), "```\n")
+	block, _, _ = strings.Cut(block, "```")
+	if !ok {
+		t.Fatal("docs/architecture.md: no diagram (a ``` block)")
+	}
+	drawn := map[string]int{}
+	current := -1
+	for _, line := range strings.Split(block, "\n") {
+		m := diagramEntry.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		if m[1] != "" {
+			current, _ = strconv.Atoi(m[1])
+		}
+		drawn[m[2]] = current
+	}
+	for pkg, want := range layer {
+		got, ok := drawn[pkg]
+		if !ok {
+			for d, l := range drawn {
+				if prefix, wild := strings.CutSuffix(d, "…"); wild && strings.HasPrefix(pkg, prefix) {
+					got, ok = l, true
+				}
+			}
+		}
+		switch {
+		case !ok:
+			t.Errorf("docs/architecture.md does not draw %s (layer %d)", pkg, want)
+		case got != want:
+			t.Errorf("docs/architecture.md draws %s in layer %d; the table says %d", pkg, got, want)
+		}
+	}
+	for d := range drawn {
+		if _, ok := layer[d]; !ok && !strings.HasSuffix(d, "…") {
+			t.Errorf("docs/architecture.md draws %s, which the table does not have", d)
 		}
 	}
 }

@@ -2,7 +2,7 @@
 // the host: processes, mounts, cgroups and job directories. Test binaries
 // end TestMain with Run, which fails them when anything is left.
 //
-// Layer: the bottom, for tests only; imports nothing of airlock's.
+// Layer 0: the bottom, for tests only; imports nothing of airlock's.
 package leakcheck
 
 import (

@@ -6,8 +6,9 @@
 // egress rules and the credential vault both rely on?
 //
 // Nothing here touches the file system. A caller that must not be fooled
-// by a symlink opens what it decided on with internal/files. This package
-// imports nothing of airlock's.
+// by a symlink opens what it decided on with internal/files.
+//
+// Layer 0: imports nothing of airlock's.
 package paths
 
 import (

@@ -12,7 +12,7 @@
 // once, against shlex.js itself on 400,000 random command lines (no
 // difference).
 //
-// Layer: the bottom (see internal/layers); imports nothing of airlock's.
+// Layer 0: the bottom (see internal/layers); imports nothing of airlock's.
 package shlex
 
 import (

@@ -3,7 +3,7 @@
 // reaped whatever the test left, and a git repository to commit in. Only
 // tests import it.
 //
-// Layer: above gvisor (it reaps sandboxes), below everything that tests
+// Layer 3: above gvisor (it reaps sandboxes), below everything that tests
 // jobs; see internal/layers.
 package testhost
 

@@ -3,7 +3,7 @@
 // reads as a workflow command, an escape would rewrite the terminal) and
 // no bidirectional override (it would reorder what a reviewer reads).
 //
-// Layer: the bottom (see internal/layers); imports nothing of airlock's.
+// Layer 0: the bottom (see internal/layers); imports nothing of airlock's.
 package textsafe
 
 import (

@@ -19,7 +19,7 @@
 // upstream; they are never logged, recorded or returned to the sandbox
 // (the gateway blanks an upstream's echo of them).
 //
-// Layer: imports nothing of airlock's but policies; the gateway reaches
+// Layer 2: imports nothing of airlock's but policies; the gateway reaches
 // it through its Injector interface, runner wires the two.
 package credentials
 

@@ -10,7 +10,7 @@
 // They leave nothing behind but the KVM verdict that the next job would
 // have written (gvisor.JudgeKVM) and the probes' logs.
 //
-// Layer: above the leaves it checks (gvisor, policies, attest,
+// Layer 3: above the leaves it checks (gvisor, policies, attest,
 // runner/egress/netns); it knows no job and is no door: cmd/airlock reads
 // the host's configuration (flags, the hook's environment) into Options.
 package doctor

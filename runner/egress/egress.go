@@ -11,7 +11,7 @@
 // descriptors (the sandbox's and ours), the listeners live in the gateway
 // namespace, and Close ends every connection.
 //
-// Layer: it puts netns, dns, gateway and rules together and reads the
+// Layer 4: it puts netns, dns, gateway and rules together and reads the
 // sandbox's connect events (gvisor, gvisor/monitor); it must not import
 // runner, policies (rules compiled the policy) or trust.
 package egress

@@ -7,7 +7,7 @@
 // retries are bounded, and errors are returned for the caller to report,
 // not to fail the job with. Tokens never reach a log or an error.
 //
-// Layer: imports nothing of airlock's: it speaks GitHub's shapes (TreeFile,
+// Layer 1: imports nothing of airlock's: it speaks GitHub's shapes (TreeFile,
 // Report), and its callers (runner/hook) convert them.
 package github
 

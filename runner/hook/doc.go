@@ -24,6 +24,6 @@
 // credentials are dropped (never stored nor passed on), and no program is looked up through the
 // job's PATH.
 //
-// Layer: above runner, below cmd/airlock; it may use gvisor, runner/trust
+// Layer 7: above runner, below cmd/airlock; it may use gvisor, runner/trust
 // and runner/github directly for what is the hook's alone.
 package hook

@@ -10,7 +10,7 @@
 // signed (a hostile step can make its messages, argv and diffs huge,
 // never the statement).
 //
-// Layer: above runner (whose Result it reads) and the job's parts whose
+// Layer 6: above runner (whose Result it reads) and the job's parts whose
 // records it renders (runner/egress, runner/credentials, runner/trust);
 // below the doors (runner/hook, cmd/airlock).
 package report

@@ -10,7 +10,7 @@
 // anything for trust, and it offers a "*.suffix" rule only when several
 // sibling names were seen, saying so.
 //
-// Layer: above policies, attest and runner/egress/rules (whose compiled
+// Layer 3: above policies, attest and runner/egress/rules (whose compiled
 // policy says what is allowed already); `airlock policy suggest` in
 // cmd/airlock verifies the bundles and calls Suggest.
 package suggest

@@ -13,7 +13,7 @@
 // links are not shown, and git runs with nothing of the repository's
 // config able to execute (internal/gitexec).
 //
-// Layer: imports policies and internal packages only; it never starts a
+// Layer 2: imports policies and internal packages only; it never starts a
 // sandbox and knows no job (runner calls it before and after one).
 package trust
 

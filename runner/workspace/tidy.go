@@ -6,7 +6,7 @@
 // Tidy runs after the sandbox is destroyed, so nothing inside can race it.
 // It never follows symbolic links and never leaves the workspace.
 //
-// Layer: imports nothing of airlock's.
+// Layer 1: imports nothing of airlock's.
 package workspace
 
 import (

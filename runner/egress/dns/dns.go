@@ -11,7 +11,7 @@
 // but A (and AAAA, answered empty: the sandbox has no IPv6) for an allowed
 // name is refused, and the record of queries is bounded.
 //
-// Layer: it records into the rules.Log its caller gives it and imports
+// Layer 3: it records into the rules.Log its caller gives it and imports
 // rules only; it never dials anything and knows no namespace.
 package dns
 

@@ -16,7 +16,7 @@
 // names the rule and the policy line that would allow them. Every attempt
 // becomes a rules.Decision.
 //
-// Layer: it decides with rules and records into a rules.Log; it must not
+// Layer 3: it decides with rules and records into a rules.Log; it must not
 // import the DNS server, the namespaces (its listeners are opened by the
 // caller) or anything above runner/egress.
 package gateway

@@ -10,7 +10,7 @@
 // crash or SIGKILL of airlock cannot leak one, and the veth pair vanishes
 // with its namespaces.
 //
-// Layer: imports nothing of airlock's; it knows namespaces, not policies.
+// Layer 1: imports nothing of airlock's; it knows namespaces, not policies.
 package netns
 
 import (

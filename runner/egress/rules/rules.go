@@ -10,7 +10,7 @@
 // It also owns the record of decisions (Decision, and Log, the one bounded
 // log the DNS server, the gateway and the proxy record into).
 //
-// Layer: imports policies only; the deciding servers (dns, gateway) import
+// Layer 2: imports policies only; the deciding servers (dns, gateway) import
 // it, never the other way.
 package rules
 
