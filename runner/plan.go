@@ -173,82 +173,15 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	}
 	pol := eff.Policy
 	p.Job.Policy = &PolicyInfo{Digest: eff.Digest, Sources: eff.Sources, HeadChangesPolicy: pr.HeadChangesPolicy}
-	if pr.Event != nil {
-		d := policies.Decide(pol.Agents, *pr.Event)
-		if eff.Org != nil && !d.Agent {
-			// A repository policy may add agents, never take the
-			// organisation's away.
-			if od := policies.Decide(eff.Org.Agents, *pr.Event); od.Agent {
-				d = od
-				d.Reason += " (the organisation policy's agents)"
-			}
-		}
-		p.Job.Policy.Agent = &d
-	}
-	cfg, err := SandboxFromPolicy(pol.Sandbox)
-	if err != nil {
-		return p, PolicyError{err}
-	}
-	// The image first: under sandbox.user "image" it chooses the user
-	// which a user's flags may then narrow.
-	imageMode := pol.Sandbox.ImageUser()
-	img, err := p.image(&cfg, pol.Sandbox, in.Image)
+	p.Job.Policy.Agent = agentDecision(eff, pr.Event)
+	cfg, err := p.sandbox(pol.Sandbox, in)
 	if err != nil {
 		return p, err
 	}
-	switch {
-	case imageMode:
-		if err := imageUser(&cfg, img, in.Image, in.ContainerUser); err != nil {
-			return p, PolicyError{err}
-		}
-	case in.ContainerUser != nil:
-		p.Notes = append(p.Notes, "the container's options: --user is not honoured: the policy sets who the job runs as (sandbox.user; \"image\" lets the image and the workflow choose)")
-	}
-	if err := tighten(&cfg, in.Requests, imageMode); err != nil {
-		return p, err
-	}
-	if in.WorkspaceMount != "" {
-		cfg.WorkspaceMount = in.WorkspaceMount
-	}
-	cfg.Workspace, cfg.StateRoot, cfg.SharedRoot, cfg.RunscFlags = in.Workspace, in.StateRoot, in.SharedRoot, in.RunscFlags
-	cfg.Mounts = append(slices.Clone(in.Mounts), cfg.Mounts...)
-	cfg.ExtraMasks = append(cfg.ExtraMasks, in.Masks...)
-	cfg.Files = slices.Clone(in.Files)
-	if err := checkServices(pol.Sandbox, in.Services); err != nil {
-		return p, InputError{Err: err}
-	}
-	if len(in.Services) > 0 {
-		p.Hosts = []gvisor.File{hostsFile(in.Services)}
-		cfg.Files = append(cfg.Files, p.Hosts...)
-	}
-	p.Images = pol.Sandbox.Images
 	p.Job.Sandbox = cfg
-
-	lookup := in.LookupEnv
-	if lookup == nil {
-		lookup = os.LookupEnv
+	if err := p.egress(eff, in); err != nil {
+		return p, err
 	}
-	// Agent work is never audited, and its credentials get the stricter
-	// defaults of what they may do. Audit needs a pull request that is
-	// known not to be agent work: without an event (a push, an event
-	// that does not parse) the job is enforced.
-	agent := p.Job.Policy.Agent != nil && p.Job.Policy.Agent.Agent
-	if p.Job.Egress, err = EgressFromPolicy(pol.Egress, p.Job.Policy.Agent, lookup); err != nil {
-		return p, PolicyError{err}
-	}
-	for _, s := range in.Services {
-		p.Job.Egress.LocalNames = append(p.Job.Egress.LocalNames, s.Name)
-	}
-	// The job's credentials stay out of its sandbox.
-	creds := credentials.PolicyFor(pol.Credentials, agent)
-	if eff.Org != nil {
-		// The organisation pins what the job's credentials may do; a
-		// repository may only narrow it.
-		if loose := creds.Loosens(credentials.PolicyFor(eff.Org.Credentials, agent)); len(loose) > 0 {
-			return p, PolicyError{fmt.Errorf("the repository policy loosens the organisation's credentials policy (%s): remove that from .github/airlock.cue, or ask the runner's administrators to allow it", strings.Join(loose, "; "))}
-		}
-	}
-	p.Job.Credentials = credentials.NewVault(creds, in.GitHubServerURL, in.GitHubAPIURL)
 
 	set, err := trust.NewSet(pol.Trust)
 	if err != nil {
@@ -274,6 +207,108 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 		}
 	}
 
+	p.attestation(eff)
+	return p, nil
+}
+
+// agentDecision decides whether the pull request is agent work (nil: no
+// pull request event). A repository policy may add agents, never take
+// the organisation's away.
+func agentDecision(eff *policies.Effective, ev *policies.PullRequest) *policies.Detection {
+	if ev == nil {
+		return nil
+	}
+	d := policies.Decide(eff.Policy.Agents, *ev)
+	if eff.Org != nil && !d.Agent {
+		if od := policies.Decide(eff.Org.Agents, *ev); od.Agent {
+			d = od
+			d.Reason += " (the organisation policy's agents)"
+		}
+	}
+	return &d
+}
+
+// sandbox is the job's sandbox: the policy's, on the root filesystem
+// its image maps to, narrowed by the user's requests, with the door's
+// workspace, mounts, masks and files, and its services' host names.
+func (p *Plan) sandbox(sb policies.Sandbox, in Inputs) (gvisor.Config, error) {
+	cfg, err := SandboxFromPolicy(sb)
+	if err != nil {
+		return cfg, PolicyError{err}
+	}
+	// The image first: under sandbox.user "image" it chooses the user
+	// which a user's flags may then narrow.
+	imageMode := sb.ImageUser()
+	img, err := p.image(&cfg, sb, in.Image)
+	if err != nil {
+		return cfg, err
+	}
+	switch {
+	case imageMode:
+		if err := imageUser(&cfg, img, in.Image, in.ContainerUser); err != nil {
+			return cfg, PolicyError{err}
+		}
+	case in.ContainerUser != nil:
+		p.Notes = append(p.Notes, "the container's options: --user is not honoured: the policy sets who the job runs as (sandbox.user; \"image\" lets the image and the workflow choose)")
+	}
+	if err := tighten(&cfg, in.Requests, imageMode); err != nil {
+		return cfg, err
+	}
+	if in.WorkspaceMount != "" {
+		cfg.WorkspaceMount = in.WorkspaceMount
+	}
+	cfg.Workspace, cfg.StateRoot, cfg.SharedRoot, cfg.RunscFlags = in.Workspace, in.StateRoot, in.SharedRoot, in.RunscFlags
+	cfg.Mounts = append(slices.Clone(in.Mounts), cfg.Mounts...)
+	cfg.ExtraMasks = append(cfg.ExtraMasks, in.Masks...)
+	cfg.Files = slices.Clone(in.Files)
+	if err := checkServices(sb, in.Services); err != nil {
+		return cfg, InputError{Err: err}
+	}
+	if len(in.Services) > 0 {
+		p.Hosts = []gvisor.File{hostsFile(in.Services)}
+		cfg.Files = append(cfg.Files, p.Hosts...)
+	}
+	p.Images = sb.Images
+	return cfg, nil
+}
+
+// egress is the job's gateway configuration and its credentials' vault.
+func (p *Plan) egress(eff *policies.Effective, in Inputs) error {
+	pol := eff.Policy
+	lookup := in.LookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	// Agent work is never audited, and its credentials get the stricter
+	// defaults of what they may do. Audit needs a pull request that is
+	// known not to be agent work: without an event (a push, an event
+	// that does not parse) the job is enforced.
+	agent := p.Job.Policy.Agent != nil && p.Job.Policy.Agent.Agent
+	var err error
+	if p.Job.Egress, err = EgressFromPolicy(pol.Egress, p.Job.Policy.Agent, lookup); err != nil {
+		return PolicyError{err}
+	}
+	for _, s := range in.Services {
+		p.Job.Egress.LocalNames = append(p.Job.Egress.LocalNames, s.Name)
+	}
+	// The job's credentials stay out of its sandbox.
+	creds := credentials.PolicyFor(pol.Credentials, agent)
+	if eff.Org != nil {
+		// The organisation pins what the job's credentials may do; a
+		// repository may only narrow it.
+		if loose := creds.Loosens(credentials.PolicyFor(eff.Org.Credentials, agent)); len(loose) > 0 {
+			return PolicyError{fmt.Errorf("the repository policy loosens the organisation's credentials policy (%s): remove that from .github/airlock.cue, or ask the runner's administrators to allow it", strings.Join(loose, "; "))}
+		}
+	}
+	p.Job.Credentials = credentials.NewVault(creds, in.GitHubServerURL, in.GitHubAPIURL)
+	return nil
+}
+
+// attestation takes the policy's subjects and the organisation's
+// signing key (a door's key wins; a repository's is ignored, with a
+// note).
+func (p *Plan) attestation(eff *policies.Effective) {
+	pol := eff.Policy
 	p.Attest.Subjects = pol.Attest.Subjects
 	orgKey := ""
 	if eff.Org != nil {
@@ -285,7 +320,6 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	if p.Attest.Key == "" {
 		p.Attest.Key = orgKey
 	}
-	return p, nil
 }
 
 // requestedSandbox is the sandbox as airlock run's flags ask for it, when
