@@ -103,7 +103,7 @@ func prepare(ctx context.Context, cfg Config, in Input, stdout io.Writer) error 
 	}
 	var args PrepareArgs
 	if err := json.Unmarshal(in.Args, &args); err != nil || args.Container == nil {
-		return runner.InputError{Err: errors.New("prepare_job: the job has no container: airlock needs container: in every job (ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER=true)")}
+		return runner.InputError{Err: fmt.Errorf("prepare_job: %w", errNoContainer)}
 	}
 	if work, ok := Mounts(args.Container.SystemMountVolumes).Host(containerWork); ok {
 		endStaleJobs(cfg, work, stdout)
