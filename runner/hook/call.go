@@ -103,7 +103,7 @@ func prepare(ctx context.Context, cfg Config, in Input, stdout io.Writer) error 
 	}
 	var args PrepareArgs
 	if err := json.Unmarshal(in.Args, &args); err != nil || args.Container == nil {
-		return runner.InputError{Err: errors.New("prepare_job: the job has no container: airlock needs container: in every job (ACTIONS_RUNNER_REQUIRE_JOB_CONTAINER=true)")}
+		return runner.InputError{Err: fmt.Errorf("prepare_job: %w", errNoContainer)}
 	}
 	if work, ok := Mounts(args.Container.SystemMountVolumes).Host(containerWork); ok {
 		endStaleJobs(cfg, work, stdout)
@@ -121,30 +121,87 @@ func prepare(ctx context.Context, cfg Config, in Input, stdout io.Writer) error 
 	if err := os.WriteFile(filepath.Join(dir, prepareInputFile), plan, 0o600); err != nil {
 		return fmt.Errorf("prepare_job: %w", err)
 	}
-	logf, err := os.OpenFile(filepath.Join(dir, daemonLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	prepared, err := startDaemon(ctx, cfg, dir)
 	if err != nil {
 		return err
 	}
+	resp := Response{
+		State:    State{Container: id, JobDir: dir},
+		Context:  ResponseContext{Container: ResponseContainer{ID: id, Network: "airlock", Ports: map[string]string{}}, Services: prepared.Services},
+		IsAlpine: prepared.IsAlpine,
+	}
+	line, _ := json.Marshal(resp)
+	// The runner made the file; a symlink there is not the runner's.
+	f, err := os.OpenFile(*in.ResponseFile, os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("prepare_job: response file: %w", err)
+	}
+	_, werr := f.Write(append(line, '\n'))
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	fmt.Fprintf(stdout, "airlock: job %s prepared in a gVisor sandbox\n", id)
+	return werr
+}
+
+// startDaemon starts the job's daemon on its directory and returns what
+// it says of the job once it runs (see waitReady). The daemon outlives
+// this process: its own session, no terminal, output to the job's log
+// file.
+func startDaemon(ctx context.Context, cfg Config, dir string) (ready, error) {
+	logf, err := os.OpenFile(filepath.Join(dir, daemonLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return ready{}, err
+	}
 	defer logf.Close()
-	// The daemon outlives this process: its own session, no terminal,
-	// output to the job's log file.
 	cmd := exec.Command("/proc/self/exe", dir)
 	cmd.Args[0] = daemonArg0
 	cmd.Env = os.Environ()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("prepare_job: start the job daemon: %w", err)
+		return ready{}, fmt.Errorf("prepare_job: start the job daemon: %w", err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	if err := waitReady(ctx, cfg, dir, cmd, exited); err != nil {
+		return ready{}, err
+	}
+	var prepared ready
+	b, err := os.ReadFile(filepath.Join(dir, daemonReady))
+	if err == nil {
+		err = json.Unmarshal(b, &prepared)
+	}
+	if err != nil || prepared.Services == nil {
+		// Never seen: the daemon writes the file whole. The runner gets no
+		// state to clean up with, so the job ends here.
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(cleanupTimeout):
+			cmd.Process.Kill()
+			<-exited
+		}
+		removeJob(cfg, dir)
+		return ready{}, fmt.Errorf("prepare_job: the job daemon's account of the job is unreadable (%v)", err)
+	}
+	cmd.Process.Release()
+	return prepared, nil
+}
+
+// waitReady waits for the job's daemon to say that the job runs (its
+// ready file). A daemon that exits first (it says why in its failed
+// file), one that does not start within prepareTimeout, and a call
+// cancelled meanwhile end the job: the daemon is killed, what it left
+// removed.
+func waitReady(ctx context.Context, cfg Config, dir string, cmd *exec.Cmd, exited <-chan error) error {
 	deadline := time.NewTimer(prepareTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		if _, err := os.Stat(filepath.Join(dir, daemonReady)); err == nil {
-			break
+			return nil
 		}
 		select {
 		case <-tick.C:
@@ -165,42 +222,6 @@ func prepare(ctx context.Context, cfg Config, in Input, stdout io.Writer) error 
 			return ctx.Err()
 		}
 	}
-	var prepared ready
-	b, err = os.ReadFile(filepath.Join(dir, daemonReady))
-	if err == nil {
-		err = json.Unmarshal(b, &prepared)
-	}
-	if err != nil || prepared.Services == nil {
-		// Never seen: the daemon writes the file whole. The runner gets no
-		// state to clean up with, so the job ends here.
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(cleanupTimeout):
-			cmd.Process.Kill()
-			<-exited
-		}
-		removeJob(cfg, dir)
-		return fmt.Errorf("prepare_job: the job daemon's account of the job is unreadable (%v)", err)
-	}
-	cmd.Process.Release()
-	resp := Response{
-		State:    State{Container: id, JobDir: dir},
-		Context:  ResponseContext{Container: ResponseContainer{ID: id, Network: "airlock", Ports: map[string]string{}}, Services: prepared.Services},
-		IsAlpine: prepared.IsAlpine,
-	}
-	line, _ := json.Marshal(resp)
-	// The runner made the file; a symlink there is not the runner's.
-	f, err := os.OpenFile(*in.ResponseFile, os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return fmt.Errorf("prepare_job: response file: %w", err)
-	}
-	_, werr := f.Write(append(line, '\n'))
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	fmt.Fprintf(stdout, "airlock: job %s prepared in a gVisor sandbox\n", id)
-	return werr
 }
 
 // cleanup ends the job through its daemon; without one (a failed

@@ -9,14 +9,16 @@
 // (wire.go), and cleanup_job tells it to finish.
 //
 // The daemon's job (job.go) is built from the runner's payloads with the
-// same runner.NewPlan as airlock run: the runner's work directory as the
-// workspace, the organisation's policy and the repository's at the base
-// commit read through the GitHub API, the job container's image, its
-// services. Around the session it keeps what only the hook needs: Docker
-// actions and services as containers in the job's sandbox
-// (containers.go), the trust baseline and authored diff from the GitHub
-// API (trust.go), the interim attestation for actions/upload-artifact
-// (interim.go) and the check run (check.go).
+// same runner.NewPlan as airlock run. What the payloads say (the runner's
+// work directory as the workspace, the job container's image, its
+// services, the pull request of the event) is planInputs' (inputs.go), a
+// pure function; the job acts on it: the organisation's policy and the
+// repository's at the base commit read through the GitHub API, the
+// runner's directories prepared on the host. Around the session it keeps
+// what only the hook needs: Docker actions and services as containers in
+// the job's sandbox (containers.go), the trust baseline and authored diff
+// from the GitHub API (trust.go), the interim attestation for
+// actions/upload-artifact (interim.go) and the check run (check.go).
 //
 // Trust: everything in a payload and in the job's directories is the job's
 // to shape. Host paths are opened without following symlinks, the

@@ -2,7 +2,6 @@ package hook
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,14 +11,11 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/files"
-	"github.com/airlock-ci/airlock/internal/paths"
-	"github.com/airlock-ci/airlock/internal/shlex"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/github"
@@ -88,172 +84,35 @@ type job struct {
 	commits []string
 }
 
-// build turns the runner's prepare_job payload into the job's plan: the
-// runner's work directory as the workspace at /__w, its externals
-// read-only, the GitHub home and workflow directories; never the Docker
-// socket nor the workflow's own volumes. The policy is the
-// organisation's and the repository's at the pull request's base commit,
-// read through the GitHub API.
+// build turns the runner's prepare_job payload into the job's plan. What
+// the payload means is planInputs' (inputs.go); build acts on it: it
+// reads the event file the payload names, then the policy (the
+// organisation's, and the repository's at the pull request's base
+// commit, read through the GitHub API), makes the plan, prepares the
+// runner's directories on the host for the job, and starts the check run.
 func (d *job) build(ctx context.Context, args PrepareArgs) (runner.Job, error) {
-	c := args.Container
-	d.mounts = Mounts(c.SystemMountVolumes)
-	work, ok := d.mounts.Host(containerWork)
-	if !ok {
-		return runner.Job{}, fmt.Errorf("the runner gave no mount for %s", containerWork)
-	}
-	if len(c.UserMountVolumes) > 0 {
-		fmt.Fprintf(os.Stderr, "airlock: the job's own volumes are not mounted (%d): a workflow may not mount host paths into the sandbox\n", len(c.UserMountVolumes))
-	}
-	tmp, hasTemp := d.mounts.Host(containerTemp)
-	if hasTemp {
-		d.fileCommands = filepath.Join(d.dir, "file-commands")
-		d.runnerFileCommands = filepath.Join(tmp, fileCommandsDir)
-		d.toolCache = filepath.Join(tmp, toolCacheDir)
-	}
-	mounts, err := d.jobMounts(work)
+	in, err := planInputs(args, readEvent(args.Container), hostInputsFromEnv(d.cfg, d.dir))
 	if err != nil {
 		return runner.Job{}, err
 	}
-	repoDir := ""
-	if rel, ok := strings.CutPrefix(path.Clean(c.WorkingDirectory), containerWork+"/"); ok {
-		repoDir = rel
+	d.keepInputs(in)
+	if in.userVolumes > 0 {
+		fmt.Fprintf(os.Stderr, "airlock: the job's own volumes are not mounted (%d): a workflow may not mount host paths into the sandbox\n", in.userVolumes)
 	}
 	if d.gh, err = githubFromEnv(); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock: GitHub API not used: %v\n", err)
 	}
-	srcs, err := policies.OrgSources(d.cfg.OrgDir)
+	plan, err := d.plan(ctx, in)
 	if err != nil {
 		return runner.Job{}, err
 	}
-	var pr runner.PullRequest
-	if ev, ok := d.mounts.Host(containerEvent); ok {
-		// No file, or an event of another kind: no pull request. A
-		// payload that is there but does not read or parse is an error:
-		// the job would otherwise run as no pull request's.
-		payload, err := files.ReadCapped(ev, policies.MaxEventSize)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return runner.Job{}, fmt.Errorf("the event payload (%s): %w", containerEvent, err)
-		}
-		var p policies.PullRequest
-		if err == nil {
-			if p, err = policies.ParsePullRequest(payload); err != nil && !errors.Is(err, policies.ErrNotPullRequest) {
-				return runner.Job{}, fmt.Errorf("the event payload (%s): %w", containerEvent, err)
-			}
-		}
-		if err == nil {
-			pr.Event, pr.Base, pr.Head = &p, p.BaseSHA, p.HeadSHA
-			var merge string
-			d.owner, d.repo, merge = eventRefs(payload)
-			d.commits = []string{p.HeadSHA}
-			if merge != "" {
-				d.commits = append(d.commits, merge)
-			}
-			if d.owner != "" {
-				pr.Repository = "https://github.com/" + d.owner + "/" + d.repo
-			}
-			src, err := d.repoPolicy(ctx, p.BaseSHA)
-			switch {
-			case err != nil:
-				fmt.Fprintf(os.Stderr, "airlock: the repository policy at %.12s could not be read (%v): the organisation policy applies alone\n", p.BaseSHA, err)
-			case src != nil:
-				srcs = append(srcs, *src)
-			}
-		}
-	}
-	eff, err := policies.Load(ctx, srcs)
-	if err != nil {
-		return runner.Job{}, err
-	}
-	// The job directory is the daemon's; the runner reads each call's
-	// response (and the state it saves) from its temp directory: the job
-	// must not be able to write either.
-	masks := []string{d.dir}
-	if hasTemp {
-		masks = append(masks, path.Join(containerTemp, responsesDir))
-	}
-	// The runner's own directory (its credentials, its configuration,
-	// its logs) is hidden from the job: only its externals are mounted.
-	if ext, ok := d.mounts.Host("/__e"); ok && filepath.Base(filepath.Clean(ext)) == "externals" {
-		if dir := filepath.Dir(filepath.Clean(ext)); dir != "/" {
-			masks = append(masks, dir)
-		}
-	}
-	d.serviceNames = serviceNames(args.Services)
-	var services []runner.Service
-	for i, s := range args.Services {
-		services = append(services, runner.Service{Name: d.serviceNames[i], Image: s.Image})
-	}
-	// The workflow's --user counts only where the policy lets the image
-	// choose (sandbox.user "image"); elsewhere a garbled one is no error.
-	user, err := optionsUser(c.CreateOptions)
-	if err != nil && eff.Policy.Sandbox.ImageUser() {
-		return runner.Job{}, err
-	}
-	plan, err := runner.NewPlan(eff, pr, runner.Inputs{
-		Name: "job", Workspace: work, WorkspaceMount: containerWork, StateRoot: filepath.Join(d.dir, "state"),
-		// The KVM verdict is the host's, kept across jobs: one probe per
-		// boot, not one per job.
-		SharedRoot: d.cfg.JobsRoot,
-		Image:      c.Image, ContainerUser: user, Env: runner.EnvList(runnerWatermark(c.Env)), Mounts: mounts, Masks: masks, Services: services,
-		TrustDir: repoDir, CheckoutInJob: true, AttestKey: d.cfg.AttestKey,
-		// The runner gives its hook the github context's URLs.
-		GitHubServerURL: os.Getenv("GITHUB_SERVER_URL"), GitHubAPIURL: os.Getenv("GITHUB_API_URL"),
-	})
-	if err != nil {
-		return runner.Job{}, err
-	}
-	if det := plan.Job.Policy.Agent; det != nil {
-		// Recorded; under the hook every job is sandboxed whatever the
-		// detection says (the runner has no other way to run it).
-		fmt.Fprintf(os.Stderr, "airlock: pull request #%d: %s\n", pr.Event.Number, det.Reason)
-	}
-	for _, n := range plan.Notes {
-		fmt.Fprintf(os.Stderr, "airlock: %s\n", n)
-	}
+	d.keepPlan(plan)
 	j := plan.Job
-	d.images, d.hosts = plan.Images, plan.Hosts
-	// A step's PATH is its prependPath before the container's own.
-	d.containerPath = gvisor.DefaultPath
-	for _, kv := range j.Env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			d.containerPath = v
-		}
-	}
-	d.jobTimeout = j.Sandbox.Limits.JobTimeout
-	// Masks name paths as the job sees them (below /__w: the workspace's);
-	// Docker actions' volumes are host directories.
-	for _, m := range j.Sandbox.ExtraMasks {
-		if h, ok := d.mounts.Host(m); ok {
-			m = h
-		}
-		d.hostMasks = append(d.hostMasks, m)
-	}
-	d.pinMasks(work)
-	// The job's user (the sandbox would pick the same) gets what the
-	// runner made for the job: see handover.go.
-	if j.Sandbox.User == nil {
-		u, err := gvisor.DefaultUser(work)
-		if err != nil {
-			return runner.Job{}, err
-		}
-		j.Sandbox.User = &u
-	}
-	d.user = *j.Sandbox.User
-	if err := d.prepareTemp(work); err != nil {
+	work, repoDir := in.inputs.Workspace, in.inputs.TrustDir
+	if err := d.prepareHost(&j, work, repoDir); err != nil {
 		return runner.Job{}, err
 	}
-	handOver := []string{}
-	if top, _, _ := strings.Cut(repoDir, "/"); top != "" {
-		handOver = append(handOver, filepath.Join(work, top))
-	}
-	for _, p := range []string{containerTemp, containerHome} {
-		if h, ok := d.mounts.Host(p); ok {
-			handOver = append(handOver, h)
-		}
-	}
-	if err := handOverDirs(work, d.user, handOver, responsesDir, fileCommandsDir); err != nil {
-		return runner.Job{}, err
-	}
+	pr := in.pr.PullRequest
 	set := j.Trust.Set
 	if d.gh != nil && d.owner != "" && len(d.commits) > 0 {
 		// wide: the job's set with the files its agent tool configs run
@@ -282,52 +141,135 @@ func (d *job) build(ctx context.Context, args PrepareArgs) (runner.Job, error) {
 	return j, nil
 }
 
-// jobMounts are the runner's directories as the job's mounts: the work
-// directory is the workspace (not among them); its temp directory is a
-// mount of its own, which the job cannot move or replace with a symlink
-// (the runner writes there as root); the actions it downloaded are
-// read-only; its tool cache is replaced by the job's own, so that a job
-// cannot leave a poisoned tool for the runner's later jobs; the job sees
-// its own file-command directory in place of the runner's
-// (filecommands.go); externals, the GitHub home and workflow directories
-// as the runner mounts them. Sources below the work directory are
-// resolved without following symlinks when the sandbox starts
-// (gvisor.Mount.Beneath). Never the Docker socket.
-func (d *job) jobMounts(work string) ([]gvisor.Mount, error) {
-	var out []gvisor.Mount
-	for _, mt := range d.mounts.Sorted() {
-		t, src := path.Clean(mt.Target), filepath.Clean(mt.Source)
-		m := gvisor.Mount{Source: src, Destination: t, ReadOnly: mt.ReadOnly}
+// readEvent reads the event file the runner's payload names
+// (GITHUB_EVENT_PATH, mounted at /github/workflow/event.json): no mount
+// is no file. What it says is planInputs' to decide.
+func readEvent(c *Container) eventFile {
+	if c == nil {
+		return eventFile{err: fs.ErrNotExist}
+	}
+	ev, ok := Mounts(c.SystemMountVolumes).Host(containerEvent)
+	if !ok {
+		return eventFile{err: fs.ErrNotExist}
+	}
+	data, err := files.ReadCapped(ev, policies.MaxEventSize)
+	return eventFile{data: data, err: err}
+}
+
+// hostInputsFromEnv are the host's inputs of a job: the hook's
+// configuration, the job's directory, and the github context's URLs,
+// which the runner gives its hook in the environment.
+func hostInputsFromEnv(cfg Config, dir string) hostInputs {
+	return hostInputs{cfg: cfg, dir: dir, serverURL: os.Getenv("GITHUB_SERVER_URL"), apiURL: os.Getenv("GITHUB_API_URL")}
+}
+
+// keepInputs keeps what the job's steps, containers and trust baseline
+// need of the runner's payload.
+func (d *job) keepInputs(in jobInputs) {
+	d.mounts, d.serviceNames = in.mounts, in.serviceNames
+	d.fileCommands, d.runnerFileCommands, d.toolCache = in.fileCommands, in.runnerFileCommands, in.toolCache
+	d.owner, d.repo, d.commits = in.pr.owner, in.pr.repo, in.pr.commits
+}
+
+// plan is the job's plan: its policy applied to its inputs. The
+// workflow's --user counts only where the policy lets the image choose
+// (sandbox.user "image"); elsewhere a garbled one is no error. What the
+// agent detection found and the plan's notes go to the job's log.
+func (d *job) plan(ctx context.Context, in jobInputs) (runner.Plan, error) {
+	eff, err := d.policy(ctx, in.pr.PullRequest)
+	if err != nil {
+		return runner.Plan{}, err
+	}
+	if in.userErr != nil && eff.Policy.Sandbox.ImageUser() {
+		return runner.Plan{}, in.userErr
+	}
+	plan, err := runner.NewPlan(eff, in.pr.PullRequest, in.inputs)
+	if err != nil {
+		return runner.Plan{}, err
+	}
+	if det := plan.Job.Policy.Agent; det != nil {
+		// Recorded; under the hook every job is sandboxed whatever the
+		// detection says (the runner has no other way to run it).
+		fmt.Fprintf(os.Stderr, "airlock: pull request #%d: %s\n", in.pr.Event.Number, det.Reason)
+	}
+	for _, n := range plan.Notes {
+		fmt.Fprintf(os.Stderr, "airlock: %s\n", n)
+	}
+	return plan, nil
+}
+
+// policy is the job's policy: the organisation's, and for a pull
+// request the repository's at its base commit, read through the GitHub
+// API (repoPolicy); one that cannot be read leaves the organisation's
+// alone, said in the job's log.
+func (d *job) policy(ctx context.Context, pr runner.PullRequest) (*policies.Effective, error) {
+	srcs, err := policies.OrgSources(d.cfg.OrgDir)
+	if err != nil {
+		return nil, err
+	}
+	if pr.Event != nil {
+		src, err := d.repoPolicy(ctx, pr.Base)
 		switch {
-		case t == containerWork:
-			continue
-		case strings.Contains(t, "docker.sock") || strings.Contains(src, "docker.sock"):
-			continue // never
-		case t == containerTemp:
-		case t == containerActions:
-			m.ReadOnly = true
-		case t == containerTool:
-			if d.toolCache == "" {
-				continue // no temp directory to keep it in: the job has none
-			}
-			m.Source = d.toolCache
-		case paths.Within(t, containerWork):
-			if h, _ := d.mounts.Host(path.Dir(t)); h != "" && path.Join(h, path.Base(t)) == src {
-				continue // already inside the workspace mount
-			}
-			return nil, fmt.Errorf("mount %s is not below the runner's work directory; airlock needs it there", t)
+		case err != nil:
+			fmt.Fprintf(os.Stderr, "airlock: the repository policy at %.12s could not be read (%v): the organisation policy applies alone\n", pr.Base, err)
+		case src != nil:
+			srcs = append(srcs, *src)
 		}
-		if paths.Below(m.Source, work) {
-			m.Beneath = work
+	}
+	return policies.Load(ctx, srcs)
+}
+
+// keepPlan keeps what the job's steps and containers need of its plan:
+// the policy's image directories and the job's /etc/hosts, the
+// container's PATH (a step's prependPath goes before it), the job's
+// timeout, and its masks as host paths.
+func (d *job) keepPlan(plan runner.Plan) {
+	d.images, d.hosts = plan.Images, plan.Hosts
+	d.containerPath = gvisor.DefaultPath
+	for _, kv := range plan.Job.Env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			d.containerPath = v
 		}
-		out = append(out, m)
 	}
-	if d.fileCommands != "" {
-		out = append(out, gvisor.Mount{Source: d.fileCommands, Destination: fileCommandsInJob})
+	d.jobTimeout = plan.Job.Sandbox.Limits.JobTimeout
+	// Masks name paths as the job sees them (below /__w: the workspace's);
+	// Docker actions' volumes are host directories.
+	for _, m := range plan.Job.Sandbox.ExtraMasks {
+		if h, ok := d.mounts.Host(m); ok {
+			m = h
+		}
+		d.hostMasks = append(d.hostMasks, m)
 	}
-	// Parents before what is mounted inside them.
-	slices.SortFunc(out, func(a, b gvisor.Mount) int { return strings.Compare(a.Destination, b.Destination) })
-	return out, nil
+}
+
+// prepareHost makes the runner's directories on the host ready for the
+// job before any of its code runs: the masks' identities pinned, the
+// job's user chosen (the sandbox would pick the same), the temp
+// directory prepared, and what the runner made for the job handed to
+// that user (see handover.go).
+func (d *job) prepareHost(j *runner.Job, work, repoDir string) error {
+	d.pinMasks(work)
+	if j.Sandbox.User == nil {
+		u, err := gvisor.DefaultUser(work)
+		if err != nil {
+			return err
+		}
+		j.Sandbox.User = &u
+	}
+	d.user = *j.Sandbox.User
+	if err := d.prepareTemp(work); err != nil {
+		return err
+	}
+	handOver := []string{}
+	if top, _, _ := strings.Cut(repoDir, "/"); top != "" {
+		handOver = append(handOver, filepath.Join(work, top))
+	}
+	for _, p := range []string{containerTemp, containerHome} {
+		if h, ok := d.mounts.Host(p); ok {
+			handOver = append(handOver, h)
+		}
+	}
+	return handOverDirs(work, d.user, handOver, responsesDir, fileCommandsDir)
 }
 
 // prepareTemp makes, before any of the job's code runs, what the job's
@@ -401,28 +343,6 @@ func (d *job) repoPolicy(ctx context.Context, base string) (*policies.Source, er
 		return nil, err
 	}
 	return &policies.Source{Kind: policies.KindRepo, Path: policies.RepoPolicyPath, Commit: base, Data: data}, nil
-}
-
-// eventRefs are the pull request's base repository and its test merge
-// commit from the event.
-func eventRefs(payload []byte) (owner, repo, merge string) {
-	var ev struct {
-		PullRequest struct {
-			MergeCommitSHA string `json:"merge_commit_sha"`
-			Base           struct {
-				Repo struct {
-					FullName string `json:"full_name"`
-				} `json:"repo"`
-			} `json:"base"`
-		} `json:"pull_request"`
-	}
-	json.Unmarshal(payload, &ev)
-	merge = ev.PullRequest.MergeCommitSHA
-	owner, repo, _ = strings.Cut(ev.PullRequest.Base.Repo.FullName, "/")
-	if repo == "" || strings.ContainsAny(repo, "/ ") {
-		return "", "", merge
-	}
-	return owner, repo, merge
 }
 
 // Step runs one runner step: the entry point and its arguments, with the
@@ -573,44 +493,4 @@ func airlockFails(res runner.Result, att *report.Attestation, keyConfigured bool
 		out = append(out, "the attestation could not be signed: "+why)
 	}
 	return out
-}
-
-// optionsUser is the user the workflow's container options ask for
-// (options: --user UID[:GID], -u, in the forms Docker's flag parser
-// takes: "--user V", "--user=V", "-u V", "-u=V", "-uV"), or nil. Only
-// numbers and root: the names of an image's /etc/passwd are not looked
-// up.
-func optionsUser(createOptions string) (*gvisor.User, error) {
-	if len(createOptions) > maxArgs {
-		return nil, fmt.Errorf("the container's options are longer than %d bytes", maxArgs)
-	}
-	opts, err := shlex.Split(createOptions)
-	if err != nil {
-		return nil, fmt.Errorf("the container's options %q do not parse: %w", createOptions, err)
-	}
-	var user *gvisor.User
-	for i, o := range opts {
-		v, ok := "", false
-		switch {
-		case (o == "--user" || o == "-u") && i+1 < len(opts):
-			v, ok = opts[i+1], true
-		case strings.HasPrefix(o, "--user="):
-			v, ok = strings.TrimPrefix(o, "--user="), true
-		case strings.HasPrefix(o, "-u") && !strings.HasPrefix(o, "--"):
-			v, ok = strings.TrimPrefix(strings.TrimPrefix(o, "-u"), "="), true
-		}
-		if !ok {
-			continue
-		}
-		id := v
-		if name, _, _ := strings.Cut(v, ":"); name == "root" {
-			id = "0" + strings.TrimPrefix(v, "root")
-		}
-		u, err := gvisor.ParseUser(id)
-		if err != nil {
-			return nil, fmt.Errorf("the container's options: --user %q: airlock takes a numeric UID[:GID] (or root)", v)
-		}
-		user = &u
-	}
-	return user, nil
 }

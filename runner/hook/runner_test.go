@@ -50,7 +50,9 @@ type payload struct {
 	Response                                   string
 	Work, Externals, Temp, Actions, Tool, Home string
 	Workflow, FileCommands, Repo               string
-	// prepare_job's job container and services.
+	// prepare_job's job container (none: NoContainer, a job with
+	// services only) and services.
+	NoContainer      bool
 	Image            string
 	Options          *string
 	RegistryPassword string
@@ -182,6 +184,13 @@ func (h *runnerHost) render(command string, p payload) []byte {
 	p.Actions, p.Tool = filepath.Join(h.work, "_actions"), filepath.Join(h.work, "_tool")
 	p.Home, p.Workflow = filepath.Join(h.temp, "_github_home"), filepath.Join(h.temp, "_github_workflow")
 	p.FileCommands, p.Repo = filepath.Join(h.temp, "_runner_file_commands"), h.repo
+	return renderPayload(h.t, command, p)
+}
+
+// renderPayload fills a template of testdata/runner with p (its paths
+// included), as one compact line, as the runner writes it.
+func renderPayload(t testing.TB, command string, p payload) []byte {
+	t.Helper()
 	if p.State == nil {
 		p.State = json.RawMessage("null")
 	}
@@ -190,14 +199,14 @@ func (h *runnerHost) render(command string, p payload) []byte {
 		return string(b), err
 	}}).ParseFiles(filepath.Join("testdata", "runner", command+".json"))
 	if err != nil {
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
 	var b, line bytes.Buffer
 	if err := tmpl.Execute(&b, p); err != nil {
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
 	if err := json.Compact(&line, b.Bytes()); err != nil {
-		h.t.Fatalf("%s: %v\n%s", command, err, b.String())
+		t.Fatalf("%s: %v\n%s", command, err, b.String())
 	}
 	return line.Bytes()
 }
