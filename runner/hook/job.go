@@ -443,11 +443,7 @@ func (d *job) Cleanup(ctx context.Context, stdout, stderr io.Writer) error {
 	d.removeToolCache()
 	d.pinWorkspace()
 	d.serviceLog.writeTo(stderr)
-	att := report.WriteAttestation(ctx, res, &d.attest, stderr)
-	if _, err := d.cfg.Retention.Prune(d.attest.Dir, time.Now()); err != nil {
-		fmt.Fprintf(stderr, "airlock: pruning %s: %v\n", d.attest.Dir, err)
-	}
-	report.WriteSummary(stderr, res)
+	att := report.Finish(ctx, res, &d.attest, &d.cfg.Retention, stderr)
 	if res.Trust != nil {
 		res.Trust.WriteAnnotations(stdout)
 	}
