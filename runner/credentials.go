@@ -142,8 +142,9 @@ func redact(res *Result, v *credentials.Vault) {
 	res.Credentials = &rec
 }
 
-// identityFields are the fields redact leaves as they are.
-var identityFields = map[string]bool{"Name": true, "Host": true, "Address": true, "Upstream": true, "Binary": true, "SHA256": true, "Workspace": true}
+// identityFields are the fields redact leaves as they are (RuleID: the
+// rule that decided an egress attempt, airlock's own words for it).
+var identityFields = map[string]bool{"Name": true, "Host": true, "Address": true, "Upstream": true, "Binary": true, "SHA256": true, "Workspace": true, "RuleID": true}
 
 // redactStrings applies f to every settable string below v.
 func redactStrings(v reflect.Value, f func(string) string) {

