@@ -177,7 +177,7 @@ type Egress struct {
 }
 
 // DecisionColumns name the fields of an egress decision row.
-var DecisionColumns = []string{"ms", "pid", "protocol", "name", "address", "port", "method", "path", "decision", "rule", "reason", "upstream", "bytesOut", "bytesIn"}
+var DecisionColumns = []string{"ms", "pid", "protocol", "name", "address", "port", "method", "path", "decision", "rule", "reason", "upstream", "bytesOut", "bytesIn", "ruleKind"}
 
 // EgressDecision is one decision row, decoded.
 type EgressDecision struct {
@@ -195,12 +195,17 @@ type EgressDecision struct {
 	Upstream string
 	BytesOut int64
 	BytesIn  int64
+	// RuleKind is the kind of Rule (runner/egress/rules.RuleKind:
+	// "allow", "default-deny", "deny-range", "fronting", ...); empty in
+	// rows of statements made before it was recorded, which have one
+	// column fewer.
+	RuleKind string
 }
 
 // Row encodes the decision as a row under DecisionColumns, its time in
 // milliseconds since start.
 func (d EgressDecision) Row(start time.Time) json.RawMessage {
-	b, _ := json.Marshal([]any{d.Time.Sub(start).Milliseconds(), d.PID, d.Protocol, d.Name, d.Address, d.Port, d.Method, d.Path, d.Decision, d.Rule, d.Reason, d.Upstream, d.BytesOut, d.BytesIn})
+	b, _ := json.Marshal([]any{d.Time.Sub(start).Milliseconds(), d.PID, d.Protocol, d.Name, d.Address, d.Port, d.Method, d.Path, d.Decision, d.Rule, d.Reason, d.Upstream, d.BytesOut, d.BytesIn, d.RuleKind})
 	return b
 }
 
@@ -237,7 +242,7 @@ func (e Egress) Rows() []EgressDecision {
 		d.Time = e.Start.Add(time.Duration(num(0)) * time.Millisecond)
 		d.PID, d.Protocol, d.Name, d.Address, d.Port = int32(num(1)), str(2), str(3), str(4), int(num(5))
 		d.Method, d.Path, d.Decision, d.Rule, d.Reason, d.Upstream = str(6), str(7), str(8), str(9), str(10), str(11)
-		d.BytesOut, d.BytesIn = num(12), num(13)
+		d.BytesOut, d.BytesIn, d.RuleKind = num(12), num(13), str(14)
 		out = append(out, d)
 	}
 	return out

@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/runner/credentials"
+	"github.com/airlock-ci/airlock/runner/egress/rules"
 )
 
 // A job's credentials stay out of its sandbox (runner/credentials): the
@@ -145,6 +146,12 @@ func redact(res *Result, v *credentials.Vault) {
 // identityFields are the fields redact leaves as they are.
 var identityFields = map[string]bool{"Name": true, "Host": true, "Address": true, "Upstream": true, "Binary": true, "SHA256": true, "Workspace": true}
 
+// ruleKind is the type of a rule's kind: one of airlock's constants,
+// never the job's words, so redact leaves it (a masked value that is a
+// word such as "fronting" must not blank which check decided). The
+// rule's detail, which can hold what the job asked for, is redacted.
+var ruleKind = reflect.TypeFor[rules.RuleKind]()
+
 // redactStrings applies f to every settable string below v.
 func redactStrings(v reflect.Value, f func(string) string) {
 	switch v.Kind() {
@@ -169,7 +176,7 @@ func redactStrings(v reflect.Value, f func(string) string) {
 			}
 		}
 	case reflect.String:
-		if v.CanSet() {
+		if v.CanSet() && v.Type() != ruleKind {
 			v.SetString(f(v.String()))
 		}
 	}

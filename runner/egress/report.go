@@ -112,7 +112,8 @@ func (e *Egress) unmatched(idx *connectIndex) []rules.Decision {
 			continue
 		}
 		addr = addr.Unmap()
-		d := rules.Decision{Time: c.Time, PID: c.PID, Protocol: rules.ProtoDirect, Address: c.Address, Port: c.Port, Decision: rules.Denied, Rule: rules.DefaultDeny}
+		d := rules.Decision{Time: c.Time, PID: c.PID, Protocol: rules.ProtoDirect, Address: c.Address, Port: c.Port, Decision: rules.Denied}
+		d.SetRule(rules.RuleID{Kind: rules.KindDefaultDeny})
 		switch {
 		case addr.IsLoopback() || addr.IsUnspecified():
 			if c.Result == "ok" || c.Result == "in progress" {
@@ -138,7 +139,7 @@ func (e *Egress) unmatched(idx *connectIndex) []rules.Decision {
 			d.Reason = fmt.Sprintf("direct connection to an address, not through the gateway: there is no route (%s)", c.Result)
 			if c.Result == "ok" {
 				d.Decision = rules.Allowed
-				d.Rule = "none"
+				d.SetRule(rules.RuleID{Kind: rules.KindNone})
 				d.Reason = "connected outside the gateway: report this as an airlock bug"
 			}
 		}

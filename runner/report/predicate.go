@@ -151,8 +151,8 @@ func addEgress(p *attest.Predicate, eg *egress.Report, start time.Time) {
 		}
 		p.Egress.Decisions = append(p.Egress.Decisions, attest.EgressDecision{
 			Time: d.Time, PID: d.PID, Protocol: d.Protocol, Name: clip(d.Name, 253), Address: addr, Port: d.Port,
-			Method: clip(d.Method, 16), Path: clip(d.Path, 256), Decision: d.Decision, Rule: clip(shortRule(d.Rule), 128),
-			Reason: clip(d.Reason, 256), Upstream: d.Upstream,
+			Method: clip(d.Method, 16), Path: clip(d.Path, 256), Decision: d.Decision, Rule: clip(d.RuleID.Short(), 128),
+			RuleKind: string(d.RuleID.Kind), Reason: clip(d.Reason, 256), Upstream: d.Upstream,
 			BytesOut: d.BytesOut, BytesIn: d.BytesIn,
 		}.Row(start))
 	}
@@ -292,13 +292,3 @@ func summarize(ds []rules.Decision) []attest.EgressSummary {
 // lines, with the mark on a line of its own.
 func clip(s string, n int) string     { return textsafe.Clip(s, n, "...") }
 func clipText(s string, n int) string { return textsafe.Clip(s, n, "\n... (cut)") }
-
-// shortRule drops what a decision row says anyway: "egress.allow[0]
-// (proxy.golang.org)" is "allow[0]" next to the name.
-func shortRule(r string) string {
-	r = strings.TrimPrefix(r, "egress.")
-	if strings.HasPrefix(r, "allow[") {
-		r, _, _ = strings.Cut(r, " (")
-	}
-	return r
-}

@@ -10,6 +10,10 @@
 // anything for trust, and it offers a "*.suffix" rule only when several
 // sibling names were seen, saying so.
 //
+// Which refusals a rule could change it reads from the kind of rule each
+// decision row names (ruleKind, a rules.RuleKind; rules.KindOfText for
+// rows of older statements, which name the rule in words only).
+//
 // Layer 3: above policies, attest and runner/egress/rules (whose compiled
 // policy says what is allowed already); `airlock policy suggest` in
 // cmd/airlock verifies the bundles and calls Suggest.
@@ -195,9 +199,10 @@ func attempts(run int, p attest.Predicate, skipped map[string]int) []attempt {
 			continue
 		}
 		name := strings.TrimSuffix(strings.ToLower(d.Name), ".")
+		kind := ruleKind(d)
 		switch {
-		case !byRules(d.Rule):
-			skipped[fmt.Sprintf("refused by %s, which no egress.allow rule changes", category(d.Rule))]++
+		case !kind.ByRules():
+			skipped[fmt.Sprintf("refused by %s, which no egress.allow rule changes", category(kind, d.Rule))]++
 			continue
 		case name == "":
 			skipped["no host name (a connection to an address)"]++
@@ -238,28 +243,31 @@ func attempts(run int, p attest.Predicate, skipped map[string]int) []attempt {
 	return out
 }
 
-// byRules reports a decision that egress.allow decided: the default, or
-// a rule whose methods or paths did not match. (Decision rows cite rules
-// in short form, "default (deny)" and "allow[N]".)
-func byRules(rule string) bool {
-	r := strings.TrimPrefix(rule, "egress.")
-	return r == "default (deny)" || strings.HasPrefix(r, "allow[")
+// ruleKind is the kind of the rule that decided a row; a row of a
+// statement made before rows carried it has only the rule's text.
+func ruleKind(d attest.EgressDecision) rules.RuleKind {
+	if d.RuleKind != "" {
+		return rules.RuleKind(d.RuleKind)
+	}
+	return rules.KindOfText(d.Rule)
 }
 
-// category names what refused a decision, for the notes.
-func category(rule string) string {
-	switch r := strings.TrimPrefix(rule, "egress."); {
-	case strings.HasPrefix(r, "deny range"), strings.HasPrefix(r, "denyCIDRs"):
+// category names what refused a decision (the rule of kind, cited as
+// rule), for the notes.
+func category(kind rules.RuleKind, rule string) string {
+	switch kind {
+	case rules.KindDenyRange, rules.KindDenyCIDR:
 		return "a deny range (the organisation's allowCIDRs opens one)"
-	case r == "fronting":
+	case rules.KindFronting:
 		return "the fronting check"
-	case strings.HasPrefix(r, "credentials"):
+	case rules.KindCredentials, rules.KindService:
 		return "the credentials policy"
-	case r == "":
-		return "an unnamed check"
-	default:
-		return textsafe.Line(textsafe.Clip(r, 40, "..."))
 	}
+	if rule == "" {
+		return "an unnamed check"
+	}
+	// Rows cite rules in short form; any other text is shown so too.
+	return textsafe.Line(textsafe.Clip(strings.TrimPrefix(rule, "egress."), 40, "..."))
 }
 
 func isAddr(s string) bool {

@@ -2,6 +2,7 @@ package suggest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ type row struct {
 	proto, name, method, path string
 	port                      int
 	decision, rule            string
+	kind                      rules.RuleKind // empty: a row of an older statement
 }
 
 // predicate builds a run's predicate from decision rows, with one step
@@ -39,7 +41,7 @@ func predicate(rows ...row) attest.Predicate {
 	for _, r := range rows {
 		p.Egress.Decisions = append(p.Egress.Decisions, attest.EgressDecision{
 			Time: t0.Add(time.Duration(r.ms) * time.Millisecond), PID: r.pid, Protocol: r.proto, Name: r.name, Port: r.port,
-			Method: r.method, Path: r.path, Decision: r.decision, Rule: r.rule,
+			Method: r.method, Path: r.path, Decision: r.decision, Rule: r.rule, RuleKind: string(r.kind),
 		}.Row(t0))
 	}
 	return p
@@ -246,5 +248,49 @@ func TestSuggestLeavesAgentRunsOut(t *testing.T) {
 	}
 	if res, _ := Suggest(runs, Options{AgentRuns: true}); len(res.Rules) != 1 {
 		t.Errorf("with AgentRuns: rules %+v", res.Rules)
+	}
+}
+
+// Whether a refusal is one a rule could change is read from the row's
+// rule kind, or, in a row of an older statement, from its rule's text.
+func TestRefusalsByRuleKind(t *testing.T) {
+	for _, tc := range []struct {
+		kind     rules.RuleKind
+		rule     string
+		wantNote string // empty: suggested
+	}{
+		{rules.KindDefaultDeny, deny, ""},
+		{rules.KindAllow, "allow[1]", ""},
+		{rules.KindDenyRange, "deny range 10.0.0.0/8", "refused by a deny range (the organisation's allowCIDRs opens one)"},
+		{rules.KindDenyCIDR, "denyCIDRs 10.1.0.0/16", "refused by a deny range (the organisation's allowCIDRs opens one)"},
+		{rules.KindFronting, "fronting", "refused by the fronting check"},
+		{rules.KindCredentials, "credentials.cache", "refused by the credentials policy"},
+		{rules.KindCapacity, "gateway capacity", "refused by gateway capacity,"},
+		{rules.KindResolution, "upstream resolution", "refused by upstream resolution,"},
+		{"", "", "refused by an unnamed check"},
+	} {
+		for _, kind := range []rules.RuleKind{tc.kind, ""} {
+			t.Run(fmt.Sprintf("%s/%q", tc.rule, kind), func(t *testing.T) {
+				p := predicate(row{proto: rules.ProtoProxyConnect, name: "files.example.org", port: 443, decision: rules.Denied, rule: tc.rule, kind: kind})
+				skipped := map[string]int{}
+				got := attempts(0, p, skipped)
+				var notes []string
+				for why := range skipped {
+					notes = append(notes, why)
+				}
+				switch {
+				case tc.wantNote == "" && (len(got) != 1 || len(notes) != 0):
+					t.Errorf("not suggested: %v", notes)
+				case tc.wantNote != "" && (len(got) != 0 || len(notes) != 1 || !strings.Contains(notes[0], tc.wantNote)):
+					t.Errorf("attempts %+v, notes %q; want the note %q", got, notes, tc.wantNote)
+				}
+			})
+		}
+	}
+	// The kind is what counts: a row whose kind says fronting is no
+	// refusal by the rules, whatever its text.
+	p := predicate(row{proto: rules.ProtoTLS, name: "files.example.org", port: 443, decision: rules.Denied, rule: deny, kind: rules.KindFronting})
+	if got := attempts(0, p, map[string]int{}); len(got) != 0 {
+		t.Errorf("a fronting refusal was taken for the default's: %+v", got)
 	}
 }

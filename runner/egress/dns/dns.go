@@ -11,6 +11,10 @@
 // but A (and AAAA, answered empty: the sandbox has no IPv6) for an allowed
 // name is refused, and the record of queries is bounded.
 //
+// Which names it answers, and which only because of audit, its caller
+// says (rules.Decider's NameAllowed, through the Allowlist, and
+// NameWouldDeny); the server adds what DNS itself refuses.
+//
 // Layer 3: it records into the rules.Log its caller gives it and imports
 // rules only; it never dials anything and knows no namespace.
 package dns
@@ -152,15 +156,18 @@ func decide(d rules.Decision, raw string, allowed, audited bool, rcode string) r
 	}
 	switch {
 	case audited:
-		d.Decision, d.Rule = rules.WouldDeny, rules.DefaultDeny
+		d.Decision = rules.WouldDeny
+		d.SetRule(rules.RuleID{Kind: rules.KindDefaultDeny})
 		d.Reason = fmt.Sprintf("%s is not in egress.allow; answered because egress is in audit", d.Name)
 		d.Suggest = rules.SuggestHost(d.Name, 443)
 		return d
 	case allowed:
-		d.Decision, d.Rule = rules.Allowed, "egress.allow"
+		d.Decision = rules.Allowed
+		d.SetRule(rules.RuleID{Kind: rules.KindAllowName})
 		return d
 	}
-	d.Decision, d.Rule = rules.Denied, rules.DefaultDeny
+	d.Decision = rules.Denied
+	d.SetRule(rules.RuleID{Kind: rules.KindDefaultDeny})
 	switch {
 	case d.QueryType == "invalid":
 		d.Reason = "malformed DNS message"

@@ -1,6 +1,6 @@
 // Package gateway is the TCP side of the egress gateway. It accepts the
-// sandbox's connections on the gateway namespace's listeners and decides
-// each one against the compiled policy:
+// sandbox's connections on the gateway namespace's listeners and has the
+// job's rules.Decider decide each one (it combines no checks itself):
 //
 //   - a connection to a gateway-owned address stands for the name the DNS
 //     server handed that address out for; its port must be allowed for
@@ -16,9 +16,10 @@
 // names the rule and the policy line that would allow them. Every attempt
 // becomes a rules.Decision.
 //
-// Layer 3: it decides with rules and records into a rules.Log; it must not
-// import the DNS server, the namespaces (its listeners are opened by the
-// caller) or anything above runner/egress.
+// Layer 3: it asks rules.Decider and records into a rules.Log; it puts the
+// job's credentials back with credentials.Vault; it must not import the
+// DNS server, the namespaces (its listeners are opened by the caller) or
+// anything above runner/egress.
 package gateway
 
 import (
@@ -33,7 +34,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
@@ -48,8 +48,9 @@ type Names interface {
 
 // Config configures a Gateway. Zero durations and counts take defaults.
 type Config struct {
-	Policy *rules.Policy
-	Names  Names
+	// Decider decides every connection and request.
+	Decider *rules.Decider
+	Names   Names
 	// Proxy is the explicit proxy's address (gateway address and proxy
 	// port); connections to it are served as an HTTP proxy.
 	Proxy netip.AddrPort
@@ -79,8 +80,8 @@ type Config struct {
 	CA *CA
 	// Credentials, when set, is the job's vault: the gateway puts a
 	// credential back in place of its placeholder on requests where it
-	// belongs, lets the credentials policy decide those requests, and
-	// lets the job's Actions service hosts be reached for them.
+	// belongs, and has the Decider weigh the credentials policy's answer
+	// on them (the vault's service hosts are the Decider's too).
 	Credentials *credentials.Vault
 	// UpstreamRoots verify upstream servers when the gateway terminated
 	// TLS. Nil: the host's roots.
@@ -249,7 +250,7 @@ func (g *Gateway) accept(c net.Conn) {
 	case g.slots <- struct{}{}:
 	default:
 		d := rules.Decision{Time: time.Now().UTC(), Protocol: rules.ProtoTCP, Address: local.Addr().String(), Port: int(local.Port())}
-		d.Apply(rules.Verdict{Rule: "gateway capacity", Reason: fmt.Sprintf("more than %d connections open at once", g.cfg.MaxConns)})
+		d.Apply(rules.Verdict{Rule: rules.RuleID{Kind: rules.KindCapacity}, Reason: fmt.Sprintf("more than %d connections open at once", g.cfg.MaxConns)})
 		g.cfg.Log.Add(d)
 		reset(c)
 		return
@@ -274,7 +275,7 @@ func (g *Gateway) accept(c net.Conn) {
 			g.dnsIn.Put(sc)
 		case local.Addr() == g.cfg.Proxy.Addr() || local.Addr() == g.cfg.DNS.Addr():
 			d := rules.Decision{Time: time.Now().UTC(), Protocol: rules.ProtoTCP, Address: local.Addr().String(), Port: int(local.Port())}
-			d.Apply(rules.Verdict{Rule: rules.DefaultDeny, Reason: fmt.Sprintf("the gateway's own address serves only DNS (port %d) and the proxy (port %d)", g.cfg.DNS.Port(), g.cfg.Proxy.Port())})
+			d.Apply(g.cfg.Decider.OwnAddress(g.cfg.DNS.Port(), g.cfg.Proxy.Port()))
 			g.finish(&d)
 			reset(sc)
 		default:
@@ -288,13 +289,13 @@ func (g *Gateway) serveDirect(c net.Conn, local netip.AddrPort) {
 	d := rules.Decision{Time: time.Now().UTC(), Protocol: rules.ProtoTCP, Address: local.Addr().String(), Port: int(local.Port()), Client: c.RemoteAddr().String()}
 	name, ok := g.cfg.Names.Name(local.Addr())
 	if !ok {
-		d.Apply(rules.Verdict{Rule: rules.DefaultDeny, Reason: fmt.Sprintf("%s is not an address the gateway's DNS handed out; connect by a name the policy allows", local.Addr())})
+		d.Apply(g.cfg.Decider.UnknownAddress(local.Addr()))
 		g.finish(&d)
 		reset(c)
 		return
 	}
 	d.Name = name
-	rule, v := g.connectRule(name, int(local.Port()))
+	rule, v := g.cfg.Decider.Connect(name, int(local.Port()))
 	if !v.Allowed {
 		d.Apply(v)
 		g.finish(&d)
@@ -304,101 +305,36 @@ func (g *Gateway) serveDirect(c net.Conn, local netip.AddrPort) {
 	g.tunnel(c, bufio.NewReaderSize(c, 1<<14+5), &d, rule, v)
 }
 
-// connectRule decides a connection to name:port: egress.allow, or, for
-// one of the job's Actions service hosts, the credentials policy, which
-// then decides each HTTP request (the rule names no path, so only HTTP,
-// which the gateway reads, gets through).
-func (g *Gateway) connectRule(name string, port int) (rules.Rule, rules.Verdict) {
-	rule, v := g.cfg.Policy.Connect(name, port)
-	if (!v.Allowed || v.WouldDeny) && g.cfg.CA != nil && g.cfg.Credentials != nil && g.cfg.Credentials.ServiceHost(name, port) {
-		return rules.Rule{Index: -1, Host: name, Ports: []int{port}, PathPrefixes: []string{"/"}}, rules.Verdict{Allowed: true, Rule: "credentials (the job's Actions services)"}
-	}
-	return rule, v
-}
-
 // intercepts reports whether the gateway terminates TLS for name: a host
 // with secrets, or one where the job's credentials may be put back.
 func (g *Gateway) intercepts(name string) bool {
 	if g.cfg.CA == nil {
 		return false
 	}
-	return len(g.cfg.Policy.SecretsFor(name)) > 0 || (g.cfg.Credentials != nil && g.cfg.Credentials.Intercept(name))
+	return g.cfg.Decider.HasSecrets(name) || (g.cfg.Credentials != nil && g.cfg.Credentials.Intercept(name))
 }
 
 // tunnel carries an allowed connection to name:port (d.Name, d.Port)
-// upstream, after the client's first bytes passed the SNI and Host
-// checks. c is already accepted (or CONNECT-ed); br reads it. cv is the
-// connection's verdict: allowed by rule, or let through by audit
-// (would-deny), which is what the record says of it. The gateway's own
-// checks (fronting, web ports, deny ranges) hold either way.
+// upstream, after the client's first bytes passed the Decider's SNI and
+// Host checks. c is already accepted (or CONNECT-ed); br reads it. cv is
+// the connection's verdict: allowed by rule, or let through by audit
+// (would-deny), which is what the record says of it. The Decider's
+// checks of what it carries (fronting, web ports) and of where it is
+// dialled (deny ranges) hold either way.
 func (g *Gateway) tunnel(c net.Conn, br *bufio.Reader, d *rules.Decision, rule rules.Rule, cv rules.Verdict) {
-	passed := func(reason string) rules.Verdict {
-		if cv.WouldDeny {
-			return cv
-		}
-		return rules.Verdict{Allowed: true, Rule: rule.Name(), Reason: reason}
+	t := &tunnel{g: g, c: c, br: br, d: d, rule: rule, cv: cv}
+	defer t.untrackUpstream()
+	kind, ok := t.classify()
+	if !ok {
+		return
 	}
-	var up net.Conn
-	var upR *bufio.Reader
-	deny := func(v rules.Verdict) {
-		d.Apply(v)
-		g.finish(d)
-		reset(c)
-		if up != nil {
-			up.Close()
-		}
-	}
-	defer func() {
-		if up != nil {
-			g.untrack(up)
-		}
-	}()
-	// connect dials the upstream; false when that was refused (and
-	// recorded) or the gateway is closing.
-	connect := func() bool {
-		conn, v, err := g.dialUpstream(g.ctx, d.Name, d.Port, cv.WouldDeny)
-		if err != nil {
-			deny(v)
-			return false
-		}
-		if !g.track(conn) {
-			c.Close()
-			return false
-		}
-		up, upR = conn, bufio.NewReaderSize(conn, 4096)
-		return true
-	}
-	kind := sniff(c, br, g.cfg.PeekTimeout)
-	if kind == kindUnknown {
-		if rule.HTTPOnly() {
-			kind = sniff(c, br, g.cfg.IdleTimeout)
-		} else {
-			// A silent client: perhaps a protocol whose server speaks
-			// first (SSH, SMTP, a database). Dial, and see who speaks
-			// first. HTTP and TLS servers never do; if the client does,
-			// its bytes are checked as if they had come at once, so
-			// waiting does not get around the SNI and Host checks.
-			if !connect() {
-				return
-			}
-			if kind = firstSpeaker(c, br, up, upR, g.cfg.IdleTimeout); kind == kindClient {
-				kind = sniff(c, br, g.cfg.PeekTimeout)
-			}
-		}
-	}
+	dec := g.cfg.Decider
 	switch kind {
 	case kindClosed, kindUnknown:
-		d.Apply(passed("closed or idle before anything was sent"))
-		g.finish(d)
-		c.Close()
-		if up != nil {
-			up.Close()
-		}
+		t.end(dec.Passed(rule, cv, "closed or idle before anything was sent"))
 		return
 	case kindHTTP:
-		if up != nil {
-			up.Close() // the HTTP server dials per request
-		}
+		t.closeUpstream() // the HTTP server dials per request
 		// Checked request by request (Host, method, path) by the HTTP
 		// server, which records each one.
 		g.httpIn.Put(&slotConn{Conn: &bufConn{Conn: c, r: br}, name: d.Name, port: d.Port, proto: d.Protocol})
@@ -408,47 +344,122 @@ func (g *Gateway) tunnel(c net.Conn, br *bufio.Reader, d *rules.Decision, rule r
 			d.Protocol = rules.ProtoTLS
 		}
 		sni, err := readSNI(c, br, 5*time.Second)
-		switch {
-		case err != nil:
-			deny(rules.Verdict{Rule: rule.Name(), Reason: err.Error()})
-			return
-		case sni == "":
-			deny(rules.Verdict{Rule: "fronting", Reason: fmt.Sprintf("TLS without a server name (SNI) to %s: the gateway cannot tell where it goes", d.Name)})
-			return
-		case !strings.EqualFold(strings.TrimSuffix(sni, "."), d.Name):
-			deny(rules.Verdict{Rule: "fronting", Reason: fmt.Sprintf("TLS server name %q does not match %s, the name this connection is for (domain fronting)", sni, d.Name)})
+		if v := dec.ServerName(rule, d.Name, sni, err); !v.Allowed {
+			t.deny(v)
 			return
 		}
 		if g.intercepts(d.Name) {
-			if up != nil {
-				up.Close() // the HTTP server dials per request
-			}
+			t.closeUpstream() // the HTTP server dials per request
 			g.intercept(c, br, d, rule)
 			return
 		}
 	}
-	if rule.HTTPOnly() {
-		deny(rules.Verdict{Rule: rule.Name(), Reason: fmt.Sprintf("%s allows only plain HTTP requests (it lists methods or paths), and this connection is not one", rule.Name()), Suggest: rules.SuggestHost(d.Name, d.Port)})
+	if v := dec.Splice(rule, d.Name, d.Port, kind == kindTLS); !v.Allowed {
+		t.deny(v)
 		return
 	}
-	if kind != kindTLS && webPorts[d.Port] {
-		// On web ports anything but TLS and HTTP would be a way around
-		// the SNI and Host checks.
-		deny(rules.Verdict{Rule: rule.Name(), Reason: fmt.Sprintf("port %d carries only TLS or HTTP through the gateway, and this connection is neither", d.Port)})
+	t.splice()
+}
+
+// tunnel is one allowed connection on its way upstream: the client's end
+// (c, read through br), its decision, the rule that allowed it with the
+// connection's verdict (cv), and the upstream once dialled (up, read
+// through upR).
+type tunnel struct {
+	g    *Gateway
+	c    net.Conn
+	br   *bufio.Reader
+	d    *rules.Decision
+	rule rules.Rule
+	cv   rules.Verdict
+	up   net.Conn
+	upR  *bufio.Reader
+}
+
+// classify sniffs what the client sends first. A silent client may speak
+// a protocol whose server speaks first (SSH, SMTP, a database): unless
+// the rule allows only HTTP, the upstream is dialled to see who speaks
+// first. HTTP and TLS servers never do; if the client does, its bytes are
+// checked as if they had come at once, so waiting does not get around
+// the SNI and Host checks. false: the dial was refused (and recorded) or
+// the gateway is closing.
+func (t *tunnel) classify() (int, bool) {
+	cfg := &t.g.cfg
+	kind := sniff(t.c, t.br, cfg.PeekTimeout)
+	switch {
+	case kind != kindUnknown:
+		return kind, true
+	case t.rule.HTTPOnly():
+		return sniff(t.c, t.br, cfg.IdleTimeout), true
+	case !t.connect():
+		return 0, false
+	}
+	if kind = firstSpeaker(t.c, t.br, t.up, t.upR, cfg.IdleTimeout); kind == kindClient {
+		kind = sniff(t.c, t.br, cfg.PeekTimeout)
+	}
+	return kind, true
+}
+
+// connect dials the upstream; false when that was refused (and recorded)
+// or the gateway is closing.
+func (t *tunnel) connect() bool {
+	conn, v, err := t.g.dialUpstream(t.g.ctx, t.d.Name, t.d.Port, t.cv.WouldDeny)
+	if err != nil {
+		t.deny(v)
+		return false
+	}
+	if !t.g.track(conn) {
+		t.c.Close()
+		return false
+	}
+	t.up, t.upR = conn, bufio.NewReaderSize(conn, 4096)
+	return true
+}
+
+// splice carries the connection upstream as it is, dialling first if
+// that is still to do, and records it when it ends.
+func (t *tunnel) splice() {
+	if t.up == nil && !t.connect() {
 		return
 	}
-	if up == nil && !connect() {
-		return
-	}
-	d.Upstream = up.RemoteAddr().String()
-	d.Apply(passed(""))
+	g, d := t.g, t.d
+	d.Upstream = t.up.RemoteAddr().String()
+	d.Apply(g.cfg.Decider.Passed(t.rule, t.cv, ""))
 	g.setActive(d, true)
-	out, in := pipe(c, br, up, upR, g.cfg.IdleTimeout, g.cfg.MaxDuration)
+	out, in := pipe(t.c, t.br, t.up, t.upR, g.cfg.IdleTimeout, g.cfg.MaxDuration)
 	g.setActive(d, false)
 	d.BytesOut, d.BytesIn = out, in
-	up.Close()
-	c.Close()
+	t.up.Close()
+	t.c.Close()
 	g.finish(d)
+}
+
+// deny records a refusal and resets the client.
+func (t *tunnel) deny(v rules.Verdict) {
+	t.d.Apply(v)
+	t.g.finish(t.d)
+	reset(t.c)
+	t.closeUpstream()
+}
+
+// end records v and closes both ends.
+func (t *tunnel) end(v rules.Verdict) {
+	t.d.Apply(v)
+	t.g.finish(t.d)
+	t.c.Close()
+	t.closeUpstream()
+}
+
+func (t *tunnel) closeUpstream() {
+	if t.up != nil {
+		t.up.Close()
+	}
+}
+
+func (t *tunnel) untrackUpstream() {
+	if t.up != nil {
+		t.g.untrack(t.up)
+	}
 }
 
 // setActive adds or removes an open connection's decision from the list
@@ -491,7 +502,7 @@ func (g *Gateway) intercept(c net.Conn, br *bufio.Reader, d *rules.Decision, rul
 	})
 	tc.SetDeadline(time.Now().Add(10 * time.Second))
 	if err := tc.Handshake(); err != nil {
-		d.Apply(rules.Verdict{Rule: rule.Name(), Reason: fmt.Sprintf("TLS with the gateway failed (the client must trust the job CA to send secrets to %s): %v", d.Name, err)})
+		d.Apply(rules.Verdict{Rule: rule.ID(), Reason: fmt.Sprintf("TLS with the gateway failed (the client must trust the job CA to send secrets to %s): %v", d.Name, err)})
 		g.finish(d)
 		c.Close()
 		return
@@ -499,9 +510,6 @@ func (g *Gateway) intercept(c net.Conn, br *bufio.Reader, d *rules.Decision, rul
 	tc.SetDeadline(time.Time{})
 	g.httpIn.Put(&slotConn{Conn: tc, name: d.Name, port: d.Port, proto: d.Protocol, tls: true})
 }
-
-// webPorts carry only TLS or HTTP.
-var webPorts = map[int]bool{80: true, 443: true, 8080: true, 8443: true}
 
 // finish stamps the duration and records d.
 func (g *Gateway) finish(d *rules.Decision) {

@@ -120,7 +120,7 @@ func newHarness(t testing.TB, port int, e func(port int) policies.Egress, secret
 	}
 	h.proxy = pln.Addr().String()
 	cfg := Config{
-		Policy: pol, Names: staticNames{nameAddr: "up.test"}, Proxy: netip.MustParseAddrPort(h.proxy),
+		Decider: rules.NewDecider(pol, nil), Names: staticNames{nameAddr: "up.test"}, Proxy: netip.MustParseAddrPort(h.proxy),
 		Resolver: staticResolver{
 			"up.test":       {netip.MustParseAddr("127.0.0.1")},
 			"internal.test": {netip.MustParseAddr("10.0.0.1")},

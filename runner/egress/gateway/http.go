@@ -45,7 +45,8 @@ func (g *Gateway) newHTTPServer(h http.Handler) *http.Server {
 
 // serveDirectHTTP handles a plain HTTP request sent to a gateway-owned
 // address (or inside a CONNECT tunnel): the Host header must name the
-// address's name, and the request must pass the rule.
+// address's name, and the request must pass the rule (the Decider
+// decides both).
 func (g *Gateway) serveDirectHTTP(w http.ResponseWriter, r *http.Request) {
 	sc, _ := r.Context().Value(connKey{}).(*slotConn)
 	if sc == nil {
@@ -61,9 +62,8 @@ func (g *Gateway) serveDirectHTTP(w http.ResponseWriter, r *http.Request) {
 		proto = rules.ProtoHTTPS
 	}
 	d := rules.Decision{Time: time.Now().UTC(), Protocol: proto, Name: sc.name, Address: local.Addr().String(), Port: sc.port, Method: r.Method, Path: textsafe.Clip(r.URL.Path, 512, ""), Client: r.RemoteAddr}
-	host := strings.ToLower(strings.TrimSuffix(hostOnly(r.Host), "."))
-	if host != sc.name {
-		g.refuse(w, &d, rules.Verdict{Rule: "fronting", Reason: fmt.Sprintf("HTTP Host %q does not match %s, the name this connection is for", textsafe.Clip(r.Host, 255, ""), sc.name)})
+	if v := g.cfg.Decider.HTTPHost(sc.name, r.Host); !v.Allowed {
+		g.refuse(w, &d, v)
 		return
 	}
 	g.forward(w, r, &d, sc.tls)
@@ -85,7 +85,7 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 	}
 	if !r.URL.IsAbs() || r.URL.Scheme != "http" {
 		d.Path = textsafe.Clip(r.URL.Path, 512, "")
-		g.refuse(w, &d, rules.Verdict{Rule: "proxy", Reason: "this is airlock's egress proxy: send CONNECT host:port or an absolute http:// URL"})
+		g.refuse(w, &d, rules.Verdict{Rule: rules.RuleID{Kind: rules.KindProxy}, Reason: "this is airlock's egress proxy: send CONNECT host:port or an absolute http:// URL"})
 		return
 	}
 	name, port, v := g.target(r.URL.Host, 80)
@@ -107,14 +107,14 @@ func (g *Gateway) target(hostport string, defPort int) (string, int, rules.Verdi
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil || port <= 0 || port > 65535 {
-		return host, 0, rules.Verdict{Rule: "proxy", Reason: fmt.Sprintf("invalid port in %q", textsafe.Clip(hostport, 255, ""))}
+		return host, 0, rules.Verdict{Rule: rules.RuleID{Kind: rules.KindProxy}, Reason: fmt.Sprintf("invalid port in %q", textsafe.Clip(hostport, 255, ""))}
 	}
 	host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
 	if a, err := netip.ParseAddr(host); err == nil {
 		if name, ok := g.cfg.Names.Name(a.Unmap()); ok {
 			return name, port, rules.Verdict{Allowed: true}
 		}
-		return host, port, rules.Verdict{Rule: rules.DefaultDeny, Reason: fmt.Sprintf("%s is an IP address; egress is allowed by name only", host), Suggest: "connect by a host name and add it to egress.allow"}
+		return host, port, g.cfg.Decider.AddressLiteral(host)
 	}
 	return host, port, rules.Verdict{Allowed: true}
 }
@@ -128,7 +128,7 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, d *rules.
 		g.refuse(w, d, v)
 		return
 	}
-	rule, v := g.connectRule(name, port)
+	rule, v := g.cfg.Decider.Connect(name, port)
 	if !v.Allowed {
 		g.refuse(w, d, v)
 		return
@@ -162,126 +162,29 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, d *rules.
 }
 
 // forward sends an allowed-so-far HTTP request upstream (over TLS when
-// overTLS): the rule's methods and paths are checked, the policy's secrets
-// for the name are added, and the response comes back with any echo of a
-// secret blanked.
+// overTLS) once the Decider allowed it (the rule's methods and paths, the
+// credentials policy): the policy's secrets for the name are added, and
+// the response comes back with any echo of a secret blanked.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decision, overTLS bool) {
-	v := g.cfg.Policy.Request(d.Name, d.Port, r.Method, r.URL.Path, r.URL.EscapedPath())
-	var injected, echoes []string
-	if vault := g.cfg.Credentials; vault != nil {
-		// The credentials policy decides the requests of the job's own
-		// credential routes (on an Actions service route it also stands
-		// in for egress.allow), and the vault puts the credentials back
-		// where they belong, over TLS only.
-		// Audit never puts a credential back on what the rules would
-		// deny.
-		cd := vault.Request(d.Name, d.Port, r.Method, r.URL, r.Header, v.Allowed && !v.WouldDeny, overTLS)
-		switch {
-		case !cd.Allowed:
-			g.refuse(w, d, rules.Verdict{Rule: cd.Rule, Reason: cd.Reason, Suggest: cd.Suggest})
-			return
-		case (!v.Allowed || v.WouldDeny) && cd.Service:
-			v = rules.Verdict{Allowed: true, Rule: cd.Rule}
-		}
-		injected, echoes = cd.Injected, cd.Echoes
-	}
-	if !v.Allowed {
-		g.refuse(w, d, v)
+	out, ok := g.decideRequest(w, r, d, overTLS)
+	if !ok {
 		return
 	}
-	var secrets []rules.Secret
-	if !v.WouldDeny {
-		secrets = g.cfg.Policy.SecretsFor(d.Name)
-	}
-	for _, s := range secrets {
-		d.SecretsInjected = append(d.SecretsInjected, s.Header)
-		echoes = append(echoes, s.Value)
-	}
-	d.SecretsInjected = append(d.SecretsInjected, injected...)
 	reqBody := &countingReader{r: r.Body}
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = reqBody
 	}
 	cw := &countingWriter{ResponseWriter: w}
-	var upstream string
-	var dialVerdict *rules.Verdict
-	dial := func(ctx context.Context) (net.Conn, error) {
-		c, v, err := g.dialUpstream(ctx, d.Name, d.Port, v.WouldDeny)
-		if err != nil {
-			dialVerdict = &v
-			return nil, err
-		}
-		upstream = c.RemoteAddr().String()
-		return c, nil
-	}
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme = "http"
-			if overTLS {
-				pr.Out.URL.Scheme = "https"
-			}
-			pr.Out.URL.Host = net.JoinHostPort(d.Name, strconv.Itoa(d.Port))
-			pr.Out.Host = r.Host
-			pr.Out.Header.Del("Proxy-Authorization")
-			pr.Out.Header.Del("Proxy-Connection")
-			for _, s := range secrets {
-				pr.Out.Header.Set(s.Header, s.Value)
-			}
-			if len(echoes) > 0 {
-				// An echo of the secret must come back where it can be
-				// blanked: uncompressed, and whole.
-				pr.Out.Header.Set("Accept-Encoding", "identity")
-				pr.Out.Header.Del("Range")
-			}
-		},
-		Transport: &http.Transport{
-			Proxy:       nil,
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
-			DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				c, err := dial(ctx)
-				if err != nil {
-					return nil, err
-				}
-				tc := tls.Client(c, &tls.Config{ServerName: d.Name, RootCAs: g.cfg.UpstreamRoots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
-				if err := tc.HandshakeContext(ctx); err != nil {
-					c.Close()
-					return nil, fmt.Errorf("TLS with upstream %s: %w", d.Name, err)
-				}
-				return tc, nil
-			},
-			DisableCompression:    true,
-			DisableKeepAlives:     true,
-			ResponseHeaderTimeout: g.cfg.IdleTimeout,
-		},
-		ModifyResponse: func(resp *http.Response) error {
-			if len(echoes) > 0 {
-				redactResponse(resp, echoes)
-			}
-			return nil
-		},
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			if dialVerdict != nil {
-				g.refuse(w, d, *dialVerdict)
-				return
-			}
-			uv := v
-			uv.Reason = strings.TrimPrefix(v.Reason+"; upstream error: "+err.Error(), "; ")
-			d.Apply(uv)
-			w.WriteHeader(http.StatusBadGateway)
-			fmt.Fprintf(w, "airlock: upstream %s:%d: %v\n", d.Name, d.Port, err)
-			g.finish(d)
-		},
-	}
 	// Recorded however the request ends: the proxy panics with
 	// http.ErrAbortHandler when either side goes away mid-response.
 	defer func() {
 		p := recover()
 		if d.Decision == "" { // not refused or failed, so not yet recorded
-			d.Apply(v)
+			d.Apply(out.v)
 			if p != nil {
 				d.Reason = "ended mid-response (a side went away)"
 			}
-			d.Upstream = upstream
+			d.Upstream = out.upstream
 			d.BytesOut, d.BytesIn = reqBody.n, cw.n
 			g.finish(d)
 		}
@@ -289,7 +192,135 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decis
 			panic(p)
 		}
 	}()
-	rp.ServeHTTP(cw, r)
+	out.proxy().ServeHTTP(cw, r)
+}
+
+// decideRequest has the Decider decide r, weighing the credentials
+// policy's answer when the job has a vault (which then puts back the
+// credentials that belong in r, over TLS only); false: refused, and
+// answered.
+func (g *Gateway) decideRequest(w http.ResponseWriter, r *http.Request, d *rules.Decision, overTLS bool) (*outbound, bool) {
+	dec := g.cfg.Decider
+	v := dec.Request(d.Name, d.Port, r.Method, r.URL.Path, r.URL.EscapedPath())
+	var injected, echoes []string
+	if vault := g.cfg.Credentials; vault != nil {
+		// Audit never puts a credential back on what the rules would
+		// deny.
+		cd := vault.Request(d.Name, d.Port, r.Method, r.URL, r.Header, v.RulesAllow(), overTLS)
+		v = dec.WithCredentials(v, rules.CredentialVerdict{Service: cd.Service, Allowed: cd.Allowed, Rule: cd.Rule, Reason: cd.Reason, Suggest: cd.Suggest})
+		injected, echoes = cd.Injected, cd.Echoes
+	}
+	if !v.Allowed {
+		g.refuse(w, d, v)
+		return nil, false
+	}
+	out := &outbound{g: g, d: d, v: v, overTLS: overTLS, secrets: dec.Secrets(d.Name, v), echoes: echoes}
+	for _, s := range out.secrets {
+		d.SecretsInjected = append(d.SecretsInjected, s.Header)
+		out.echoes = append(out.echoes, s.Value)
+	}
+	d.SecretsInjected = append(d.SecretsInjected, injected...)
+	return out, true
+}
+
+// outbound is one allowed request on its way upstream: its verdict, the
+// secrets the gateway adds, what it must blank in the answer (echoes),
+// and what the dial found (the upstream's address, or the Decider's
+// refusal of it).
+type outbound struct {
+	g        *Gateway
+	d        *rules.Decision
+	v        rules.Verdict
+	overTLS  bool
+	secrets  []rules.Secret
+	echoes   []string
+	upstream string
+	refused  *rules.Verdict
+}
+
+// proxy is the reverse proxy that sends the request.
+func (o *outbound) proxy() *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: o.rewrite,
+		Transport: &http.Transport{
+			Proxy:                 nil,
+			DialContext:           func(ctx context.Context, _, _ string) (net.Conn, error) { return o.dial(ctx) },
+			DialTLSContext:        func(ctx context.Context, _, _ string) (net.Conn, error) { return o.dialTLS(ctx) },
+			DisableCompression:    true,
+			DisableKeepAlives:     true,
+			ResponseHeaderTimeout: o.g.cfg.IdleTimeout,
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			if len(o.echoes) > 0 {
+				redactResponse(resp, o.echoes)
+			}
+			return nil
+		},
+		ErrorHandler: o.fail,
+	}
+}
+
+// rewrite points the request at the name (never at what the sandbox
+// wrote in the URL), drops the proxy's headers and adds the secrets.
+func (o *outbound) rewrite(pr *httputil.ProxyRequest) {
+	pr.Out.URL.Scheme = "http"
+	if o.overTLS {
+		pr.Out.URL.Scheme = "https"
+	}
+	pr.Out.URL.Host = net.JoinHostPort(o.d.Name, strconv.Itoa(o.d.Port))
+	pr.Out.Host = pr.In.Host
+	pr.Out.Header.Del("Proxy-Authorization")
+	pr.Out.Header.Del("Proxy-Connection")
+	for _, s := range o.secrets {
+		pr.Out.Header.Set(s.Header, s.Value)
+	}
+	if len(o.echoes) > 0 {
+		// An echo of the secret must come back where it can be
+		// blanked: uncompressed, and whole.
+		pr.Out.Header.Set("Accept-Encoding", "identity")
+		pr.Out.Header.Del("Range")
+	}
+}
+
+// dial dials the upstream past the deny ranges (dialUpstream).
+func (o *outbound) dial(ctx context.Context) (net.Conn, error) {
+	c, v, err := o.g.dialUpstream(ctx, o.d.Name, o.d.Port, o.v.WouldDeny)
+	if err != nil {
+		o.refused = &v
+		return nil, err
+	}
+	o.upstream = c.RemoteAddr().String()
+	return c, nil
+}
+
+// dialTLS dials and verifies the upstream as the name.
+func (o *outbound) dialTLS(ctx context.Context) (net.Conn, error) {
+	c, err := o.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tc := tls.Client(c, &tls.Config{ServerName: o.d.Name, RootCAs: o.g.cfg.UpstreamRoots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("TLS with upstream %s: %w", o.d.Name, err)
+	}
+	return tc, nil
+}
+
+// fail answers a request that did not reach its upstream: 403 for a dial
+// the Decider refused, else 502, recorded with the upstream's error.
+func (o *outbound) fail(w http.ResponseWriter, _ *http.Request, err error) {
+	d := o.d
+	if o.refused != nil {
+		o.g.refuse(w, d, *o.refused)
+		return
+	}
+	uv := o.v
+	uv.Reason = strings.TrimPrefix(o.v.Reason+"; upstream error: "+err.Error(), "; ")
+	d.Apply(uv)
+	w.WriteHeader(http.StatusBadGateway)
+	fmt.Fprintf(w, "airlock: upstream %s:%d: %v\n", d.Name, d.Port, err)
+	o.g.finish(d)
 }
 
 // refuse answers 403 with the decision in a header and, in the body, the
@@ -297,7 +328,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decis
 func (g *Gateway) refuse(w http.ResponseWriter, d *rules.Decision, v rules.Verdict) {
 	d.Apply(v)
 	g.finish(d)
-	w.Header().Set(DecisionHeader, headerSafe(fmt.Sprintf("denied; rule=%q; reason=%q", v.Rule, v.Reason)))
+	w.Header().Set(DecisionHeader, headerSafe(fmt.Sprintf("denied; rule=%q; reason=%q", v.Rule.String(), v.Reason)))
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Connection", "close")
 	w.WriteHeader(http.StatusForbidden)
@@ -315,13 +346,6 @@ func headerSafe(s string) string {
 		}
 		return r
 	}, s)
-}
-
-func hostOnly(hostport string) string {
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		return strings.Trim(h, "[]")
-	}
-	return hostport
 }
 
 type countingReader struct {

@@ -24,27 +24,22 @@ type deniedError struct{ v rules.Verdict }
 func (e *deniedError) Error() string { return e.v.Reason }
 
 // dialUpstream resolves name on the host (or takes its pinned address),
-// checks every address against the deny ranges and dials the first
-// permitted one, by address, so nothing is resolved twice (no rebinding
-// window). A name with no permitted address is refused before any dial.
-// For an attempt audit lets through (wouldDeny), allowCIDRs count only
-// for a name the policy pins (egress.resolve): they were opened for the
-// organisation's own names, not for whatever name resolves into them.
+// has the Decider check every address (the deny ranges; wouldDeny: an
+// attempt audit lets through) and dials the first permitted one, by
+// address, so nothing is resolved twice (no rebinding window). A name
+// with no permitted address is refused before any dial.
 func (g *Gateway) dialUpstream(ctx context.Context, name string, port int, wouldDeny bool) (net.Conn, rules.Verdict, error) {
 	var addrs []netip.Addr
-	ranges := g.cfg.Policy.Ranges
-	if a, ok := g.cfg.Policy.Pinned[name]; ok {
+	dec := g.cfg.Decider
+	if a, ok := dec.Pinned(name); ok {
 		addrs = []netip.Addr{a}
 	} else {
-		if wouldDeny {
-			ranges = ranges.WithoutExceptions()
-		}
 		rctx, cancel := context.WithTimeout(ctx, g.cfg.ResolveTimeout)
 		// Absolute: the host's search domains are not appended.
 		res, err := g.cfg.Resolver.LookupNetIP(rctx, "ip", name+".")
 		cancel()
 		if err != nil {
-			v := rules.Verdict{Rule: "upstream resolution", Reason: fmt.Sprintf("the host could not resolve %s: %v", name, err)}
+			v := rules.Verdict{Rule: rules.RuleID{Kind: rules.KindResolution}, Reason: fmt.Sprintf("the host could not resolve %s: %v", name, err)}
 			return nil, v, &deniedError{v}
 		}
 		addrs = res
@@ -53,7 +48,7 @@ func (g *Gateway) dialUpstream(ctx context.Context, name string, port int, would
 	var refused []string
 	var first rules.Verdict
 	for _, a := range addrs {
-		v := ranges.Check(a)
+		v := dec.Dial(name, a, wouldDeny)
 		if v.Allowed {
 			permitted = append(permitted, a.Unmap())
 			continue
@@ -65,7 +60,7 @@ func (g *Gateway) dialUpstream(ctx context.Context, name string, port int, would
 	}
 	if len(permitted) == 0 {
 		if len(addrs) == 0 {
-			first = rules.Verdict{Rule: "upstream resolution", Reason: fmt.Sprintf("the host resolved %s to no address", name)}
+			first = rules.Verdict{Rule: rules.RuleID{Kind: rules.KindResolution}, Reason: fmt.Sprintf("the host resolved %s to no address", name)}
 		} else if len(refused) > 1 {
 			first.Reason = fmt.Sprintf("%s resolves only to refused addresses (%s): %s", name, strings.Join(refused, ", "), first.Reason)
 		}
@@ -75,10 +70,10 @@ func (g *Gateway) dialUpstream(ctx context.Context, name string, port int, would
 	for _, a := range permitted {
 		c, err := g.cfg.Dialer.DialContext(ctx, "tcp", net.JoinHostPort(a.String(), strconv.Itoa(port)))
 		if err == nil {
-			return c, ranges.Check(a), nil
+			return c, dec.Dial(name, a, wouldDeny), nil
 		}
 		errs = append(errs, err)
 	}
-	v := rules.Verdict{Rule: "upstream", Reason: fmt.Sprintf("upstream %s:%d did not answer: %v", name, port, errors.Join(errs...))}
+	v := rules.Verdict{Rule: rules.RuleID{Kind: rules.KindUpstream}, Reason: fmt.Sprintf("upstream %s:%d did not answer: %v", name, port, errors.Join(errs...))}
 	return nil, v, fmt.Errorf("dial %s:%d: %w", name, port, errors.Join(errs...))
 }

@@ -40,9 +40,12 @@ type Decision struct {
 	// Decision is "allowed", "denied" or "would-deny" (audit let it
 	// through; Rule, Reason and Suggest say what would have denied it).
 	Decision string `json:"decision"`
-	Rule     string `json:"rule"`
-	Reason   string `json:"reason,omitempty"`
-	Suggest  string `json:"suggest,omitempty"`
+	// Rule is RuleID's text (SetRule sets both): the record says which
+	// rule decided in words, the program reads RuleID.
+	Rule    string `json:"rule"`
+	RuleID  RuleID `json:"-"`
+	Reason  string `json:"reason,omitempty"`
+	Suggest string `json:"suggest,omitempty"`
 	// Upstream is the address dialled on the host side.
 	Upstream string `json:"upstream,omitempty"`
 	// Answer is what DNS answered (a gateway address), or the rcode.
@@ -77,8 +80,12 @@ func (d *Decision) Apply(v Verdict) {
 	default:
 		d.Decision = Denied
 	}
-	d.Rule, d.Reason, d.Suggest = v.Rule, v.Reason, v.Suggest
+	d.SetRule(v.Rule)
+	d.Reason, d.Suggest = v.Reason, v.Suggest
 }
+
+// SetRule records the rule that decided, and its text.
+func (d *Decision) SetRule(id RuleID) { d.RuleID, d.Rule = id, id.String() }
 
 // MaxLog bounds the allowed, the denied and the would-deny decisions a
 // gateway's log keeps per job, each on its own: a flood of refusals

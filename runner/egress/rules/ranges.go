@@ -106,25 +106,25 @@ func (r Ranges) Check(addr netip.Addr) Verdict {
 	addr = addr.Unmap().WithZone("")
 	for _, p := range r.policy {
 		if p.Contains(addr) {
-			return Verdict{Rule: "egress.denyCIDRs " + p.String(), Reason: fmt.Sprintf("upstream address %s is in egress.denyCIDRs %s", addr, p)}
+			return Verdict{Rule: RuleID{Kind: KindDenyCIDR, Detail: p.String()}, Reason: fmt.Sprintf("upstream address %s is in egress.denyCIDRs %s", addr, p)}
 		}
 	}
 	for _, p := range r.allow {
 		if p.Contains(addr) {
-			return Verdict{Allowed: true, Rule: "egress.allowCIDRs " + p.String()}
+			return Verdict{Allowed: true, Rule: RuleID{Kind: KindAllowCIDR, Detail: p.String()}}
 		}
 	}
 	suggest := fmt.Sprintf("if this is intended, add %q to egress.allowCIDRs (organisation policy)", netip.PrefixFrom(addr, addr.BitLen()).String())
 	for _, p := range r.deny {
 		if p.Contains(addr) {
-			return Verdict{Rule: "deny range " + p.String(), Reason: fmt.Sprintf("upstream address %s is in the deny range %s (loopback, private, link-local, metadata or reserved)", addr, p), Suggest: suggest}
+			return Verdict{Rule: RuleID{Kind: KindDenyRange, Detail: p.String()}, Reason: fmt.Sprintf("upstream address %s is in the deny range %s (loopback, private, link-local, metadata or reserved)", addr, p), Suggest: suggest}
 		}
 	}
 	if r.host[addr] {
-		return Verdict{Rule: "deny range host-address", Reason: fmt.Sprintf("upstream address %s belongs to this host", addr), Suggest: suggest}
+		return Verdict{Rule: RuleID{Kind: KindDenyRange, Detail: "host-address"}, Reason: fmt.Sprintf("upstream address %s belongs to this host", addr), Suggest: suggest}
 	}
 	if addr.Is6() {
-		return Verdict{Rule: "deny range ipv6", Reason: fmt.Sprintf("upstream address %s is IPv6, which egress allows only inside egress.allowCIDRs", addr), Suggest: suggest}
+		return Verdict{Rule: RuleID{Kind: KindDenyRange, Detail: "ipv6"}, Reason: fmt.Sprintf("upstream address %s is IPv6, which egress allows only inside egress.allowCIDRs", addr), Suggest: suggest}
 	}
-	return Verdict{Allowed: true, Rule: "public address"}
+	return Verdict{Allowed: true, Rule: RuleID{Kind: KindPublicAddress}}
 }

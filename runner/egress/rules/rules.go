@@ -1,17 +1,24 @@
-// Package rules turns a policy's egress section into the decisions the
-// egress gateway takes: which names the sandbox may resolve, which
-// (name, port, method, path) it may reach, and which upstream addresses a
-// name may be dialled at (never loopback, private, link-local, metadata,
-// multicast or the host's own addresses unless the policy allows that
-// range). Every refusal names the rule at work and the policy line that
-// would allow the attempt, so an agent reading a log can fix its policy
-// request instead of retrying blindly.
+// Package rules decides a job's egress. Policy is the compiled egress
+// section: which names the sandbox may resolve, which (name, port,
+// method, path) it may reach, and which upstream addresses a name may be
+// dialled at (never loopback, private, link-local, metadata, multicast or
+// the host's own addresses unless the policy allows that range). Decider
+// is the one place egress is decided: the DNS server, the TCP gateway and
+// the explicit proxy ask it, and it adds to the Policy the job's Actions
+// service hosts and the gateway's checks of what a connection carries
+// (fronting, HTTP-only rules, web ports).
+//
+// Every verdict names the rule at work as a RuleID (a RuleKind, and the
+// rule's index or range), whose text is what records cite, and every
+// refusal the policy line that would allow the attempt, so an agent
+// reading a log can fix its policy request instead of retrying blindly.
 //
 // It also owns the record of decisions (Decision, and Log, the one bounded
 // log the DNS server, the gateway and the proxy record into).
 //
-// Layer 2: imports policies only; the deciding servers (dns, gateway) import
-// it, never the other way.
+// Layer 2: imports policies only (and internal helpers); the deciding
+// servers (dns, gateway) import it, never the other way, and the
+// credentials vault reaches it only as Services, through its caller.
 package rules
 
 import (
@@ -35,8 +42,8 @@ type Rule struct {
 	PathPrefixes []string
 }
 
-// Name is how decisions cite the rule.
-func (r Rule) Name() string { return fmt.Sprintf("egress.allow[%d] (%s)", r.Index, r.Host) }
+// ID is how decisions cite the rule.
+func (r Rule) ID() RuleID { return RuleID{Kind: KindAllow, Index: r.Index, Detail: r.Host} }
 
 // HTTPOnly reports whether the rule only allows HTTP requests (it names
 // methods or paths, which only an HTTP request has).
@@ -137,9 +144,9 @@ type Verdict struct {
 	// (Allowed is true); Rule, Reason and Suggest say what would have
 	// denied it.
 	WouldDeny bool
-	// Rule cites what decided: an allow rule, a deny range, or the
-	// default.
-	Rule string
+	// Rule cites what decided: an allow rule, a deny range, the
+	// default, or one of the gateway's own checks.
+	Rule RuleID
 	// Reason says why, in words.
 	Reason string
 	// Suggest is the policy change that would allow a denied attempt,
@@ -147,8 +154,9 @@ type Verdict struct {
 	Suggest string
 }
 
-// DefaultDeny cites the default for anything no rule allows.
-const DefaultDeny = "egress.default (deny)"
+// RulesAllow reports a verdict that allows by a rule, not one that audit
+// only lets through.
+func (v Verdict) RulesAllow() bool { return v.Allowed && !v.WouldDeny }
 
 // NameAllowed reports whether name resolves: a rule (or the default)
 // allows it, or audit lets it through (NameWouldDeny).
@@ -184,13 +192,13 @@ func (p *Policy) Connect(name string, port int) (Rule, Verdict) {
 		}
 		nameSeen = true
 		if slices.Contains(r.Ports, port) {
-			return r, Verdict{Allowed: true, Rule: r.Name()}
+			return r, Verdict{Allowed: true, Rule: r.ID()}
 		}
 	}
 	if p.AllowAll && slices.Contains(DefaultPorts, port) {
-		return Rule{Index: -1, Host: name, Ports: DefaultPorts}, Verdict{Allowed: true, Rule: "egress.default (allow)"}
+		return Rule{Index: -1, Host: name, Ports: DefaultPorts}, Verdict{Allowed: true, Rule: RuleID{Kind: KindDefaultAllow}}
 	}
-	v := Verdict{Rule: DefaultDeny, Suggest: SuggestHost(name, port)}
+	v := Verdict{Rule: RuleID{Kind: KindDefaultDeny}, Suggest: SuggestHost(name, port)}
 	if nameSeen {
 		v.Reason = fmt.Sprintf("port %d of %s is not in the ports of its egress.allow rules", port, name)
 	} else {
@@ -225,22 +233,22 @@ func (p *Policy) Request(name string, port int, method, path, rawPath string) Ve
 			continue
 		}
 		if (len(r.Methods) == 0 || slices.Contains(r.Methods, method)) && matchPath(r.PathPrefixes, path, rawPath) {
-			return Verdict{Allowed: true, Rule: r.Name()}
+			return Verdict{Allowed: true, Rule: r.ID()}
 		}
 		if near == nil {
 			near = &p.Rules[i]
 		}
 	}
 	if p.AllowAll && slices.Contains(DefaultPorts, port) {
-		return Verdict{Allowed: true, Rule: "egress.default (allow)"}
+		return Verdict{Allowed: true, Rule: RuleID{Kind: KindDefaultAllow}}
 	}
 	if near == nil {
 		_, v := p.Connect(name, port)
 		return v
 	}
 	return p.audit(Verdict{
-		Rule:    near.Name(),
-		Reason:  fmt.Sprintf("%s %s is outside the methods %v and path prefixes %v of %s", method, path, near.Methods, near.PathPrefixes, near.Name()),
+		Rule:    near.ID(),
+		Reason:  fmt.Sprintf("%s %s is outside the methods %v and path prefixes %v of %s", method, path, near.Methods, near.PathPrefixes, near.ID()),
 		Suggest: fmt.Sprintf("add {host: %q, ports: [%d], methods: [%q], pathPrefixes: [%q]} to egress.allow in %s", name, port, method, pathDir(path), policies.RepoPolicyPath),
 	})
 }

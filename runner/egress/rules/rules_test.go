@@ -144,7 +144,7 @@ func TestRangesRefuseInternalAddresses(t *testing.T) {
 	}
 	for _, tc := range tests {
 		v := r.Check(netip.MustParseAddr(tc.addr))
-		if v.Allowed != tc.allow || !strings.Contains(v.Rule, tc.rule) {
+		if v.Allowed != tc.allow || !strings.Contains(v.Rule.String(), tc.rule) {
 			t.Errorf("%s: %+v, want allowed=%v rule~%q", tc.addr, v, tc.allow, tc.rule)
 		}
 	}
