@@ -4,11 +4,12 @@
 // in the sandbox, what egress was allowed or denied and what trust-
 // sensitive files were touched; signed as a DSSE envelope through
 // sigstore's signers and written as a Sigstore bundle that cosign also
-// verifies offline.
+// verifies offline. A signature is checked in one place: Verify
+// (verify.go), which ReadEvidence and the doors call.
 //
 // Layer 1: a leaf (see internal/layers). It knows statements, signatures and
-// the predicate's shape, never a job: runner builds the predicate from a
-// job's result (runner.Predicate). It must not import runner, gvisor or
+// the predicate's shape, never a job: runner/report builds the predicate
+// from a job's result (report.Predicate). It must not import runner, gvisor or
 // policies.
 package attest
 

@@ -8,7 +8,9 @@
 // each request, whether it goes where a credential belongs: then the
 // gateway puts the real value back, in whichever form the client wrote
 // the placeholder (Bearer, token, basic x-access-token). A placeholder
-// sent anywhere else goes out as it is, useless, and is counted.
+// sent anywhere else goes out as it is, useless, and is counted. A
+// credential is put back in one place: Vault.Request (routes.go), which
+// the gateway asks for each request it forwards.
 //
 // What those requests may do is the policy's (credentials: cache, git
 // push, artifacts, OIDC audiences): the Vault answers for them too, as
