@@ -233,30 +233,11 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	for _, s := range in.Services {
 		p.Job.Egress.LocalNames = append(p.Job.Egress.LocalNames, s.Name)
 	}
-	// The job's credentials stay out of its sandbox.
-	creds := credentials.PolicyFor(pol.Credentials, agent)
-	if eff.Org != nil {
-		// The organisation pins what the job's credentials may do; a
-		// repository may only narrow it.
-		if loose := creds.Loosens(credentials.PolicyFor(eff.Org.Credentials, agent)); len(loose) > 0 {
-			return p, PolicyError{fmt.Errorf("the repository policy loosens the organisation's credentials policy (%s): remove that from .github/airlock.cue, or ask the runner's administrators to allow it", strings.Join(loose, "; "))}
-		}
+	if p.Job.Credentials, err = jobCredentials(eff, agent, in); err != nil {
+		return p, err
 	}
-	p.Job.Credentials = credentials.NewVault(creds, in.GitHubServerURL, in.GitHubAPIURL)
-
-	set, err := trust.NewSet(pol.Trust)
-	if err != nil {
-		return p, PolicyError{err}
-	}
-	p.Job.Trust = &Trust{Set: set, Dir: in.TrustDir}
-	switch {
-	case in.CheckoutInJob:
-		p.Job.Trust.Deferred, p.Job.Trust.NoHooks = true, true
-	case pr.Base != "":
-		p.Job.Trust.Base, p.Job.Trust.Head = pr.Base, pr.Head
-		if pr.Head == "" {
-			p.Job.Trust.Head = "HEAD"
-		}
+	if p.Job.Trust, err = trustConfig(pol.Trust, pr, in); err != nil {
+		return p, err
 	}
 
 	if in.PolicyJob != "" {
@@ -269,17 +250,61 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	}
 
 	p.Attest.Subjects = pol.Attest.Subjects
+	p.attestKey(eff)
+	return p, nil
+}
+
+// jobCredentials keeps the job's credentials out of its sandbox, under
+// the policy's credentials section (agent work gets the stricter
+// defaults).
+func jobCredentials(eff *policies.Effective, agent bool, in Inputs) (*credentials.Vault, error) {
+	creds := credentials.PolicyFor(eff.Policy.Credentials, agent)
+	if eff.Org != nil {
+		// The organisation pins what the job's credentials may do; a
+		// repository may only narrow it.
+		if loose := creds.Loosens(credentials.PolicyFor(eff.Org.Credentials, agent)); len(loose) > 0 {
+			return nil, PolicyError{fmt.Errorf("the repository policy loosens the organisation's credentials policy (%s): remove that from .github/airlock.cue, or ask the runner's administrators to allow it", strings.Join(loose, "; "))}
+		}
+	}
+	return credentials.NewVault(creds, in.GitHubServerURL, in.GitHubAPIURL), nil
+}
+
+// trustConfig is the job's trust checks under the policy's trust
+// section: a job that checks out itself (the hook) has its baseline
+// taken after the checkout and no hooks but git's samples; otherwise the
+// workspace is the pull request's repository, whose commits give the
+// authored diff.
+func trustConfig(t policies.Trust, pr PullRequest, in Inputs) (*trust.Config, error) {
+	set, err := trust.NewSet(t)
+	if err != nil {
+		return nil, PolicyError{err}
+	}
+	cfg := &trust.Config{Set: set, Dir: in.TrustDir}
+	switch {
+	case in.CheckoutInJob:
+		cfg.Deferred, cfg.NoHooks = true, true
+	case pr.Base != "":
+		cfg.Base, cfg.Head = pr.Base, pr.Head
+		if pr.Head == "" {
+			cfg.Head = "HEAD"
+		}
+	}
+	return cfg, nil
+}
+
+// attestKey sets the signing key: the door's, else the organisation
+// policy's; a repository's is ignored, with a note.
+func (p *Plan) attestKey(eff *policies.Effective) {
 	orgKey := ""
 	if eff.Org != nil {
 		orgKey = eff.Org.Attest.Key
 	}
-	if pol.Attest.Key != "" && pol.Attest.Key != orgKey {
+	if eff.Policy.Attest.Key != "" && eff.Policy.Attest.Key != orgKey {
 		p.Notes = append(p.Notes, "ignoring attest.key from the repository policy: the signing key is the organisation's to choose")
 	}
 	if p.Attest.Key == "" {
 		p.Attest.Key = orgKey
 	}
-	return p, nil
 }
 
 // requestedSandbox is the sandbox as airlock run's flags ask for it, when

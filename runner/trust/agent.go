@@ -524,7 +524,7 @@ func shown(run string) string {
 // agentFindings are what a change to an agent file says beyond its diff:
 // the servers, hooks and settings of a tool config, the marked lines of
 // an instruction file. (Phase, category and action are the caller's.)
-func agentFindings(category, p string, old, new []byte) []Finding {
+func agentFindings(category Category, p string, old, new []byte) []Finding {
 	switch {
 	case runsTools(category, p):
 		fs := toolFindings(p, old, new)
