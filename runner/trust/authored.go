@@ -130,7 +130,7 @@ func parseRaw(raw []byte) ([]change, error) {
 // bytes (nil for a side that does not exist); unreadable, when set, says
 // why a side's bytes are not to be had (and nothing is shown).
 func describeChange(c change, cat Category, oldData, newData []byte, unreadable string) []Finding {
-	f := Finding{Path: c.path}
+	f := Finding{Path: c.path, Check: CheckAuthoredDiff}
 	switch {
 	case c.status == 'A':
 		f.Kind, f.Reason = KindAdded, "added by the pull request"

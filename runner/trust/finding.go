@@ -55,7 +55,10 @@ const (
 type Finding struct {
 	Phase    Phase    `json:"phase"`
 	Category Category `json:"category"`
-	Path     string   `json:"path"`
+	// Check is the check that made the finding (checks.go): which of
+	// airlock's inspections saw it, as a linter's rule names itself.
+	Check Check  `json:"check,omitempty"`
+	Path  string `json:"path"`
 	// Line is where in the file, when known (1-based).
 	Line int  `json:"line,omitempty"`
 	Kind Kind `json:"kind"`
@@ -136,7 +139,7 @@ func Compare(before, after *Snapshot, set *Set) []Finding {
 	if before.Truncated || after.Truncated {
 		// A walk that stopped early may hide a planted file: never let
 		// that pass as "no change".
-		out = append(out, Finding{Phase: Runtime, Category: Inspection, Path: ".", Kind: KindIncomplete, Severity: SeverityError, Action: ActionFail,
+		out = append(out, Finding{Phase: Runtime, Category: Inspection, Check: CheckRuntimeDiff, Path: ".", Kind: KindIncomplete, Severity: SeverityError, Action: ActionFail,
 			Reason: fmt.Sprintf("the workspace is too large to inspect in full (more than %d entries or %d bytes to hash): findings may be missing", maxWalkEntries, maxReadTotal)})
 	}
 	for _, p := range slices.Sorted(maps.Keys(paths)) {
@@ -180,7 +183,7 @@ func Compare(before, after *Snapshot, set *Set) []Finding {
 		if f == nil {
 			continue
 		}
-		f.Phase = Runtime
+		f.Phase, f.Check = Runtime, CheckRuntimeDiff
 		f.Action = set.RuntimeAction(f.Category)
 		f.Severity = severity(f.Action)
 		f.Diff, f.DiffSHA256 = entryDiff(p, b, a)

@@ -35,7 +35,7 @@ func refusedWrites(mount string, set *Set, readOnly []string, rec monitor.Snapsh
 		}
 		// Nothing changed: a warning whatever the category's action.
 		out = append(out, Finding{
-			Phase: Runtime, Category: cat, Path: rel, Kind: KindWriteRefused,
+			Phase: Runtime, Category: cat, Check: CheckRefusedWrite, Path: rel, Kind: KindWriteRefused,
 			Reason: strings.TrimSpace(fmt.Sprintf("the job tried to write it (pid %d %s", wr.PID, bin)) + ")",
 			Action: set.RuntimeAction(cat), Severity: SeverityWarning, Outcome: "write refused: read-only",
 		})

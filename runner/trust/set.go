@@ -7,8 +7,8 @@
 // GitHub workflows), and what the sandboxed job itself changed in the
 // workspace (run time, from snapshots before and after). Each finding
 // carries the action the policy sets for its category and phase (allow,
-// warn, fail, revert or readonly) and the severity that follows from it.
-// Findings are made here only.
+// warn, fail, revert or readonly), the severity that follows from it,
+// and the check that made it (checks.go). Findings are made here only.
 //
 // It owns a job's trust life cycle (watch.go): a Watch takes the
 // baseline before the job (or, deferred, after the job's checkout),

@@ -266,7 +266,7 @@ func widenForScripts(set *Set, trees [][]TreeFile, fetch func(TreeFile) ([]byte,
 // tool configs run could not all be learnt, with agent-tools' action
 // (not the strictest of all, as for an incomplete diff).
 func scriptsIncomplete(set *Set, reason string) Finding {
-	f := Finding{Path: ".", Kind: KindIncomplete, Reason: textsafe.Line(textsafe.Clip(reason, 300, "..."))}
+	f := Finding{Path: ".", Check: CheckToolScripts, Kind: KindIncomplete, Reason: textsafe.Line(textsafe.Clip(reason, 300, "..."))}
 	return stampAuthored([]Finding{f}, AgentTools, set)[0]
 }
 

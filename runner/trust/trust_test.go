@@ -527,7 +527,7 @@ func TestAuthoredFromTreesMatchesGit(t *testing.T) {
 	key := func(fs []Finding) []string {
 		var out []string
 		for _, f := range fs {
-			out = append(out, strings.Join([]string{string(f.Phase), string(f.Category), f.Path, string(f.Kind), f.Reason, f.Action, f.DiffSHA256}, "|"))
+			out = append(out, strings.Join([]string{string(f.Phase), string(f.Category), string(f.Check), f.Path, string(f.Kind), f.Reason, f.Action, f.DiffSHA256}, "|"))
 		}
 		slices.Sort(out)
 		return out

@@ -171,7 +171,7 @@ func (w *Watch) Finish(ctx context.Context, ws, mount string, rec monitor.Snapsh
 	// A repository that was never there has nothing to compare; one the
 	// job made uninspectable (a symlink, a file) fails the job.
 	if inspectErr != nil && !errors.Is(inspectErr, fs.ErrNotExist) {
-		w.report.Findings = append(w.report.Findings, Finding{Phase: Runtime, Category: Inspection, Path: w.cfg.Dir, Kind: KindIncomplete,
+		w.report.Findings = append(w.report.Findings, Finding{Phase: Runtime, Category: Inspection, Check: CheckRuntimeDiff, Path: w.cfg.Dir, Kind: KindIncomplete,
 			Severity: SeverityError, Action: ActionFail, Reason: "the repository could not be inspected: " + inspectErr.Error()})
 	}
 	w.report.Decide()

@@ -83,7 +83,7 @@ func TestWatchLifeCycle(t *testing.T) {
 			runtime = &rep.Findings[i]
 		}
 	}
-	if runtime == nil || runtime.Outcome != "reverted" || len(rep.Findings) <= authored {
+	if runtime == nil || runtime.Outcome != "reverted" || runtime.Check != CheckRuntimeDiff || len(rep.Findings) <= authored {
 		t.Errorf("run-time finding: %+v in %+v", runtime, rep.Findings)
 	}
 	if rep.Failed {
