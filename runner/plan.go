@@ -182,20 +182,8 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	if err := p.egress(eff, in); err != nil {
 		return p, err
 	}
-
-	set, err := trust.NewSet(pol.Trust)
-	if err != nil {
-		return p, PolicyError{err}
-	}
-	p.Job.Trust = &Trust{Set: set, Dir: in.TrustDir}
-	switch {
-	case in.CheckoutInJob:
-		p.Job.Trust.Deferred, p.Job.Trust.NoHooks = true, true
-	case pr.Base != "":
-		p.Job.Trust.Base, p.Job.Trust.Head = pr.Base, pr.Head
-		if pr.Head == "" {
-			p.Job.Trust.Head = "HEAD"
-		}
+	if p.Job.Trust, err = trustConfig(pol.Trust, pr, in); err != nil {
+		return p, err
 	}
 
 	if in.PolicyJob != "" {
@@ -302,6 +290,29 @@ func (p *Plan) egress(eff *policies.Effective, in Inputs) error {
 	}
 	p.Job.Credentials = credentials.NewVault(creds, in.GitHubServerURL, in.GitHubAPIURL)
 	return nil
+}
+
+// trustConfig is the job's trust checks under the policy's trust
+// section: a job that checks out itself (the hook) has its baseline
+// taken after the checkout and no hooks but git's samples; otherwise the
+// workspace is the pull request's repository, whose commits give the
+// authored diff.
+func trustConfig(t policies.Trust, pr PullRequest, in Inputs) (*trust.Config, error) {
+	set, err := trust.NewSet(t)
+	if err != nil {
+		return nil, PolicyError{err}
+	}
+	cfg := &trust.Config{Set: set, Dir: in.TrustDir}
+	switch {
+	case in.CheckoutInJob:
+		cfg.Deferred, cfg.NoHooks = true, true
+	case pr.Base != "":
+		cfg.Base, cfg.Head = pr.Base, pr.Head
+		if pr.Head == "" {
+			cfg.Head = "HEAD"
+		}
+	}
+	return cfg, nil
 }
 
 // attestation takes the policy's subjects and the organisation's

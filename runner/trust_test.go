@@ -44,7 +44,7 @@ func trustJob(t *testing.T, policy string, steps ...StepSpec) (Job, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	job.Trust = &Trust{Set: set}
+	job.Trust = &trust.Config{Set: set}
 	return job, ws
 }
 

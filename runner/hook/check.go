@@ -13,6 +13,7 @@ import (
 	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/github"
 	"github.com/airlock-ci/airlock/runner/report"
+	"github.com/airlock-ci/airlock/runner/trust"
 )
 
 // maxCheckBundle is the largest attestation bundle put in the check run
@@ -40,11 +41,12 @@ func checkReport(res runner.Result, att *report.Attestation, fails []string) git
 	if res.Trust != nil {
 		sum.WriteString("\n" + res.Trust.Markdown())
 		for _, f := range res.Trust.Findings {
-			level := map[string]string{"error": "failure", "warning": "warning"}[f.Severity]
+			// The check run's annotation level of the severity.
+			level := map[trust.Severity]string{trust.SeverityError: "failure", trust.SeverityWarning: "warning"}[f.Severity]
 			if level == "" {
 				level = "notice"
 			}
-			r.Annotations = append(r.Annotations, github.Annotation{Path: f.Path, Line: f.Line, Level: level, Title: "airlock trust: " + f.Category, Message: f.Reason})
+			r.Annotations = append(r.Annotations, github.Annotation{Path: f.Path, Line: f.Line, Level: level, Title: "airlock trust: " + string(f.Category), Message: f.Reason})
 		}
 	}
 	r.Summary = sum.String()

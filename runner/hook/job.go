@@ -20,7 +20,6 @@ import (
 	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/github"
 	"github.com/airlock-ci/airlock/runner/report"
-	"github.com/airlock-ci/airlock/runner/trust"
 )
 
 // The job container's paths, as the runner mounts them.
@@ -115,11 +114,7 @@ func (d *job) build(ctx context.Context, args PrepareArgs) (runner.Job, error) {
 	pr := in.pr.PullRequest
 	set := j.Trust.Set
 	if d.gh != nil && d.owner != "" && len(d.commits) > 0 {
-		// wide: the job's set with the files its agent tool configs run
-		// (Session.TrustBaseline).
-		j.Trust.FromCommit = func(root string, first, after *trust.Snapshot, wide *trust.Set) (*trust.Snapshot, string) {
-			return d.commitBaseline(root, wide, first, after)
-		}
+		j.Trust.Commits = d.checkoutCommits()
 	}
 	switch {
 	case d.gh != nil && d.owner != "" && pr.Event != nil && pr.Event.Number > 0:

@@ -195,7 +195,7 @@ func addTrust(p *attest.Predicate, tr *trust.Report) {
 			break
 		}
 		p.Trust.Findings = append(p.Trust.Findings, attest.TrustFinding{
-			Phase: f.Phase, Category: f.Category, Path: clip(f.Path, 512), Line: f.Line, Kind: f.Kind, Severity: f.Severity,
+			Phase: string(f.Phase), Category: string(f.Category), Check: string(f.Check), Path: clip(f.Path, 512), Line: f.Line, Kind: string(f.Kind), Severity: string(f.Severity),
 			Action: f.Action, Outcome: clip(f.Outcome, 256), Reason: clip(f.Reason, 1024), DiffSHA256: f.DiffSHA256, Diff: clipText(f.Diff, attest.MaxDiffBytes),
 		})
 	}

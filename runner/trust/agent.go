@@ -468,7 +468,7 @@ func lineOf(data []byte, prefix string) int {
 func toolFindings(p string, old, new []byte) []Finding {
 	after, parsed, err := toolsOf(p, new)
 	if err != nil {
-		return []Finding{{Path: p, Kind: KindUnparsable, Reason: "agent tool config that could not be read: " + textsafe.Line(textsafe.Clip(err.Error(), 200, "...")) + "; every server, hook and setting in it is unknown"}}
+		return []Finding{{Path: p, Check: CheckToolConfig, Kind: KindUnparsable, Reason: "agent tool config that could not be read: " + textsafe.Line(textsafe.Clip(err.Error(), 200, "...")) + "; every server, hook and setting in it is unknown"}}
 	}
 	if !parsed {
 		return nil
@@ -482,7 +482,7 @@ func toolFindings(p string, old, new []byte) []Finding {
 	var out []Finding
 	for _, t := range after {
 		now[t.key()] = true
-		f := Finding{Path: p, Line: t.line, Kind: KindEscalation}
+		f := Finding{Path: p, Check: CheckToolConfig, Line: t.line, Kind: KindEscalation}
 		prev, existed := was[t.key()]
 		verb, _ := t.verbs()
 		switch {
@@ -500,12 +500,12 @@ func toolFindings(p string, old, new []byte) []Finding {
 	for _, t := range before {
 		if !now[t.key()] {
 			_, was := t.verbs()
-			out = append(out, Finding{Path: p, Kind: KindEscalation, Reason: fmt.Sprintf("%s %s removed (it %s %s)", t.kind, nameOf(t.name), was, shown(t.run))})
+			out = append(out, Finding{Path: p, Check: CheckToolConfig, Kind: KindEscalation, Reason: fmt.Sprintf("%s %s removed (it %s %s)", t.kind, nameOf(t.name), was, shown(t.run))})
 		}
 	}
 	if len(out) > maxToolFindings {
 		more := len(out) - maxToolFindings
-		out = append(out[:maxToolFindings], Finding{Path: p, Kind: KindEscalation, Reason: fmt.Sprintf("%d more servers, hooks or settings changed: see the diff", more)})
+		out = append(out[:maxToolFindings], Finding{Path: p, Check: CheckToolConfig, Kind: KindEscalation, Reason: fmt.Sprintf("%d more servers, hooks or settings changed: see the diff", more)})
 	}
 	return out
 }
@@ -524,7 +524,7 @@ func shown(run string) string {
 // agentFindings are what a change to an agent file says beyond its diff:
 // the servers, hooks and settings of a tool config, the marked lines of
 // an instruction file. (Phase, category and action are the caller's.)
-func agentFindings(category, p string, old, new []byte) []Finding {
+func agentFindings(category Category, p string, old, new []byte) []Finding {
 	switch {
 	case runsTools(category, p):
 		fs := toolFindings(p, old, new)
@@ -563,7 +563,7 @@ const maxInstructionMarks = 20
 func instructionFindings(p string, old, new []byte) []Finding {
 	var out []Finding
 	if bytes.IndexByte(new, 0) >= 0 {
-		out = append(out, Finding{Path: p, Kind: KindEscalation, Reason: "instruction file with NUL bytes: diffs show it as binary, so its lines are read here"})
+		out = append(out, Finding{Path: p, Check: CheckInstructions, Kind: KindEscalation, Reason: "instruction file with NUL bytes: diffs show it as binary, so its lines are read here"})
 	}
 	had := map[string]int{}
 	for _, l := range strings.Split(string(old), "\n") {
@@ -603,13 +603,13 @@ func instructionFindings(p string, old, new []byte) []Finding {
 		if len(what) == 0 {
 			continue
 		}
-		marks = append(marks, mark{rank: rank, f: Finding{Path: p, Line: i + 1, Kind: KindEscalation,
+		marks = append(marks, mark{rank: rank, f: Finding{Path: p, Check: CheckInstructions, Line: i + 1, Kind: KindEscalation,
 			Reason: fmt.Sprintf("instruction for the next agent with %s: %s", strings.Join(what, " and "), strconv.Quote(textsafe.Clip(textsafe.Line(strings.TrimSpace(l)), 400, "...")))}})
 	}
 	slices.SortStableFunc(marks, func(a, b mark) int { return a.rank - b.rank })
 	for i, m := range marks {
 		if i == maxInstructionMarks {
-			out = append(out, Finding{Path: p, Kind: KindEscalation, Reason: fmt.Sprintf("%d more added lines with URLs, commands or hidden characters: see the diff", len(marks)-i)})
+			out = append(out, Finding{Path: p, Check: CheckInstructions, Kind: KindEscalation, Reason: fmt.Sprintf("%d more added lines with URLs, commands or hidden characters: see the diff", len(marks)-i)})
 			break
 		}
 		out = append(out, m.f)

@@ -20,7 +20,7 @@ func TestToolFindings(t *testing.T) {
 	for _, tc := range []struct {
 		name, path, old, new string
 		want                 []string // reasons; "@N" ends one that must be on line N
-		kind                 string
+		kind                 Kind
 		count                int // findings expected, when set
 	}{
 		{
@@ -234,7 +234,12 @@ func TestAuthoredAgentFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []struct{ category, path, kind, reason string }{
+	want := []struct {
+		category Category
+		path     string
+		kind     Kind
+		reason   string
+	}{
 		{AgentTools, ".claude/settings.json", KindModified, "changed by the pull request"},
 		{AgentTools, ".claude/settings.json", KindEscalation, `new hook "SessionStart #1.1" runs "bash .claude/boot.sh"`},
 		{AgentInstructions, "AGENTS.md", KindAdded, "added by the pull request"},

@@ -100,7 +100,7 @@ func lsTree(ctx context.Context, repo, commit string) ([]TreeFile, error) {
 
 // stampAuthored marks findings as the pull request's, with the policy's
 // action for their category.
-func stampAuthored(fs []Finding, cat string, set *Set) []Finding {
+func stampAuthored(fs []Finding, cat Category, set *Set) []Finding {
 	for i := range fs {
 		if fs[i].Category == "" { // a finding may name a category of its own
 			fs[i].Category = cat
@@ -129,8 +129,8 @@ func parseRaw(raw []byte) ([]change, error) {
 // describeChange is the findings of one changed path, given both sides'
 // bytes (nil for a side that does not exist); unreadable, when set, says
 // why a side's bytes are not to be had (and nothing is shown).
-func describeChange(c change, cat string, oldData, newData []byte, unreadable string) []Finding {
-	f := Finding{Path: c.path}
+func describeChange(c change, cat Category, oldData, newData []byte, unreadable string) []Finding {
+	f := Finding{Path: c.path, Check: CheckAuthoredDiff}
 	switch {
 	case c.status == 'A':
 		f.Kind, f.Reason = KindAdded, "added by the pull request"
@@ -220,4 +220,20 @@ func firstChangedLine(diff string) int {
 		n++
 	}
 	return n
+}
+
+// AuthoredReport is the authored diff alone, decided, without a job:
+// what the commits base..head of the repository in dir change in the
+// set.
+func AuthoredReport(ctx context.Context, dir, base, head string, set *Set) (*Report, error) {
+	findings, err := AuthoredDiff(ctx, dir, base, head, set)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{Findings: findings}
+	if rep.Findings == nil {
+		rep.Findings = []Finding{}
+	}
+	rep.Decide()
+	return rep, nil
 }

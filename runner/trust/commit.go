@@ -287,7 +287,7 @@ func IncompleteAuthored(set *Set, reason string) Finding {
 			action = ActionWarn
 		}
 	}
-	return Finding{Phase: Authored, Category: Inspection, Path: ".", Kind: KindIncomplete, Action: action, Severity: severity(action), Reason: reason}
+	return Finding{Phase: Authored, Category: Inspection, Check: CheckAuthoredDiff, Path: ".", Kind: KindIncomplete, Action: action, Severity: severity(action), Reason: reason}
 }
 
 // WithoutHooks returns a copy of s without git hooks other than git's own

@@ -14,37 +14,58 @@ import (
 	"github.com/airlock-ci/airlock/internal/textsafe"
 )
 
+// Phase is when the change a finding reports was made.
+type Phase string
+
 // Phases of a finding.
 const (
-	Authored = "authored" // the pull request's commits
-	Runtime  = "runtime"  // the sandboxed job
+	Authored Phase = "authored" // the pull request's commits
+	Runtime  Phase = "runtime"  // the sandboxed job
 )
+
+// Kind is what happened to the path a finding names.
+type Kind string
 
 // Kinds of change.
 const (
-	KindAdded        = "added"
-	KindModified     = "modified"
-	KindDeleted      = "deleted"
-	KindModeChanged  = "mode-changed"
-	KindSymlink      = "symlink-changed"
-	KindEscalation   = "escalation"    // a workflow became more dangerous
-	KindWriteRefused = "write-refused" // the job tried to write a read-only path
-	KindIncomplete   = "incomplete"    // the inspection stopped at a bound
-	KindUnparsable   = "unparsable"    // an agent tool config that does not parse
+	KindAdded        Kind = "added"
+	KindModified     Kind = "modified"
+	KindDeleted      Kind = "deleted"
+	KindModeChanged  Kind = "mode-changed"
+	KindSymlink      Kind = "symlink-changed"
+	KindEscalation   Kind = "escalation"    // a workflow became more dangerous
+	KindWriteRefused Kind = "write-refused" // the job tried to write a read-only path
+	KindIncomplete   Kind = "incomplete"    // the inspection stopped at a bound
+	KindUnparsable   Kind = "unparsable"    // an agent tool config that does not parse
+)
+
+// Severity is how loudly a finding is shown: it follows from the
+// finding's action (severity), so an annotation, a check run and a
+// compliance policy agree on what fails.
+type Severity string
+
+// Severities of a finding.
+const (
+	SeverityError   Severity = "error"   // the action fails the job
+	SeverityWarning Severity = "warning" // annotated: warn, revert, readonly
+	SeverityNotice  Severity = "notice"  // allowed, on record
 )
 
 // Finding is one change to the trust set.
 type Finding struct {
-	Phase    string `json:"phase"`
-	Category string `json:"category"`
-	Path     string `json:"path"`
+	Phase    Phase    `json:"phase"`
+	Category Category `json:"category"`
+	// Check is the check that made the finding (checks.go): which of
+	// airlock's inspections saw it, as a linter's rule names itself.
+	Check Check  `json:"check,omitempty"`
+	Path  string `json:"path"`
 	// Line is where in the file, when known (1-based).
-	Line int    `json:"line,omitempty"`
-	Kind string `json:"kind"`
-	// Severity is "error" for changes that fail the job, "warning" for
-	// annotated ones, "notice" for the rest.
-	Severity string `json:"severity"`
-	Reason   string `json:"reason"`
+	Line int  `json:"line,omitempty"`
+	Kind Kind `json:"kind"`
+	// Severity is SeverityError for changes that fail the job,
+	// SeverityWarning for annotated ones, SeverityNotice for the rest.
+	Severity Severity `json:"severity"`
+	Reason   string   `json:"reason"`
 	// Diff is a bounded unified diff; DiffSHA256 is the digest of the
 	// whole diff (before bounding).
 	Diff       string `json:"diff,omitempty"`
@@ -118,7 +139,7 @@ func Compare(before, after *Snapshot, set *Set) []Finding {
 	if before.Truncated || after.Truncated {
 		// A walk that stopped early may hide a planted file: never let
 		// that pass as "no change".
-		out = append(out, Finding{Phase: Runtime, Category: Inspection, Path: ".", Kind: KindIncomplete, Severity: "error", Action: ActionFail,
+		out = append(out, Finding{Phase: Runtime, Category: Inspection, Check: CheckRuntimeDiff, Path: ".", Kind: KindIncomplete, Severity: SeverityError, Action: ActionFail,
 			Reason: fmt.Sprintf("the workspace is too large to inspect in full (more than %d entries or %d bytes to hash): findings may be missing", maxWalkEntries, maxReadTotal)})
 	}
 	for _, p := range slices.Sorted(maps.Keys(paths)) {
@@ -162,7 +183,7 @@ func Compare(before, after *Snapshot, set *Set) []Finding {
 		if f == nil {
 			continue
 		}
-		f.Phase = Runtime
+		f.Phase, f.Check = Runtime, CheckRuntimeDiff
 		f.Action = set.RuntimeAction(f.Category)
 		f.Severity = severity(f.Action)
 		f.Diff, f.DiffSHA256 = entryDiff(p, b, a)
@@ -283,12 +304,13 @@ func factsReason(before, after []string) string {
 	return textsafe.Clip(strings.Join(parts, "; "), 1000, "...")
 }
 
-func severity(action string) string {
+// severity is the severity of a finding with the given action.
+func severity(action string) Severity {
 	switch action {
 	case ActionFail:
-		return "error"
+		return SeverityError
 	case ActionWarn, ActionRevert, ActionReadonly:
-		return "warning"
+		return SeverityWarning
 	}
-	return "notice"
+	return SeverityNotice
 }

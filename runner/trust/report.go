@@ -45,7 +45,8 @@ func (r *Report) WriteAnnotations(w io.Writer) {
 		fmt.Fprintf(w, "::warning title=%s::%s\n", escapeProp("airlock trust: incomplete"), escapeData(r.Error))
 	}
 	for _, f := range r.Findings {
-		level := map[string]string{"error": "error", "warning": "warning"}[f.Severity]
+		// The workflow command of the severity: ::error, ::warning.
+		level := map[Severity]string{SeverityError: "error", SeverityWarning: "warning"}[f.Severity]
 		if level == "" || f.Action == ActionAllow {
 			continue
 		}
@@ -53,7 +54,7 @@ func (r *Report) WriteAnnotations(w io.Writer) {
 		if f.Line > 0 {
 			props += fmt.Sprintf(",line=%d", f.Line)
 		}
-		props += ",title=" + escapeProp("airlock trust: "+f.Category+" "+f.Phase)
+		props += ",title=" + escapeProp(fmt.Sprintf("airlock trust: %s %s", f.Category, f.Phase))
 		msg := f.Reason
 		if f.Outcome != "" {
 			msg += " [" + f.Outcome + "]"

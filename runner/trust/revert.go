@@ -107,7 +107,7 @@ func restore(root *os.Root, p string, e *Entry) error {
 // existing files of other categories. Symlinks are never mounted (the
 // revert after the job covers them).
 func ReadonlyPaths(snap *Snapshot, set *Set, ws string) []string {
-	ro := map[string]bool{}
+	ro := map[Category]bool{}
 	for _, c := range set.ReadonlyCategories() {
 		ro[c] = true
 	}

@@ -3,18 +3,29 @@
 // git config, attribute drivers, CI definitions, build entry points, and
 // what the next agent reads or runs (instructions, MCP servers, hooks).
 // It diffs them twice: what the pull request's commits changed (authored,
-// from git objects, with a semantic diff of GitHub workflows), and what
-// the sandboxed job itself changed in the workspace (run time, from
-// snapshots before and after). Each finding carries the action the policy
-// sets for its category and phase: allow, warn, fail, revert or readonly.
+// from git objects or a trusted source's trees, with a semantic diff of
+// GitHub workflows), and what the sandboxed job itself changed in the
+// workspace (run time, from snapshots before and after). Each finding
+// carries the action the policy sets for its category and phase (allow,
+// warn, fail, revert or readonly), the severity that follows from it,
+// and the check that made it (checks.go). Findings are made here only.
+//
+// It owns a job's trust life cycle (watch.go): a Watch takes the
+// baseline before the job (or, deferred, after the job's checkout),
+// compares the workspace with it once the sandbox is gone (with a
+// checked-out commit's tree as the worktree's baseline when the door
+// gives Commits), reverts, turns the writes the sandbox refused on the
+// read-only paths into findings, and decides the Report. runner calls
+// it at those moments and knows no finding.
 //
 // Everything read here is hostile: paths are opened through os.Root so no
 // symlink leads out of the workspace, sizes and counts are bounded, hard
 // links are not shown, and git runs with nothing of the repository's
 // config able to execute (internal/gitexec).
 //
-// Layer 2: imports policies and internal packages only; it never starts a
-// sandbox and knows no job (runner calls it before and after one).
+// Layer 2: imports policies, gvisor/monitor (the record of refused writes
+// and execs) and internal packages only; it never starts a sandbox and
+// knows no job beyond its Config.
 package trust
 
 import (
@@ -29,21 +40,25 @@ import (
 	"github.com/airlock-ci/airlock/policies"
 )
 
+// Category is a part of the trust set: the built-in ones below, or one
+// a policy names (trust.globs), with the policy's actions for it.
+type Category string
+
 // Categories.
 const (
-	GitHooks      = "git-hooks"
-	GitConfig     = "git-config"
-	GitAttributes = "git-attributes"
-	CI            = "ci"
-	BuildEntry    = "build-entry"
+	GitHooks      Category = "git-hooks"
+	GitConfig     Category = "git-config"
+	GitAttributes Category = "git-attributes"
+	CI            Category = "ci"
+	BuildEntry    Category = "build-entry"
 	// AgentInstructions are the files that tell the next agent what to
 	// do; AgentTools the agent tool configs that start programs (MCP
 	// servers, agent hooks). See agent.go.
-	AgentInstructions = "agent-instructions"
-	AgentTools        = "agent-tools"
+	AgentInstructions Category = "agent-instructions"
+	AgentTools        Category = "agent-tools"
 	// Inspection is the category of findings about the inspection
 	// itself: it stopped at a bound, or could not read what it must.
-	Inspection = "trust"
+	Inspection Category = "trust"
 )
 
 // Actions.
@@ -58,7 +73,7 @@ const (
 // defaultGlobs are the built-in paths of each category, relative to the
 // workspace, in doublestar syntax. .git/config's keys are read on their
 // own.
-var defaultGlobs = map[string][]string{
+var defaultGlobs = map[Category][]string{
 	GitHooks:      {".git/hooks/**", ".git/modules/**/hooks/**"},
 	GitAttributes: {"**/.gitattributes", ".gitmodules", ".git/info/attributes"},
 	// Files inside .git that make git take config or hooks from
@@ -104,16 +119,16 @@ var defaultGlobs = map[string][]string{
 }
 
 // categoryOrder decides for a path that several categories match.
-var categoryOrder = []string{GitHooks, GitConfig, GitAttributes, CI, AgentTools, AgentInstructions, BuildEntry}
+var categoryOrder = []Category{GitHooks, GitConfig, GitAttributes, CI, AgentTools, AgentInstructions, BuildEntry}
 
 // Set is the compiled trust section of a policy.
 type Set struct {
 	// globs per category; those of caseless categories lowered, and
 	// matched against the lowered path.
-	globs    map[string][]string
-	order    []string
-	authored map[string]string
-	runtime  map[string]string
+	globs    map[Category][]string
+	order    []Category
+	authored map[Category]string
+	runtime  map[Category]string
 	keys     []string // git config key patterns
 	// scripts are files that are agent-tools because an agent tool's
 	// config runs them (WithToolScripts): path -> what runs it.
@@ -122,7 +137,7 @@ type Set struct {
 
 // NewSet compiles the policy's trust section over the built-in lists.
 func NewSet(t policies.Trust) (*Set, error) {
-	s := &Set{globs: map[string][]string{}, authored: map[string]string{}, runtime: map[string]string{}, order: slices.Clone(categoryOrder)}
+	s := &Set{globs: map[Category][]string{}, authored: map[Category]string{}, runtime: map[Category]string{}, order: slices.Clone(categoryOrder)}
 	for c, g := range defaultGlobs {
 		s.globs[c] = slices.Clone(g)
 	}
@@ -136,10 +151,11 @@ func NewSet(t policies.Trust) (*Set, error) {
 	for c := range t.Runtime {
 		names[c] = true
 	}
-	for _, c := range slices.Sorted(maps.Keys(names)) {
-		for _, g := range t.Globs[c] {
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		c := Category(name)
+		for _, g := range t.Globs[name] {
 			if !doublestar.ValidatePattern(g) {
-				return nil, fmt.Errorf("trust.globs.%s: %q is not a valid glob", c, g)
+				return nil, fmt.Errorf("trust.globs.%s: %q is not a valid glob", name, g)
 			}
 			s.globs[c] = append(s.globs[c], g)
 		}
@@ -148,8 +164,8 @@ func NewSet(t policies.Trust) (*Set, error) {
 		}
 	}
 	for _, c := range s.order {
-		s.authored[c] = orDefault(t.Authored[c], ActionWarn)
-		s.runtime[c] = orDefault(t.Runtime[c], ActionWarn)
+		s.authored[c] = orDefault(t.Authored[string(c)], ActionWarn)
+		s.runtime[c] = orDefault(t.Runtime[string(c)], ActionWarn)
 		if caseless[c] {
 			for i, g := range s.globs[c] {
 				s.globs[c][i] = strings.ToLower(g)
@@ -169,11 +185,11 @@ func orDefault(v, d string) string {
 
 // caseless are the categories matched without regard to letter case:
 // the agents read their files on case-insensitive file systems too.
-var caseless = map[string]bool{AgentInstructions: true, AgentTools: true}
+var caseless = map[Category]bool{AgentInstructions: true, AgentTools: true}
 
 // Category returns the category of a workspace-relative path (slash
 // separated), or "".
-func (s *Set) Category(p string) string {
+func (s *Set) Category(p string) Category {
 	p = path.Clean(strings.TrimPrefix(p, "./"))
 	lower := strings.ToLower(p)
 	for _, c := range s.order {
@@ -195,19 +211,19 @@ func (s *Set) Category(p string) string {
 
 // AuthoredAction and RuntimeAction are the policy's action for a
 // category in each phase.
-func (s *Set) AuthoredAction(category string) string {
+func (s *Set) AuthoredAction(category Category) string {
 	return orDefault(s.authored[category], ActionWarn)
 }
 
 // RuntimeAction: see AuthoredAction.
-func (s *Set) RuntimeAction(category string) string {
+func (s *Set) RuntimeAction(category Category) string {
 	return orDefault(s.runtime[category], ActionWarn)
 }
 
 // ReadonlyCategories are the categories whose files are mounted read-only
 // into the sandbox.
-func (s *Set) ReadonlyCategories() []string {
-	var out []string
+func (s *Set) ReadonlyCategories() []Category {
+	var out []Category
 	for _, c := range s.order {
 		if s.runtime[c] == ActionReadonly {
 			out = append(out, c)

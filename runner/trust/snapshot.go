@@ -35,7 +35,7 @@ var skipDirs = map[string]bool{"node_modules": true, "vendor": true, ".git": tru
 
 // Entry is one trust-set path in a snapshot.
 type Entry struct {
-	Category string      `json:"category"`
+	Category Category    `json:"category"`
 	Mode     fs.FileMode `json:"mode"`
 	Size     int64       `json:"size"`
 	SHA256   string      `json:"sha256,omitempty"`
@@ -311,7 +311,7 @@ func (s *Snapshot) walkHooks(root *os.Root, dir string) {
 }
 
 // add records path p (a file or symlink; not followed) under category c.
-func (s *Snapshot) add(root *os.Root, p, c string) *Entry {
+func (s *Snapshot) add(root *os.Root, p string, c Category) *Entry {
 	fi, err := root.Lstat(p)
 	if err != nil {
 		s.note("%s: %v", p, err)

@@ -210,7 +210,7 @@ func (s *Set) WithToolScripts(scripts map[string]string) *Set {
 
 // runsTools reports whether a file of a category holds agent tool
 // commands: an agent tool config, or VS Code's settings (its "mcp").
-func runsTools(category, p string) bool {
+func runsTools(category Category, p string) bool {
 	if category == BuildEntry {
 		return isVSCodeSettings(p)
 	}
@@ -266,7 +266,7 @@ func widenForScripts(set *Set, trees [][]TreeFile, fetch func(TreeFile) ([]byte,
 // tool configs run could not all be learnt, with agent-tools' action
 // (not the strictest of all, as for an incomplete diff).
 func scriptsIncomplete(set *Set, reason string) Finding {
-	f := Finding{Path: ".", Kind: KindIncomplete, Reason: textsafe.Line(textsafe.Clip(reason, 300, "..."))}
+	f := Finding{Path: ".", Check: CheckToolScripts, Kind: KindIncomplete, Reason: textsafe.Line(textsafe.Clip(reason, 300, "..."))}
 	return stampAuthored([]Finding{f}, AgentTools, set)[0]
 }
 
@@ -289,7 +289,7 @@ func fetchOnce(fetch func(TreeFile) ([]byte, error)) func(TreeFile) ([]byte, err
 // semanticCategory is the category whose content checks a changed file
 // gets: none for a file that is agent-tools for being run (a script, not
 // a config).
-func (s *Set) semanticCategory(p, category string) string {
+func (s *Set) semanticCategory(p string, category Category) Category {
 	if s.scriptWhy(p) != "" {
 		return ""
 	}

@@ -165,7 +165,7 @@ func TestRuntimeToolScripts(t *testing.T) {
 	for name, before := range map[string]*Snapshot{"first snapshot": first, "commit": fromCommit} {
 		got := map[string]string{}
 		for _, f := range Compare(before, after, set) {
-			got[f.Path] = f.Kind + " " + f.Category + " " + f.Reason
+			got[f.Path] = string(f.Kind) + " " + string(f.Category) + " " + f.Reason
 		}
 		if len(got) != 1 || !strings.Contains(got["tools/mcp.js"], `modified agent-tools content changed by the job (a file run by MCP server "a" of .mcp.json)`) {
 			t.Errorf("%s: findings %v, want tools/mcp.js modified, run by server a, alone", name, got)

@@ -118,8 +118,11 @@ jobs:
 		t.Fatal(err)
 	}
 	want := []struct {
-		category, path, kind, reason string
-		line                         int
+		category Category
+		path     string
+		kind     Kind
+		reason   string
+		line     int
 	}{
 		{CI, ".github/workflows/ci.yml", KindModified, "changed", 0},
 		{CI, ".github/workflows/ci.yml", KindEscalation, "new trigger pull_request_target", 4},
@@ -256,7 +259,11 @@ func TestSnapshotCompareRevert(t *testing.T) {
 	for _, f := range found {
 		byPath[f.Path] = f
 	}
-	for p, want := range map[string]struct{ category, kind, action, reason string }{
+	for p, want := range map[string]struct {
+		category       Category
+		kind           Kind
+		action, reason string
+	}{
 		".git/hooks/pre-commit":      {GitHooks, KindAdded, ActionReadonly, "created"},
 		".git/hooks/pre-push":        {GitHooks, KindModified, ActionReadonly, "content"},
 		".git/hooks/post-checkout":   {GitHooks, KindAdded, ActionReadonly, `symlink to "/etc/shadow"`},
@@ -407,7 +414,7 @@ func TestDeletedGitDir(t *testing.T) {
 	os.RemoveAll(filepath.Join(dir, ".git"))
 	after, _ := Take(dir, set)
 	found := Compare(before, after, set)
-	kinds := map[string]string{}
+	kinds := map[string]Kind{}
 	for _, f := range found {
 		kinds[f.Path] = f.Kind
 	}
@@ -520,7 +527,7 @@ func TestAuthoredFromTreesMatchesGit(t *testing.T) {
 	key := func(fs []Finding) []string {
 		var out []string
 		for _, f := range fs {
-			out = append(out, strings.Join([]string{f.Phase, f.Category, f.Path, f.Kind, f.Reason, f.Action, f.DiffSHA256}, "|"))
+			out = append(out, strings.Join([]string{string(f.Phase), string(f.Category), string(f.Check), f.Path, string(f.Kind), f.Reason, f.Action, f.DiffSHA256}, "|"))
 		}
 		slices.Sort(out)
 		return out
@@ -584,11 +591,11 @@ func TestCommitBaseline(t *testing.T) {
 	}
 	// The git directory as the job found it (here: unchanged).
 	before := CommitBaseline(after, after, tree, set, fetch, 1000, 1000).WithGit(after)
-	got := map[string]string{}
+	got := map[string]Kind{}
 	for _, f := range Compare(before, after, set) {
 		got[f.Path] = f.Kind
 	}
-	want := map[string]string{"Makefile": KindModified, "package.json": KindModified, ".github/workflows/ci.yml": KindSymlink, ".npmrc": KindAdded}
+	want := map[string]Kind{"Makefile": KindModified, "package.json": KindModified, ".github/workflows/ci.yml": KindSymlink, ".npmrc": KindAdded}
 	if len(got) != len(want) {
 		t.Errorf("findings %v, want %v", got, want)
 	}
@@ -612,10 +619,10 @@ func TestCommitBaseline(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		first *Snapshot
-		want  string
+		want  Kind
 	}{{after, KindDeleted}, {gone, ""}} {
 		b := CommitBaseline(gone, tc.first, tree, set, fetch, 0, 0).WithGit(gone)
-		got := ""
+		got := Kind("")
 		for _, f := range Compare(b, gone, set) {
 			if f.Path == "GNUmakefile" {
 				got = f.Kind
@@ -705,7 +712,7 @@ func TestRevertKeepsWhatItCannotRestore(t *testing.T) {
 	dir, _, write := repo(t)
 	big := strings.Repeat("x", maxKeep+1)
 	write("Makefile", big)
-	set, err := NewSet(policies.Trust{Runtime: map[string]string{BuildEntry: ActionRevert}})
+	set, err := NewSet(policies.Trust{Runtime: map[string]string{string(BuildEntry): ActionRevert}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -750,7 +757,7 @@ func TestRevertKeepsAnUnknownSymlink(t *testing.T) {
 // action reverts, the file is restored once and every finding on it
 // says so.
 func TestVSCodeSettingsCategories(t *testing.T) {
-	set, err := NewSet(policies.Trust{Runtime: map[string]string{AgentTools: ActionRevert}})
+	set, err := NewSet(policies.Trust{Runtime: map[string]string{string(AgentTools): ActionRevert}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -771,11 +778,11 @@ func TestVSCodeSettingsCategories(t *testing.T) {
 		t.Fatal(err)
 	}
 	found := Compare(before, after, set)
-	cats := map[string]string{}
+	cats := map[Category]string{}
 	for _, f := range found {
-		cats[f.Category] = f.Kind + " " + f.Action
+		cats[f.Category] = string(f.Kind) + " " + f.Action
 	}
-	if cats[BuildEntry] != KindModified+" "+ActionWarn || cats[AgentTools] != KindEscalation+" "+ActionRevert {
+	if cats[BuildEntry] != string(KindModified)+" "+ActionWarn || cats[AgentTools] != string(KindEscalation)+" "+ActionRevert {
 		t.Fatalf("findings %+v", found)
 	}
 	if err := Revert(dir, before, found); err != nil {

@@ -39,7 +39,7 @@ type escalation struct {
 // A head that does not parse is a finding of its own.
 func WorkflowEscalations(path string, base, head []byte) []Finding {
 	mk := func(line int, reason string) Finding {
-		return Finding{Phase: Authored, Category: CI, Path: path, Line: line, Kind: KindEscalation, Reason: reason}
+		return Finding{Phase: Authored, Category: CI, Check: CheckWorkflow, Path: path, Line: line, Kind: KindEscalation, Reason: reason}
 	}
 	if len(head) > maxWorkflowSize {
 		return []Finding{mk(0, fmt.Sprintf("workflow is larger than %d bytes: not parsed, review it by hand", maxWorkflowSize))}
