@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"unicode"
@@ -141,6 +142,33 @@ func redact(res *Result, v *credentials.Vault) {
 	redactStrings(reflect.ValueOf(res).Elem(), v.Redact)
 	rec := v.Record()
 	res.Credentials = &rec
+}
+
+// withhold is the step as its sandbox may see it: the credentials the
+// vault knows replaced by placeholders in the step's environment and,
+// for what it learned since (from this step's or an earlier one's
+// environment), in the job's own variables, the command line and the
+// scripts the step runs; its output watched for the masks it adds.
+// Without a vault the step is as given.
+func (s *Session) withhold(spec StepSpec, stdout, stderr io.Writer) (StepSpec, []string, io.Writer, io.Writer) {
+	v := s.job.Credentials
+	if v == nil {
+		return spec, s.job.Env, stdout, stderr
+	}
+	spec.Env = v.Withhold(spec.Env)
+	jobEnv := withholdList(v, s.job.Env)
+	if spec.Command != nil {
+		spec.Command = slices.Clone(spec.Command)
+		for i, a := range spec.Command {
+			spec.Command[i] = v.Hide(a)
+		}
+	}
+	for _, f := range spec.Scripts {
+		if err := hideInFile(v, f); err != nil {
+			fmt.Fprintf(s.job.Log, "airlock: step %q: the script %s was not checked for credentials: %v\n", spec.Name, filepath.Base(f.Path), err)
+		}
+	}
+	return spec, jobEnv, &maskWatcher{w: stdout, vault: v}, &maskWatcher{w: stderr, vault: v}
 }
 
 // identityFields are the fields redact leaves as they are.

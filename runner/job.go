@@ -291,27 +291,7 @@ func (s *Session) Step(ctx context.Context, spec StepSpec, stdout, stderr io.Wri
 		prefix = "[" + spec.Name + "] "
 	}
 	pso, pse := newPrefixWriter(&s.outMu, orDiscard(stdout), prefix), newPrefixWriter(&s.outMu, orDiscard(stderr), prefix)
-	var so, se io.Writer = pso, pse
-	jobEnv := s.job.Env
-	if v := s.job.Credentials; v != nil {
-		spec.Env = v.Withhold(spec.Env)
-		// What the vault learned since (from this step's or an earlier
-		// one's environment) is hidden in the job's own variables, the
-		// command line and the scripts the step runs too.
-		jobEnv = withholdList(v, jobEnv)
-		if spec.Command != nil {
-			spec.Command = slices.Clone(spec.Command)
-			for i, a := range spec.Command {
-				spec.Command[i] = v.Hide(a)
-			}
-		}
-		for _, f := range spec.Scripts {
-			if err := hideInFile(v, f); err != nil {
-				fmt.Fprintf(s.job.Log, "airlock: step %q: the script %s was not checked for credentials: %v\n", spec.Name, filepath.Base(f.Path), err)
-			}
-		}
-		so, se = &maskWatcher{w: pso, vault: v}, &maskWatcher{w: pse, vault: v}
-	}
+	spec, jobEnv, so, se := s.withhold(spec, pso, pse)
 	before := s.sb.ExecCount()
 	var mark egress.Mark
 	connects := s.sb.ConnectCount()
