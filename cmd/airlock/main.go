@@ -1,10 +1,10 @@
 // Command airlock runs the CI jobs of agent-authored pull requests inside
 // an embedded gVisor sandbox. See the README for usage and exit codes.
 //
-// This package is flags, wiring and printing only: what a command does
-// lives in runner (a job, its plan, its attestation; runner/hook for the
-// Actions runner's container hook), policies and attest. Apart from
-// gvisor.Dispatch, it reaches no sandbox, gateway or trust package.
+// This package is flags, wiring and printing only (at most 1,000 lines:
+// internal/layers): what a command does lives in runner, runner/report,
+// runner/hook, policies and attest. Apart from gvisor.Dispatch, it
+// reaches no sandbox, gateway or trust package.
 //
 // Layer 8: the top; nothing imports it.
 package main

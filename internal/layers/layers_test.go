@@ -195,3 +195,29 @@ func TestArchitectureDiagramAgrees(t *testing.T) {
 		}
 	}
 }
+
+// maxCmdLines bounds cmd/airlock's own code: flags, wiring and printing.
+// What a command does belongs to a package below it.
+const maxCmdLines = 1000
+
+// TestCmdStaysThin counts the lines of cmd/airlock's non-test files.
+func TestCmdStaysThin(t *testing.T) {
+	files, err := filepath.Glob("../../cmd/airlock/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines += strings.Count(string(b), "\n")
+	}
+	if lines > maxCmdLines {
+		t.Errorf("cmd/airlock has %d lines (at most %d): move what a command does into the package whose job it is", lines, maxCmdLines)
+	}
+}
