@@ -293,7 +293,7 @@ summary{cursor:pointer} details{margin:.3em 0}
 <h2 id="processes">Processes ({{len .V.Predicate.Processes.Execs}}{{if .V.Predicate.Processes.Dropped}}, {{.V.Predicate.Processes.Dropped}} not recorded{{end}})</h2>
 {{range .Steps}}<details class="step"><summary>{{.Name}}: {{.Count}} process(es)</summary>
 <table><tr><th>process</th><th>pid</th><th>exit</th><th>sha256</th></tr>
-{{range .Tree}}<tr><td>{{indent .Depth}}<code>{{.Exec.Binary}}</code> {{join .Exec.Argv " "}}</td><td>{{.Exec.PID}}</td><td>{{with .Exec.ExitCode}}{{.}}{{end}}{{if .Exec.Signal}} signal {{.Exec.Signal}}{{end}}</td><td><code>{{short .Exec.SHA256}}</code></td></tr>{{end}}
+{{range .Tree}}<tr><td>{{indent .Depth}}<code>{{.Exec.Binary}}</code> {{join .Exec.Argv " "}}{{if eq .Exec.Source "airlock"}} <em>(started by airlock)</em>{{end}}</td><td>{{.Exec.PID}}</td><td>{{with .Exec.ExitCode}}{{.}}{{end}}{{if .Exec.Signal}} signal {{.Exec.Signal}}{{end}}</td><td><code>{{short .Exec.SHA256}}</code></td></tr>{{end}}
 </table></details>{{end}}
 </body></html>
 `))

@@ -141,11 +141,19 @@ type Processes struct {
 
 // Exec is one program the sandbox ran.
 type Exec struct {
-	Time   time.Time `json:"time"`
-	PID    int32     `json:"pid"`
-	PPID   int32     `json:"ppid"`
-	Binary string    `json:"binary"`
-	SHA256 string    `json:"sha256"`
+	Time time.Time `json:"time"`
+	PID  int32     `json:"pid"`
+	PPID int32     `json:"ppid"`
+	UID  uint32    `json:"uid"`
+	// Step is the step whose time span holds the exec ("" outside the
+	// steps); Source how airlock knows of it: "execve" (a process of the
+	// job exec'd it) or "airlock" (airlock started it: a step's own
+	// process, seen as airlock's exec shim execve'd it). Both are seen at
+	// the sentry's execve trace point, which hashed what ran.
+	Step   string `json:"step"`
+	Source string `json:"source"`
+	Binary string `json:"binary"`
+	SHA256 string `json:"sha256"`
 	// ArgvSHA256 covers the argv as recorded; ArgvTruncated says the
 	// runtime monitor had already cut it (64 arguments, 1 KiB each).
 	ArgvSHA256    string `json:"argvSha256"`

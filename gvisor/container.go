@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/airlock-ci/airlock/internal/paths"
 )
 
@@ -246,6 +248,9 @@ func (c *Container) prepare() error {
 		}
 	}
 	plan := rootPlan{Source: c.cfg.RootFS, Target: filepath.Join(c.dir, "rootfs")}
+	if c.s.shim != "" {
+		plan.Files = append(plan.Files, execShimPath[1:])
+	}
 	if err := plan.addMountPoints(mountDestinations(c.cfg.Mounts)...); err != nil {
 		return err
 	}
@@ -259,6 +264,15 @@ func (c *Container) prepare() error {
 	}
 	spec := containerSpec(c.s.cfg, cc, plan.Target)
 	spec.Mounts = append(spec.Mounts, fileMounts...)
+	if c.s.shim != "" {
+		// The container's command starts through the shim, so that it
+		// is on record with its digest (execshim.go).
+		spec.Process.Args = viaShim(spec.Process.Args)
+		spec.Mounts = append(spec.Mounts, specs.Mount{
+			Destination: execShimPath, Type: "bind", Source: c.s.shim,
+			Options: []string{"bind", "ro", "nosuid", "nodev"},
+		})
+	}
 	return writeBundle(c.dir, plan, spec)
 }
 

@@ -186,7 +186,7 @@ func TestContainerRootFS(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"own root", tool("ls", "/"), ".airlock\ndev\netc\nimage-marker\nproc\nrun\nsys\ntmp\n"},
+		{"own root", tool("ls", "/"), ".airlock\n.airlock-exec\ndev\netc\nimage-marker\nproc\nrun\nsys\ntmp\n"},
 		{"image content", tool("cat", "/image-marker"), "from-image\n"},
 		{"files over the image", tool("cat", "/etc/hosts", "/etc/resolv.conf"), "127.0.0.1 services\nnameserver 127.0.0.53\n"},
 		{"etc keeps the image's entries", tool("ls", "/etc"), "hosts\nresolv.conf\n"},
@@ -473,7 +473,6 @@ func TestContainerBadInput(t *testing.T) {
 		{"relative file", func(c *ContainerConfig) { c.Files = []File{{Path: "etc/hosts"}} }, true, "absolute path"},
 		{"relative dir", func(c *ContainerConfig) { c.Dir = "work" }, true, "absolute path"},
 		{"bad capability", func(c *ContainerConfig) { c.Capabilities = []string{"SETUID"} }, true, "CAP_"},
-		{"command not in the image", func(c *ContainerConfig) { c.Args = []string{"/bin/sh", "-c", "true"} }, false, "/bin/sh"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cc := ok
@@ -488,6 +487,19 @@ func TestContainerBadInput(t *testing.T) {
 				t.Errorf("error %q: want ErrInvalidConfig %v, containing %q", err, tc.invalid, tc.want)
 			}
 		})
+	}
+	// A command the image lacks: the container starts through airlock's
+	// exec shim, which says so and exits as a shell would.
+	missing := ok
+	missing.Name, missing.Args = "missing", []string{"/bin/sh", "-c", "true"}
+	var errs bytes.Buffer
+	missing.Stderr = &errs
+	mc := startContainer(t, sb, missing)
+	if res, err := mc.Wait(context.Background()); err != nil || res.ExitCode != 127 || errs.String() != "airlock: /bin/sh: command not found in the sandbox\n" {
+		t.Errorf("command not in the image: exit %d (%v), stderr %q", res.ExitCode, err, errs.String())
+	}
+	if err := mc.Destroy(); err != nil {
+		t.Fatal(err)
 	}
 	// Two containers of one name at a time are refused.
 	startContainer(t, sb, ContainerConfig{Name: "twice", RootFS: img, Args: tool()})
@@ -585,7 +597,8 @@ func TestLookupMasksThroughSymlinks(t *testing.T) {
 }
 
 // A container's first process is in the exec record (it is started, not
-// exec'd), with its command; what it runs after is too.
+// exec'd: through airlock's exec shim, whose execve is the record), with
+// its command, the digest of what ran, and as airlock's.
 func TestContainerStartRecorded(t *testing.T) {
 	img := newImage(t, nil)
 	sb := newTestSandbox(t, nil)
@@ -598,8 +611,9 @@ func TestContainerStartRecorded(t *testing.T) {
 	for {
 		for _, e := range sb.Record().Execs {
 			if strings.Join(e.Argv, " ") == want {
-				if e.PID == 0 {
-					t.Errorf("no pid: %+v", e)
+				exe, _ := os.Executable()
+				if e.PID == 0 || e.SHA256 != fileDigest(t, exe) || e.Source != monitor.SourceAirlock {
+					t.Errorf("record %+v: want a pid, the digest of %s, source %q", e, exe, monitor.SourceAirlock)
 				}
 				return
 			}

@@ -50,6 +50,9 @@ func sandboxHelper(args []string) int {
 	if len(args) > 0 && args[0] == "statfs" {
 		return printStatfs(args[1:])
 	}
+	if len(args) > 0 && args[0] == "exec" {
+		return execProgram(args[1:])
+	}
 	if len(args) > 0 {
 		if code, ok := runTool(args[0], args[1:]); ok {
 			return code

@@ -122,7 +122,7 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 		dir = s.cfg.WorkspaceMount
 	}
 	proc := specs.Process{
-		Args:            st.Args,
+		Args:            viaShim(st.Args),
 		Env:             mergeEnv(baseEnv(DefaultPath), st.Env),
 		Cwd:             dir,
 		User:            specs.User{UID: s.cfg.User.UID, GID: s.cfg.User.GID},
@@ -143,7 +143,7 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 		return StepResult{}, fmt.Errorf("create stderr pipe: %w", err)
 	}
 	res := StepResult{Start: time.Now().UTC()}
-	pid, err := s.ctl.start(proc, stdoutW, stderrW)
+	pid, err := s.startProcess(proc, stdoutW, stderrW)
 	// The sandbox holds its own copies of the write ends now.
 	stdoutW.Close()
 	stderrW.Close()
@@ -329,6 +329,18 @@ func (s *Sandbox) detectLimit(exitCode int, before usage, diskFull func() bool) 
 	return ""
 }
 
+// startProcess starts a process of airlock's through the control API (its
+// Args begin with the shim: viaShim) and tells the record, so that the
+// program's exec is on record as airlock's.
+func (s *Sandbox) startProcess(proc specs.Process, stdout, stderr *os.File) (int32, error) {
+	since := time.Now()
+	pid, err := s.ctl.start(proc, stdout, stderr)
+	if err == nil {
+		s.record.Started(pid, since)
+	}
+	return pid, err
+}
+
 // diskFull runs the statfs helper inside the sandbox and reports whether
 // the overlay or /tmp is (almost) full.
 func (s *Sandbox) diskFull(ctx context.Context) bool {
@@ -338,10 +350,10 @@ func (s *Sandbox) diskFull(ctx context.Context) bool {
 	}
 	defer r.Close()
 	proc := specs.Process{
-		Args: []string{initPath, "statfs", "/", "/tmp"}, Env: baseEnv(DefaultPath), Cwd: "/",
+		Args: viaShim([]string{initPath, "statfs", "/", "/tmp"}), Env: baseEnv(DefaultPath), Cwd: "/",
 		User: specs.User{UID: s.cfg.User.UID, GID: s.cfg.User.GID}, Capabilities: capabilities(nil), NoNewPrivileges: true,
 	}
-	pid, err := s.ctl.start(proc, w, w)
+	pid, err := s.startProcess(proc, w, w)
 	w.Close()
 	if err != nil {
 		return false

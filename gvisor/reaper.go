@@ -55,20 +55,25 @@ var reaperCode = []byte{
 }
 
 // reaperELF is the reaper as an ELF executable for this machine, or nil
-// where there is none (the airlock binary is the init there): one
-// read-and-execute segment holding the headers and the code, loaded at
-// 0x400000.
+// where there is none (the airlock binary is the init there).
 func reaperELF() []byte {
 	if runtime.GOARCH != "amd64" {
 		return nil
 	}
+	return tinyELF(reaperCode)
+}
+
+// tinyELF is a static x86-64 executable of position-independent code:
+// one read-and-execute segment holding the headers and the code, loaded
+// at 0x400000, entered at the code's first byte.
+func tinyELF(code []byte) []byte {
 	const (
 		base     = 0x400000
 		ehsize   = 64
 		phsize   = 56
 		codeAddr = ehsize + phsize
 	)
-	size := uint64(codeAddr + len(reaperCode))
+	size := uint64(codeAddr + len(code))
 	b := make([]byte, 0, size)
 	le := binary.LittleEndian
 	// ELF header.
@@ -94,5 +99,5 @@ func reaperELF() []byte {
 	b = le.AppendUint64(b, size)   // p_filesz
 	b = le.AppendUint64(b, size)   // p_memsz
 	b = le.AppendUint64(b, 0x1000) // p_align
-	return append(b, reaperCode...)
+	return append(b, code...)
 }

@@ -31,6 +31,7 @@ type Sandbox struct {
 	recv     *monitor.Receiver
 	cg       cgroups
 	ctl      *controller // set once the sandbox runs
+	shim     string      // the exec shim's host file ("" where there is none)
 
 	execMu  sync.Mutex // one step at a time
 	execSeq int
@@ -163,6 +164,15 @@ func (s *Sandbox) prepare(exe string) error {
 		}
 		plan.Files = append(plan.Files, reaperPath[1:])
 	}
+	shim := ""
+	if elf := execShimELF(); elf != nil {
+		shim = filepath.Join(s.dir, "exec")
+		if err := os.WriteFile(shim, elf, 0o555); err != nil {
+			return fmt.Errorf("write the exec shim: %w", err)
+		}
+		s.shim = shim
+		plan.Files = append(plan.Files, execShimPath[1:])
+	}
 	if err := plan.addMountPoints(append([]string{s.cfg.WorkspaceMount}, mountDestinations(s.cfg.Mounts)...)...); err != nil {
 		return err
 	}
@@ -174,7 +184,7 @@ func (s *Sandbox) prepare(exe string) error {
 	if cfg.Mounts, err = plan.pinMounts(cfg.Mounts, s.dir); err != nil {
 		return err
 	}
-	spec, err := buildSpec(cfg, plan.Target, exe, reaper, empty)
+	spec, err := buildSpec(cfg, plan.Target, exe, reaper, shim, empty)
 	if err != nil {
 		return err
 	}

@@ -42,7 +42,7 @@ func rootSource(c Config) string {
 // of the airlock binary (the sandbox's tools, and its init where reaper,
 // the host path of the small init of reaper.go, is empty); emptyFile is
 // an empty, mode-0 host file used to mask files.
-func buildSpec(c Config, skeleton, exe, reaper, emptyFile string) (*specs.Spec, error) {
+func buildSpec(c Config, skeleton, exe, reaper, shim, emptyFile string) (*specs.Spec, error) {
 	rl := rlimits(c.Limits)
 	spec := &specs.Spec{
 		Version: specs.Version,
@@ -84,6 +84,12 @@ func buildSpec(c Config, skeleton, exe, reaper, emptyFile string) (*specs.Spec, 
 		spec.Process.Args = []string{reaperPath}
 		spec.Mounts = append(spec.Mounts, specs.Mount{
 			Destination: reaperPath, Type: "bind", Source: reaper,
+			Options: []string{"bind", "ro", "nosuid", "nodev"},
+		})
+	}
+	if shim != "" {
+		spec.Mounts = append(spec.Mounts, specs.Mount{
+			Destination: execShimPath, Type: "bind", Source: shim,
 			Options: []string{"bind", "ro", "nosuid", "nodev"},
 		})
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"os"
@@ -150,6 +152,51 @@ func TestRunJSON(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), "hi\n") {
 		t.Errorf("step output should go to stderr with --json: %q", errb.String())
+	}
+}
+
+// The step's own process is on the record (issue 24): `airlock run --
+// true` records /bin/true itself, with the digest of the host's file (the
+// sandbox's root is the host's), its uid, and as airlock's; the step
+// counts it.
+func TestRunRecordsTheStepsOwnProcess(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	var out, errb bytes.Buffer
+	if code := execute([]string{"run", "-w", workspace(t), "--state-dir", stateDir(t), "--json", "--", "true"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var res struct {
+		Steps     []struct{ Processes int } `json:"steps"`
+		Processes struct {
+			Execs []struct {
+				Binary, SHA256, Source string
+				UID                    uint32
+				Argv                   []string
+			} `json:"execs"`
+		} `json:"processes"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatalf("stdout is not the JSON result: %v\n%s", err, out.String())
+	}
+	host, err := exec.LookPath("true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	found := false
+	for _, e := range res.Processes.Execs {
+		if e.Source == "airlock" && strings.Join(e.Argv, " ") == "true" {
+			found = e.SHA256 == hex.EncodeToString(sum[:]) && e.UID == 1000
+		}
+	}
+	if !found || len(res.Steps) != 1 || res.Steps[0].Processes < 1 {
+		t.Errorf("want true's own exec (sha256 of %s, uid 1000, source airlock) counted in its step: %+v", host, res)
 	}
 }
 

@@ -44,8 +44,27 @@ type Exec struct {
 	ArgvTruncated bool `json:"argvTruncated,omitempty"`
 	// SHA256 is the hex digest of the executable, computed by the sentry.
 	SHA256 string `json:"sha256,omitempty"`
+	// Source says how airlock knows of the exec: SourceExecve or
+	// SourceAirlock. Both are seen at the sentry's execve trace point.
+	Source string `json:"source"`
 	Exit   *Exit  `json:"exit,omitempty"`
 }
+
+// ExecShimPath is where airlock's exec shim is in the sandbox and its
+// containers (at the top: an image's own /.airlock cannot take a mount
+// point): a process started as the shim is airlock's, and its program
+// is the shim's execve.
+const ExecShimPath = "/.airlock-exec"
+
+// Sources of an Exec.
+const (
+	// SourceExecve is an execve(2) a process in the sandbox made.
+	SourceExecve = "execve"
+	// SourceAirlock is a process airlock started through runsc's control
+	// API (a step's own process, airlock's helper), seen as its exec
+	// shim execve(2)s the program.
+	SourceAirlock = "airlock"
+)
 
 // Exit is how a process that was exec'd ended.
 type Exit struct {
@@ -102,7 +121,8 @@ type Record struct {
 	mu          sync.Mutex
 	snap        Snapshot
 	bytes       int
-	running     map[int32]int // pid -> index of its latest exec in snap.Execs
+	running     map[int32]int       // pid -> index of its latest exec in snap.Execs
+	started     map[int32]time.Time // pids airlock started, until their first exec
 	lastDropped uint32
 }
 
@@ -110,6 +130,7 @@ type Record struct {
 func NewRecord() *Record {
 	return &Record{
 		running: make(map[int32]int),
+		started: make(map[int32]time.Time),
 		snap:    Snapshot{Execs: []Exec{}, Connects: []Connect{}},
 	}
 }
@@ -248,6 +269,13 @@ func (r *Record) apply(t pb.MessageType, payload []byte) error {
 			return err
 		}
 		args := m.GetArgs()
+		if len(args) > 0 && args[0] == ExecShimPath {
+			// Started through airlock's shim: its execve, next, is the
+			// record, with the digest.
+			cd := m.GetContextData()
+			r.Started(cd.GetThreadGroupId(), eventTime(cd))
+			return nil
+		}
 		bin := ""
 		if len(args) > 0 {
 			bin = args[0]
@@ -300,6 +328,7 @@ func (r *Record) addExec(m *pb.ExecveInfo) {
 		Binary: textsafe.Clip(m.GetBinaryPath(), maxPathLen, ""),
 	}
 	e.Argv, e.ArgvTruncated = boundArgv(m.GetArgv())
+	e.Source = SourceExecve
 	if h := m.GetBinarySha256(); len(h) == 32 {
 		e.SHA256 = hex.EncodeToString(h)
 	}
@@ -316,8 +345,32 @@ func (r *Record) addExec(m *pb.ExecveInfo) {
 		return
 	}
 	r.bytes += size
+	if since, ok := r.started[e.PID]; ok && !e.Time.Before(since) {
+		e.Source = SourceAirlock
+		delete(r.started, e.PID)
+	}
 	r.snap.Execs = append(r.snap.Execs, e)
 	r.running[e.PID] = len(r.snap.Execs) - 1
+}
+
+// Started says that airlock started pid through the control API at
+// since: the first exec of pid from then on (its shim's) is airlock's,
+// whether its event came before this call or comes after.
+func (r *Record) Started(pid int32, since time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	first := -1
+	for i := len(r.snap.Execs) - 1; i >= 0 && !r.snap.Execs[i].Time.Before(since); i-- {
+		if r.snap.Execs[i].PID == pid {
+			first = i
+		}
+	}
+	switch {
+	case first >= 0:
+		r.snap.Execs[first].Source = SourceAirlock
+	case len(r.started) < maxExecs:
+		r.started[pid] = since
+	}
 }
 
 // addExit attaches an exit to the latest exec of the process. authoritative

@@ -44,6 +44,13 @@ func PodInitConfig(socketPath string, opens bool) ([]byte, error) {
 		"trace_session": map[string]any{
 			"name":   "Default",
 			"points": points,
+			// No digest cache: the sentry's is keyed by mount, inode,
+			// size and mtime, all of which a job can repeat (an inode
+			// the host reuses, touch -d): a program swapped in under
+			// the same key would be recorded with the digest of the
+			// one before it (TestDigestCacheCannotBePoisoned). Every
+			// exec is hashed.
+			"options": map[string]any{"execve_hash_cache_capacity": 0},
 			"sinks": []map[string]any{{
 				"name": "remote",
 				// A few retries with short backoff: losing fewer events is

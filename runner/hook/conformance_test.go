@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/airlock-ci/airlock/attest"
 )
 
 // The conformance suite: the hook driven exactly as the official runner
@@ -232,6 +234,42 @@ func TestConformanceJob(t *testing.T) {
 	if code, out := h.cleanup(state); code != 0 {
 		t.Errorf("second cleanup: exit %d: %s", code, out)
 	}
+	// Every step's own process is on the record as airlock's, with its
+	// digest: the script steps' shell, the JavaScript action's node, the
+	// Docker action's and the service's first process (issue 24).
+	own := h.ownProcesses()
+	for _, bin := range []string{"/usr/bin/bash", "/__e/node20/bin/node", "/usr/bin/printargs", "/usr/bin/sleep"} {
+		if own[bin] == "" {
+			t.Errorf("%s is not on the record as a process airlock started (with its digest): %v", bin, own)
+		}
+	}
+}
+
+// ownProcesses reads the job's attestation (signed or not) in the hook's
+// directory: the binaries of the processes airlock started, with their
+// digests.
+func (h *runnerHost) ownProcesses() map[string]string {
+	h.t.Helper()
+	files, _ := filepath.Glob(filepath.Join(h.hooksRoot(), "attestations", "*"))
+	out := map[string]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		v, err := attest.Inspect(b)
+		if err != nil {
+			if v, err = attest.InspectStatement(b); err != nil {
+				continue
+			}
+		}
+		for _, e := range v.Predicate.Processes.Execs {
+			if e.Source == "airlock" {
+				out[e.Binary] = e.SHA256
+			}
+		}
+	}
+	return out
 }
 
 // javaScriptAction runs a small node action the way the runner runs one
