@@ -56,6 +56,11 @@ type Exec struct {
 // is the shim's execve.
 const ExecShimPath = "/.airlock-exec"
 
+// shimWindow bounds how long after airlock started a process its shim's
+// exec may come: a pid whose shim did not exec (and whose exit event came
+// before Started) cannot lend "airlock" to a later process that reuses it.
+const shimWindow = 30 * time.Second
+
 // Sources of an Exec.
 const (
 	// SourceExecve is an execve(2) a process in the sandbox made.
@@ -345,9 +350,11 @@ func (r *Record) addExec(m *pb.ExecveInfo) {
 		return
 	}
 	r.bytes += size
-	if since, ok := r.started[e.PID]; ok && !e.Time.Before(since) {
-		e.Source = SourceAirlock
+	if since, ok := r.started[e.PID]; ok {
 		delete(r.started, e.PID)
+		if !e.Time.Before(since) && e.Time.Sub(since) < shimWindow {
+			e.Source = SourceAirlock
+		}
 	}
 	r.snap.Execs = append(r.snap.Execs, e)
 	r.running[e.PID] = len(r.snap.Execs) - 1
@@ -390,6 +397,11 @@ func (r *Record) addExit(cd *pb.ContextData, status int32, authoritative bool) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if authoritative {
+		// A shim that never exec'd (its command was not there): its pid
+		// is no one's to claim later.
+		delete(r.started, pid)
+	}
 	i, ok := r.running[pid]
 	if !ok {
 		return
