@@ -430,6 +430,9 @@ func (c *Container) Wait(ctx context.Context) (StepResult, error) {
 	return c.res, c.waitErr
 }
 
+// Exited is closed once the container's first process has exited.
+func (c *Container) Exited() <-chan struct{} { return c.exited }
+
 // Kill sends SIGKILL to every process of the container and waits until it
 // has exited; Wait then reports it as killed. Killing a container that has
 // exited does nothing.

@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -384,12 +385,32 @@ func (s *Session) StartContainer(ctx context.Context, c gvisor.ContainerConfig) 
 // service of the job), its output lines prefixed with its name (never a
 // line of its own, such as a workflow command) on log. It runs until the
 // session closes.
+//
+// A service whose command does not start (airlock's exec shim exits 127
+// or 126 at once) is an error, as Docker's start of it would be, not a
+// job left without its service: StartService gives it serviceGrace.
 func (s *Session) StartService(ctx context.Context, c gvisor.ContainerConfig, log io.Writer) error {
 	w := newPrefixWriter(&s.outMu, orDiscard(log), "["+c.Name+"] ")
-	c.Stdout, c.Stderr = w, w
-	_, err := s.StartContainer(ctx, c)
-	return err
+	first := &headWriter{max: 512}
+	c.Stdout, c.Stderr = w, io.MultiWriter(w, first)
+	ct, err := s.StartContainer(ctx, c)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ct.Exited():
+		res, _ := ct.Wait(ctx)
+		if res.ExitCode == 126 || res.ExitCode == 127 {
+			return fmt.Errorf("its command did not start (exit %d): %s", res.ExitCode, strings.TrimSpace(first.String()))
+		}
+	case <-time.After(serviceGrace):
+	}
+	return nil
 }
+
+// serviceGrace is how long StartService watches a service for a command
+// that does not start.
+const serviceGrace = 250 * time.Millisecond
 
 // beginTrust starts the job's trust watch: the authored diff and the
 // baseline of a workspace that is filled already, whose read-only paths

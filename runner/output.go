@@ -62,3 +62,25 @@ func (p *prefixWriter) flushLocked(addNewline bool) {
 	p.w.Write(line)
 	p.buf = p.buf[:0]
 }
+
+// headWriter keeps the first max bytes written to it.
+type headWriter struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (h *headWriter) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if room := h.max - len(h.b); room > 0 {
+		h.b = append(h.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (h *headWriter) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return string(h.b)
+}

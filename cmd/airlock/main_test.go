@@ -200,6 +200,83 @@ func TestRunRecordsTheStepsOwnProcess(t *testing.T) {
 	}
 }
 
+// A hostile swap at the door: while `airlock run -- ./prog` runs again and
+// again, the host side of the workspace swaps ./prog between pwd and id.
+// Each run's record of its own process has the digest of the program
+// whose output the run printed, however the swap fell between airlock's
+// exec request and the exec.
+func TestRunRecordsWhatRanWhileSwapped(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	ws, state := workspace(t), stateDir(t)
+	progs, digests := map[string][]byte{}, map[string]string{}
+	for name, host := range map[string]string{"A": "/bin/pwd", "B": "/usr/bin/id"} {
+		b, err := os.ReadFile(host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(b)
+		progs[name], digests[name] = b, hex.EncodeToString(sum[:])
+	}
+	prog := filepath.Join(ws, "prog")
+	if err := os.WriteFile(prog, progs["A"], 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stop, swapped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(swapped)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			tmp := filepath.Join(ws, ".next")
+			os.WriteFile(tmp, progs[[]string{"A", "B"}[i%2]], 0o755)
+			os.Rename(tmp, prog)
+			time.Sleep(time.Duration(i%7) * time.Millisecond)
+		}
+	}()
+	defer func() { close(stop); <-swapped }()
+	seen := map[string]int{}
+	for i := 0; i < 12; i++ {
+		var out, errb bytes.Buffer
+		execute([]string{"run", "-w", ws, "--state-dir", state, "--json", "--", "./prog"}, &out, &errb)
+		var res struct {
+			Processes struct {
+				Execs []struct{ SHA256, Source string } `json:"execs"`
+			} `json:"processes"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			t.Fatalf("run %d: %v\n%s", i, err, errb.String())
+		}
+		ran := ""
+		switch {
+		case strings.Contains(errb.String(), "\n/workspace\n") || strings.HasPrefix(errb.String(), "/workspace\n"):
+			ran = "A"
+		case strings.Contains(errb.String(), "uid="):
+			ran = "B"
+		default:
+			continue // the swap left no program at the exec: a failed start
+		}
+		var own []string
+		for _, e := range res.Processes.Execs {
+			if e.Source == "airlock" {
+				own = append(own, e.SHA256)
+			}
+		}
+		if len(own) != 1 || own[0] != digests[ran] {
+			t.Fatalf("run %d ran %s (sha256 %s), recorded %v", i, ran, digests[ran], own)
+		}
+		seen[ran]++
+	}
+	t.Logf("runs of each program: %v", seen)
+	if seen["A"]+seen["B"] < 6 {
+		t.Fatalf("too few runs started: %v", seen)
+	}
+}
+
 // cli starts the test binary as the airlock CLI in its own process.
 func cli(t testing.TB, args ...string) *exec.Cmd {
 	t.Helper()

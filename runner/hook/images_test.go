@@ -263,3 +263,21 @@ func copyFile(t testing.TB, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// A service whose image lacks its command fails prepare_job, with the
+// line airlock's exec shim said, as Docker's start of it would: the job
+// is not left to run without its service.
+func TestHookServiceWithoutItsCommand(t *testing.T) {
+	h := newRunnerHost(t)
+	svc := writeBundle(t, imageRootFS(t, "image-db"), []string{"/usr/bin/no-such-server"}, nil)
+	os.WriteFile(filepath.Join(h.org, "images.cue"), []byte(fmt.Sprintf("package airlock\nsandbox: services: true\nsandbox: images: {%q: %q, %q: %q}\n",
+		"acme/db:1", svc, "node:20", imageRootFS(t, "image-job"))), 0o644)
+	h.job.Services = []servicePayload{{Image: "acme/db:1", Args: []string{}, Env: map[string]string{}, Ports: []string{}}}
+	code, out, _ := h.send(PrepareJob, h.job)
+	if code == 0 || !strings.Contains(out, "service db: its command did not start (exit 127): airlock: /usr/bin/no-such-server: command not found in the sandbox") {
+		t.Errorf("prepare_job: exit %d: %s", code, out)
+	}
+	if code, out := h.cleanup(map[string]any{}); code != 0 {
+		t.Errorf("cleanup after the failed prepare: exit %d: %s", code, out)
+	}
+}
