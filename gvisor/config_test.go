@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -58,6 +59,20 @@ func TestParseUser(t *testing.T) {
 		got, err := ParseUser(tc.in)
 		if (err == nil) != tc.ok || got != tc.want {
 			t.Errorf("ParseUser(%q) = %+v, %v", tc.in, got, err)
+		}
+	}
+}
+
+// A mask inside another (or repeated) is dropped: nothing to cover, and
+// no mount point inside the empty directory over it.
+func TestOutermostMasks(t *testing.T) {
+	for _, tc := range []struct{ in, want []string }{
+		{[]string{"/etc/airlock", "/etc/airlock/ci.key", "/opt/k"}, []string{"/etc/airlock", "/opt/k"}},
+		{[]string{"/opt/airlock/ci.key", "/opt/airlock"}, []string{"/opt/airlock"}},
+		{[]string{"/a", "/a/", "/ab"}, []string{"/a", "/ab"}},
+	} {
+		if got := outermost(tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("outermost(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

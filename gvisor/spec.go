@@ -174,7 +174,29 @@ func containerSpec(job Config, c ContainerConfig, skeleton string) *specs.Spec {
 // allMasks is every path to hide: the defaults, airlock's own state root
 // (wherever the caller put it), and the caller's.
 func allMasks(c Config) []string {
-	return append(append(append([]string{}, DefaultMasks...), c.StateRoot), c.ExtraMasks...)
+	return outermost(append(append(append([]string{}, DefaultMasks...), c.StateRoot), c.ExtraMasks...))
+}
+
+// outermost drops the paths that another one holds (or repeats): a mask
+// inside a masked directory has nothing to cover, and no mount point
+// inside the empty directory that hides it.
+func outermost(masks []string) []string {
+	var out []string
+	for i, p := range masks {
+		p = path.Clean(p)
+		covered := false
+		for j, q := range masks {
+			q = path.Clean(q)
+			if j != i && (paths.Below(p, q) || (p == q && j < i)) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // inWorkspace returns the masks below the workspace mount point, relative

@@ -109,7 +109,12 @@ type Inputs struct {
 	CheckoutInJob bool
 	// AttestKey is the door's signing key (a flag, the host's
 	// configuration); empty: the organisation policy's attest.key.
-	AttestKey string
+	// AttestPasswordFile holds an encrypted key's password.
+	AttestKey, AttestPasswordFile string
+	// RunnerRoot is the installation directory of the Actions runner
+	// the job runs under (FindRunnerRoot), hidden from the sandbox; empty:
+	// none.
+	RunnerRoot string
 	// LookupEnv reads airlock's own environment, where the values of the
 	// policy's secrets live. Nil: os.LookupEnv.
 	LookupEnv func(string) (string, bool)
@@ -166,9 +171,10 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	if ev := pr.Event; ev != nil {
 		p.Attest.Meta.PullRequest, p.Attest.Meta.Author, p.Attest.Meta.Event = ev.Number, ev.Author, "pull_request"
 	}
-	p.Attest.Key = in.AttestKey
+	p.Attest.Key, p.Attest.PasswordFile = in.AttestKey, in.AttestPasswordFile
 	if eff == nil {
 		p.Job.Sandbox = requestedSandbox(in)
+		p.Job.Sandbox.ExtraMasks = append(p.Job.Sandbox.ExtraMasks, hiddenPaths(nil, in, p.Attest, p.Job.Sandbox.WorkspaceMount)...)
 		return p, nil
 	}
 	pol := eff.Policy
@@ -196,6 +202,7 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	}
 
 	p.attestation(eff)
+	p.Job.Sandbox.ExtraMasks = append(p.Job.Sandbox.ExtraMasks, hiddenPaths(eff, in, p.Attest, p.Job.Sandbox.WorkspaceMount)...)
 	return p, nil
 }
 

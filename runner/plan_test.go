@@ -15,6 +15,16 @@ import (
 	"github.com/airlock-ci/airlock/policies"
 )
 
+// abs is p made absolute, as the plan hides the files a door names.
+func abs(t *testing.T, p string) string {
+	t.Helper()
+	a, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 // effective evaluates real policy text: the organisation's files, then the
 // repository's.
 func effective(t *testing.T, org, repo string) *policies.Effective {
@@ -84,7 +94,7 @@ steps: build: [{name: "vet", run: "go vet ./..."}]
 			check: func(t *testing.T, p Plan) {
 				c := p.Job.Sandbox
 				if c.RootFS != "/img" || c.WorkspaceMount != "/src" || c.Workspace != "/ws" || c.StateRoot != "/state" || !slices.Equal(c.Capabilities, []string{"CAP_CHOWN"}) ||
-					c.User.UID != 5 || c.Limits != tighter || !slices.Equal(c.ExtraMasks, []string{"/srv/x"}) {
+					c.User.UID != 5 || c.Limits != tighter || !slices.Equal(c.ExtraMasks, []string{"/srv/x", abs(t, "k.pem")}) {
 					t.Errorf("sandbox %+v", c)
 				}
 				if p.Job.Egress != nil || p.Job.Trust != nil || p.Job.Policy != nil || p.Attest.Key != "k.pem" {
@@ -99,7 +109,7 @@ steps: build: [{name: "vet", run: "go vet ./..."}]
 			in: Inputs{Workspace: "/ws", StateRoot: "/state", Masks: []string{"/srv/x"}, PolicyJob: "build", LookupEnv: secrets, Requests: Requests{Set: set()}},
 			check: func(t *testing.T, p Plan) {
 				c := p.Job.Sandbox
-				if c.Limits.Pids != 300 || c.Limits.Memory != 2<<30 || c.WorkspaceMount != "/workspace" || !slices.Equal(c.ExtraMasks, []string{"/etc/org-secret", "/srv/x"}) ||
+				if c.Limits.Pids != 300 || c.Limits.Memory != 2<<30 || c.WorkspaceMount != "/workspace" || !slices.Equal(c.ExtraMasks, []string{"/etc/org-secret", "/srv/x", "/etc/airlock", abs(t, ".")}) ||
 					!slices.Equal(c.Capabilities, []string{"CAP_NET_BIND_SERVICE"}) || len(c.Mounts) != 1 || c.Mounts[0].Destination != "/cache" {
 					t.Errorf("sandbox %+v", c)
 				}

@@ -134,7 +134,7 @@ func (o *runOptions) plan(ctx context.Context, flags *pflag.FlagSet, args []stri
 	for _, n := range plan.Notes {
 		fmt.Fprintf(stderr, "airlock: %s\n", n)
 	}
-	plan.Attest.Dir, plan.Attest.PasswordFile, plan.Attest.Repository = o.attestDir, o.attestPasswordFile, o.workspace
+	plan.Attest.Dir, plan.Attest.Repository = o.attestDir, o.workspace
 	if plan.Attest.Dir == "" {
 		plan.Attest.Dir = filepath.Join(o.stateDir, "attestations")
 	}
@@ -146,7 +146,8 @@ func (o *runOptions) plan(ctx context.Context, flags *pflag.FlagSet, args []stri
 func (o *runOptions) inputs(flags *pflag.FlagSet, args []string) (runner.Inputs, error) {
 	in := runner.Inputs{
 		Name: o.jobName, PolicyJob: o.jobFromPolicy, Workspace: o.workspace, StateRoot: o.stateDir,
-		Masks: o.masks, RunscFlags: o.runscFlags, AttestKey: o.attestKey,
+		Masks: o.masks, RunscFlags: o.runscFlags, AttestKey: o.attestKey, AttestPasswordFile: o.attestPasswordFile,
+		RunnerRoot:      runner.FindRunnerRoot(os.Getpid()),
 		GitHubServerURL: os.Getenv("GITHUB_SERVER_URL"), GitHubAPIURL: os.Getenv("GITHUB_API_URL"),
 		Requests: runner.Requests{RootFS: o.rootfs, Platform: o.platform, WorkspaceMount: o.workspaceMount, Capabilities: o.caps, Set: map[input.Name]bool{}},
 	}

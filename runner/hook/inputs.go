@@ -36,6 +36,9 @@ type hostInputs struct {
 	// runner gives its hook in the environment (GITHUB_SERVER_URL,
 	// GITHUB_API_URL).
 	serverURL, apiURL string
+	// runnerRoot is the runner's installation directory (its
+	// secrets), found from the runner process the hook runs under.
+	runnerRoot string
 }
 
 // eventFile is what reading the event file of the runner's payload gave:
@@ -117,7 +120,7 @@ func planInputs(args PrepareArgs, event eventFile, host hostInputs) (jobInputs, 
 		SharedRoot: host.cfg.JobsRoot,
 		Image:      c.Image, ContainerUser: user, Env: runner.EnvList(runnerWatermark(c.Env)), Mounts: mounts,
 		Masks: jobMasks(in.mounts, host.dir), Services: jobServices(args.Services, in.serviceNames),
-		TrustDir: repoDir(c.WorkingDirectory), CheckoutInJob: true, AttestKey: host.cfg.AttestKey,
+		TrustDir: repoDir(c.WorkingDirectory), CheckoutInJob: true, AttestKey: host.cfg.AttestKey, RunnerRoot: host.runnerRoot,
 		GitHubServerURL: host.serverURL, GitHubAPIURL: host.apiURL,
 	}
 	return in, nil

@@ -155,7 +155,10 @@ func readEvent(c *Container) eventFile {
 // configuration, the job's directory, and the github context's URLs,
 // which the runner gives its hook in the environment.
 func hostInputsFromEnv(cfg Config, dir string) hostInputs {
-	return hostInputs{cfg: cfg, dir: dir, serverURL: os.Getenv("GITHUB_SERVER_URL"), apiURL: os.Getenv("GITHUB_API_URL")}
+	// The daemon runs under the hook process until it is ready, and
+	// the hook under the runner's node and Runner.Worker.
+	return hostInputs{cfg: cfg, dir: dir, serverURL: os.Getenv("GITHUB_SERVER_URL"), apiURL: os.Getenv("GITHUB_API_URL"),
+		runnerRoot: runner.FindRunnerRoot(os.Getpid())}
 }
 
 // keepInputs keeps what the job's steps, containers and trust baseline

@@ -43,6 +43,9 @@ type runnerHost struct {
 	// job is prepare_job's payload (its container and services), which
 	// a test may change before h.prepare.
 	job payload
+	// worker, when set, is a fake runner's bin/Runner.Worker (a shell)
+	// that the hook's node runs under, as under the real runner.
+	worker string
 }
 
 // payload fills a template of testdata/runner.
@@ -239,6 +242,10 @@ func (h *runnerHost) call(input []byte) (int, string) {
 		h.t.Fatal(err)
 	}
 	cmd := exec.Command(nodeBinary(h.t), index)
+	if h.worker != "" {
+		// A child of the worker, not an exec: the runner's process tree.
+		cmd = exec.Command(h.worker, "-c", `"$@"; exit $?`, "sh", nodeBinary(h.t), index)
+	}
 	cmd.Env = append(os.Environ(), "AIRLOCK_BIN="+exe, hookProcessEnv+"=1", "PATH="+filepath.Join(h.temp, "bin")+":"+os.Getenv("PATH"))
 	cmd.Env = append(cmd.Env, h.env...)
 	cmd.Stdin = bytes.NewReader(append(input, '\n'))
