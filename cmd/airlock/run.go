@@ -147,8 +147,7 @@ func (o *runOptions) inputs(flags *pflag.FlagSet, args []string) (runner.Inputs,
 	in := runner.Inputs{
 		Name: o.jobName, PolicyJob: o.jobFromPolicy, Workspace: o.workspace, StateRoot: o.stateDir,
 		Masks: o.masks, RunscFlags: o.runscFlags, AttestKey: o.attestKey, AttestPasswordFile: o.attestPasswordFile,
-		RunnerRoot:      runner.FindRunnerRoot(os.Getpid()),
-		GitHubServerURL: os.Getenv("GITHUB_SERVER_URL"), GitHubAPIURL: os.Getenv("GITHUB_API_URL"),
+		RunnerRoot: runner.FindRunnerRoot(os.Getpid()), GitHubServerURL: os.Getenv("GITHUB_SERVER_URL"), GitHubAPIURL: os.Getenv("GITHUB_API_URL"),
 		Requests: runner.Requests{RootFS: o.rootfs, Platform: o.platform, WorkspaceMount: o.workspaceMount, Capabilities: o.caps, Set: map[input.Name]bool{}},
 	}
 	switch {
