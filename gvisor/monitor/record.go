@@ -285,7 +285,12 @@ func (r *Record) apply(t pb.MessageType, payload []byte) error {
 		if len(args) > 0 {
 			bin = args[0]
 		}
-		r.addExec(&pb.ExecveInfo{ContextData: m.GetContextData(), BinaryPath: bin, Argv: args})
+		// Started, not exec'd, and by airlock's request (the job's
+		// init, airlock's reaper; a container where there is no shim):
+		// airlock's, without a digest.
+		cd := m.GetContextData()
+		r.Started(cd.GetThreadGroupId(), eventTime(cd))
+		r.addExec(&pb.ExecveInfo{ContextData: cd, BinaryPath: bin, Argv: args})
 	default:
 		return fmt.Errorf("unexpected message type %d", t)
 	}

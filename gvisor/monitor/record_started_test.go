@@ -1,9 +1,11 @@
 package monitor
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	pb "gvisor.dev/gvisor/pkg/sentry/seccheck/points/points_go_proto"
 )
 
@@ -53,6 +55,41 @@ func TestStartedMarksOnlyTheShimsExec(t *testing.T) {
 				if got[i] != tc.want[i] {
 					t.Errorf("sources %v, want %v", got, tc.want)
 				}
+			}
+		})
+	}
+}
+
+// A container's start is airlock's: as the shim, its next exec is the
+// record; as anything else (the job's init, airlock's reaper), the start
+// itself is, with no digest.
+func TestContainerStartIsAirlocks(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string // binary/source of the records
+	}{
+		{"through the shim", []string{ExecShimPath, "/usr/bin/redis-server"}, []string{"/bin/x airlock"}},
+		{"the reaper", []string{"/.airlock/reaper"}, []string{"/.airlock/reaper airlock", "/bin/x execve"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := NewRecord()
+			b, err := proto.Marshal(&pb.Start{ContextData: ctxData(9, 1), Args: tc.args})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.apply(pb.MessageType_MESSAGE_CONTAINER_START, b); err != nil {
+				t.Fatal(err)
+			}
+			cd := ctxData(9, 1)
+			cd.TimeNs += int64(time.Millisecond)
+			r.addExec(&pb.ExecveInfo{ContextData: cd, BinaryPath: "/bin/x", Argv: []string{"x"}})
+			var got []string
+			for _, e := range r.Snapshot().Execs {
+				got = append(got, e.Binary+" "+e.Source)
+			}
+			if strings.Join(got, "; ") != strings.Join(tc.want, "; ") {
+				t.Errorf("records %q, want %q", got, tc.want)
 			}
 		})
 	}
