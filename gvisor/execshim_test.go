@@ -178,11 +178,11 @@ func waitExecs(t *testing.T, sb *Sandbox, n int, due bool) []monitor.Exec {
 }
 
 // airlockExecs are the execs airlock started, but its own helper's
-// (the statfs after a failed step).
+// (the statfs after a failed step) and the job's init.
 func airlockExecs(execs []monitor.Exec) []monitor.Exec {
 	var out []monitor.Exec
 	for _, e := range execs {
-		if e.Source == monitor.SourceAirlock && e.Binary != initPath {
+		if e.Source == monitor.SourceAirlock && e.Binary != initPath && e.Binary != reaperPath {
 			out = append(out, e)
 		}
 	}
