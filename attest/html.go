@@ -167,9 +167,7 @@ func refusedFirst(ds []EgressDecision) []EgressDecision {
 func processesByStep(steps []Step, execs []Exec) []stepProcesses {
 	groups := make([][]Exec, len(steps)+1)
 	for _, e := range execs {
-		i := slices.IndexFunc(steps, func(s Step) bool {
-			return !e.Time.Before(s.Start) && (s.End.IsZero() || !e.Time.After(s.End))
-		})
+		i := slices.IndexFunc(steps, func(s Step) bool { return s.Holds(e.Time) })
 		if i < 0 {
 			i = len(steps)
 		}

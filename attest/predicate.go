@@ -128,6 +128,22 @@ type Step struct {
 	Message string `json:"message"`
 }
 
+// Holds reports whether t falls in the step's time span (a step without
+// an end holds everything after its start).
+func (s Step) Holds(t time.Time) bool {
+	return !t.Before(s.Start) && (s.End.IsZero() || !t.After(s.End))
+}
+
+// StepAt names the step whose time span holds t ("" when none does).
+func StepAt(steps []Step, t time.Time) string {
+	for _, s := range steps {
+		if s.Holds(t) {
+			return s.Name
+		}
+	}
+	return ""
+}
+
 // Processes is the runtime-monitoring exec record, bounded.
 type Processes struct {
 	Execs []Exec `json:"execs"`

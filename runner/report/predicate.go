@@ -48,7 +48,7 @@ func Predicate(res runner.Result, m attest.Meta) attest.Predicate {
 		}
 	}
 	addSteps(&p, res.Steps)
-	addProcesses(&p, res.Processes, res.Steps)
+	addProcesses(&p, res.Processes) // after addSteps: each exec names its step
 	if res.Egress != nil {
 		addEgress(&p, res.Egress, res.Start)
 	}
@@ -113,7 +113,7 @@ func addSteps(p *attest.Predicate, steps []runner.StepOutcome) {
 
 // addProcesses records the first attest.MaxExecs execs, argv bounded and
 // digested; the rest are counted.
-func addProcesses(p *attest.Predicate, procs monitor.Snapshot, steps []runner.StepOutcome) {
+func addProcesses(p *attest.Predicate, procs monitor.Snapshot) {
 	execs := procs.Execs
 	p.Processes.Dropped = procs.DroppedExecs
 	p.Processes.DroppedBySentry, p.Processes.Malformed = procs.DroppedBySentry, procs.Malformed
@@ -124,23 +124,13 @@ func addProcesses(p *attest.Predicate, procs monitor.Snapshot, steps []runner.St
 	for _, x := range execs {
 		argv, _ := json.Marshal(x.Argv)
 		sum := sha256.Sum256(argv)
-		e := attest.Exec{Time: x.Time, PID: x.PID, PPID: x.PPID, UID: x.UID, Step: stepAt(steps, x.Time), Source: x.Source, Binary: clip(x.Binary, 512), SHA256: x.SHA256, ArgvSHA256: hex.EncodeToString(sum[:]), ArgvTruncated: x.ArgvTruncated, Argv: boundArgv(x.Argv)}
+		e := attest.Exec{Time: x.Time, PID: x.PID, PPID: x.PPID, UID: x.UID, Step: attest.StepAt(p.Steps, x.Time), Source: x.Source, Binary: clip(x.Binary, 512), SHA256: x.SHA256, ArgvSHA256: hex.EncodeToString(sum[:]), ArgvTruncated: x.ArgvTruncated, Argv: boundArgv(x.Argv)}
 		if x.Exit != nil {
 			t, c := x.Exit.Time, x.Exit.Code
 			e.ExitTime, e.ExitCode, e.Signal = &t, &c, x.Exit.Signal
 		}
 		p.Processes.Execs = append(p.Processes.Execs, e)
 	}
-}
-
-// stepAt names the step whose time span holds t ("" when none does).
-func stepAt(steps []runner.StepOutcome, t time.Time) string {
-	for _, s := range steps {
-		if !t.Before(s.Start) && (s.End.IsZero() || !t.After(s.End)) {
-			return s.Name
-		}
-	}
-	return ""
 }
 
 // addEgress records the first attest.MaxDecisions decisions as rows and

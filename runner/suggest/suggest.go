@@ -218,7 +218,7 @@ func attempts(run int, p attest.Predicate, skipped map[string]int) []attempt {
 			skipped["an IP address (egress is allowed by name only)"]++
 			continue
 		}
-		a := attempt{host: name, port: d.Port, wouldDeny: d.Decision == rules.WouldDeny, run: run, step: stepAt(p.Steps, d.Time), program: programAt(execs[d.PID], d.Time)}
+		a := attempt{host: name, port: d.Port, wouldDeny: d.Decision == rules.WouldDeny, run: run, step: attest.StepAt(p.Steps, d.Time), program: programAt(execs[d.PID], d.Time)}
 		switch {
 		case d.Protocol == rules.ProtoDNS:
 			a.kind, a.port = dnsAttempt, 0
@@ -577,16 +577,6 @@ func programAt(execs []attest.Exec, t time.Time) string {
 		}
 	}
 	return bin
-}
-
-// stepAt is the step running at t.
-func stepAt(steps []attest.Step, t time.Time) string {
-	for _, s := range steps {
-		if !t.Before(s.Start) && (s.End.IsZero() || !t.After(s.End)) {
-			return s.Name
-		}
-	}
-	return ""
 }
 
 func sortedKeys[K interface{ ~string | ~int }, V any](m map[K]V) []K {
