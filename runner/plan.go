@@ -56,10 +56,12 @@ type Requests struct {
 }
 
 // RequestInputs are the inputs a Requests.Set may name: the requests
-// that can only tighten a policy.
-var RequestInputs = []input.Name{
-	input.RootFS, input.Platform, input.WorkspaceMount, input.Capabilities, input.JobTimeout, input.StepTimeout,
-	input.Memory, input.Pids, input.CPUs, input.Overlay, input.Tmp, input.Output,
+// that can only tighten a policy (a new slice each call).
+func RequestInputs() []input.Name {
+	return []input.Name{
+		input.RootFS, input.Platform, input.WorkspaceMount, input.Capabilities, input.JobTimeout, input.StepTimeout,
+		input.Memory, input.Pids, input.CPUs, input.Overlay, input.Tmp, input.Output,
+	}
 }
 
 // Inputs are what a door brings to a job besides the policy.

@@ -175,7 +175,7 @@ func (o *runOptions) inputs(flags *pflag.FlagSet, args []string) (runner.Inputs,
 		return in, usagef("limits must not be negative")
 	}
 	in.Requests.Limits = o.limits
-	for _, n := range runner.RequestInputs {
+	for _, n := range runner.RequestInputs() {
 		in.Requests.Set[n] = flags.Changed(strings.TrimPrefix(flagSpelling().Of(n), "--"))
 	}
 	if o.user != "" {
