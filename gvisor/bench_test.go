@@ -322,3 +322,65 @@ func BenchmarkFirstProbe(b *testing.B) {
 	b.ReportMetric(float64(job.Microseconds())/n/1000, "job-sandbox-ms")
 	b.ReportMetric(float64(probe)/float64(job), "probe/job-sandbox")
 }
+
+// BenchmarkWorkspaceLimit compares whole jobs (create, one step, destroy:
+// what the user waits for) in a bounded workspace (the default 16G limit:
+// mkfs, loop device, overlay, and the merge of what the job wrote) with
+// the same jobs in an unlimited one, interleaved in every iteration. The
+// steps: `true` (the fixed cost), the sample's go build with its build
+// cache and binary in the workspace, and a file-heavy one (20,000 small
+// files unpacked, read back and merged).
+func BenchmarkWorkspaceLimit(b *testing.B) {
+	requireRootB(b)
+	src, err := filepath.Abs("../testdata/sample-pr")
+	if err != nil {
+		b.Fatal(err)
+	}
+	files := filepath.Join(b.TempDir(), "files.tar")
+	if out, err := exec.Command("/bin/sh", "-c", "cd $(dirname "+files+") && mkdir t && cd t && for d in $(seq 100); do mkdir d$d; for f in $(seq 200); do head -c 1024 /dev/urandom > d$d/f$f; done; done && tar cf "+files+" . && cd .. && rm -r t").CombinedOutput(); err != nil {
+		b.Fatalf("make the files: %v %s", err, out)
+	}
+	for _, w := range []struct {
+		name, script string
+		fill         func(ws string) error
+	}{
+		{"true", "true", func(string) error { return nil }},
+		{"go-build", "export GOCACHE=$PWD/.cache GOFLAGS=-buildvcs=false GOTOOLCHAIN=local PATH=/usr/local/go/bin:$PATH; go build -a -o wordcount ./cmd/wordcount",
+			func(ws string) error { return exec.Command("cp", "-a", src+"/.", ws).Run() }},
+		{"small-files", "mkdir x && cd x && tar xf ../files.tar && cat d*/* | wc -c",
+			func(ws string) error { return exec.Command("cp", files, ws).Run() }},
+	} {
+		b.Run(w.name, func(b *testing.B) {
+			var took [2]time.Duration
+			for i := 0; i < b.N; i++ {
+				for k, limit := range []int64{0, DefaultLimits().Workspace} {
+					ws := b.TempDir()
+					if err := w.fill(ws); err != nil {
+						b.Fatal(err)
+					}
+					exec.Command("chown", "-R", "1000:1000", ws).Run()
+					l := DefaultLimits()
+					l.Workspace = limit
+					t := time.Now()
+					ctx := context.Background()
+					sb, err := Create(ctx, Config{ID: testJobID(), Workspace: ws, StateRoot: filepath.Join(testStateBase, "bench-ws"), Limits: l})
+					if err != nil {
+						b.Fatal(err)
+					}
+					res, err := sb.Exec(ctx, Step{Args: []string{"/bin/sh", "-c", w.script}})
+					if derr := sb.Destroy(ctx); err == nil {
+						err = derr
+					}
+					took[k] += time.Since(t)
+					if err != nil || res.ExitCode != 0 {
+						b.Fatalf("step: %v %+v", err, res)
+					}
+				}
+			}
+			n := float64(b.N)
+			b.ReportMetric(took[0].Seconds()/n, "unlimited-s")
+			b.ReportMetric(took[1].Seconds()/n, "bounded-s")
+			b.ReportMetric(float64(took[1])/float64(took[0]), "bounded/unlimited")
+		})
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-ci/airlock/gvisor/quota"
 	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/internal/paths"
 )
@@ -51,6 +52,10 @@ type Limits struct {
 	Tmp int64 `json:"tmp"`
 	// Output caps the bytes of stdout plus stderr captured per step.
 	Output int64 `json:"output"`
+	// Workspace is the most the job may write into its workspace (the
+	// workspace gets one file per quota.BytesPerInode of it): see
+	// package quota.
+	Workspace int64 `json:"workspace"`
 }
 
 // DefaultLimits are modest limits that suit a typical CI job on a shared
@@ -65,6 +70,7 @@ func DefaultLimits() Limits {
 		Overlay:     2 << 30,
 		Tmp:         2 << 30,
 		Output:      64 << 20,
+		Workspace:   16 << 30,
 	}
 }
 
@@ -142,6 +148,10 @@ type Config struct {
 	Capabilities []string
 	// Limits bound the job.
 	Limits Limits
+	// WorkspaceKeep are workspace-relative directories that stay on the
+	// host's disk when the workspace is bounded (quota.Limit.Keep): the
+	// runner's own, which the job does not see.
+	WorkspaceKeep []string
 	// ReadOnlyPaths are workspace-relative paths (existing directories or
 	// files, not symlinks) mounted read-only over themselves: writes to
 	// them fail inside the sandbox with EROFS.
@@ -292,6 +302,9 @@ func (c Config) withDefaults() (Config, error) {
 			return c, err
 		}
 		c.User = &u
+	}
+	if w := c.Limits.Workspace; w > 0 && w < quota.MinBytes {
+		return c, fmt.Errorf("%w: workspace limit %s: at least %s", ErrInvalidConfig, humanBytes(w), humanBytes(quota.MinBytes))
 	}
 	if c.Mounts, err = checkMounts(c.Mounts); err != nil {
 		return c, err

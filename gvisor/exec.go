@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-ci/airlock/gvisor/quota"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
@@ -27,6 +28,8 @@ const (
 	LimitPids    = "pids"
 	LimitDisk    = "disk"
 	LimitOutput  = "output"
+	// LimitWorkspace: the step filled its workspace (package quota).
+	LimitWorkspace = "workspace"
 )
 
 // Step is one command to execute in the sandbox.
@@ -323,6 +326,9 @@ func (s *Sandbox) detectLimit(exitCode int, before usage, diskFull func() bool) 
 	if exitCode != 0 && s.cfg.Limits.Pids > 0 && s.ctl.taskCount() >= s.cfg.Limits.Pids*9/10 {
 		return LimitPids
 	}
+	if exitCode != 0 && s.workspaceFull() {
+		return LimitWorkspace
+	}
 	if exitCode != 0 && diskFull != nil && diskFull() {
 		return LimitDisk
 	}
@@ -339,6 +345,16 @@ func (s *Sandbox) startProcess(proc specs.Process, stdout, stderr *os.File) (int
 		s.record.Started(pid, since)
 	}
 	return pid, err
+}
+
+// workspaceFull reports whether the job has (almost) filled its
+// workspace's limit, in bytes or files.
+func (s *Sandbox) workspaceFull() bool {
+	if s.volume == nil {
+		return false
+	}
+	u, err := s.volume.Usage()
+	return err == nil && u.Full()
 }
 
 // diskFull runs the statfs helper inside the sandbox and reports whether
@@ -396,6 +412,8 @@ func limitMessage(limit string, l Limits, timeout time.Duration) string {
 		return fmt.Sprintf("step filled its writable filesystem (overlay limit %s, /tmp limit %s)", humanBytes(l.Overlay), humanBytes(l.Tmp))
 	case LimitOutput:
 		return fmt.Sprintf("step killed: it printed more than the output cap (%s)", humanBytes(l.Output))
+	case LimitWorkspace:
+		return fmt.Sprintf("step filled the workspace: writes past %s or %d files fail with ENOSPC (sandbox.limits.workspace; a repository may lower it, the organisation policy raise it)", humanBytes(l.Workspace), quota.Limit{Bytes: l.Workspace}.Inodes())
 	}
 	return ""
 }

@@ -25,7 +25,7 @@ func runHelper() int {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 1
 	}
-	go sb.Exec(context.Background(), Step{Args: []string{"/bin/sh", "-c", "sleep 600 & sleep 600"}})
+	go sb.Exec(context.Background(), Step{Args: []string{"/bin/sh", "-c", "echo job > /workspace/written; sleep 600 & sleep 600"}})
 	if img := os.Getenv("AIRLOCK_TEST_CONTAINER_ROOTFS"); img != "" {
 		// A service that runs until killed: the init of the in-sandbox
 		// helper, which the test copied into the image.

@@ -61,6 +61,23 @@ func TestLimits(t *testing.T) {
 			after:   "rm /tmp/fill && echo ok",
 		},
 		{
+			name:    "workspace filler",
+			limits:  func(l *Limits) { l.Workspace = 32 << 20 },
+			step:    Step{Args: []string{"/bin/sh", "-c", "dd if=/dev/zero of=/workspace/fill bs=1M count=512"}},
+			want:    LimitWorkspace,
+			maxTime: 30 * time.Second,
+			after:   "rm /workspace/fill && echo ok > /workspace/after && cat /workspace/after",
+		},
+		{
+			// 32 MiB buy 2048 files: many empty ones run out too.
+			name:    "workspace file flood",
+			limits:  func(l *Limits) { l.Workspace = 32 << 20 },
+			step:    Step{Args: []string{"/bin/sh", "-c", "mkdir /workspace/many && cd /workspace/many && i=0; while : > f$i; do i=$((i+1)); done"}},
+			want:    LimitWorkspace,
+			maxTime: 60 * time.Second,
+			after:   "rm -r /workspace/many && echo ok",
+		},
+		{
 			name:    "1 GiB of output",
 			limits:  func(l *Limits) { l.Output = 1 << 20 },
 			step:    Step{Args: []string{"/bin/sh", "-c", "head -c 1073741824 /dev/urandom"}},

@@ -108,7 +108,11 @@ func bindPins(pins []pin) error {
 		}
 		// /proc/self, not files.FDPath: the gofer has a PID namespace of
 		// its own, and the host's /proc knows it by another pid.
-		err = unix.Mount(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), p.At, "", unix.MS_BIND, "")
+		// Recursive: the mounts below the source (a bounded workspace's
+		// kept directories, quota.Limit.Keep) are locked in the gofer's
+		// namespace, and the kernel refuses to bind a directory without
+		// the locked mounts below it (EINVAL).
+		err = unix.Mount(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), p.At, "", unix.MS_BIND|unix.MS_REC, "")
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("bind %s: %w", filepath.Join(p.Base, p.Rel), err)

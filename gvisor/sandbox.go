@@ -17,6 +17,7 @@ import (
 	"gvisor.dev/gvisor/runsc/container"
 
 	"github.com/airlock-ci/airlock/gvisor/monitor"
+	"github.com/airlock-ci/airlock/gvisor/quota"
 )
 
 // Sandbox is one running job sandbox. Its methods are safe for concurrent
@@ -30,8 +31,10 @@ type Sandbox struct {
 	record   *monitor.Record
 	recv     *monitor.Receiver
 	cg       cgroups
-	ctl      *controller // set once the sandbox runs
-	shim     string      // the exec shim's host file ("" where there is none)
+	ctl      *controller   // set once the sandbox runs
+	shim     string        // the exec shim's host file ("" where there is none)
+	volume   *quota.Volume // bounds the workspace (nil: no limit)
+	released Workspace     // what Destroy's release of the volume found
 
 	execMu  sync.Mutex // one step at a time
 	execSeq int
@@ -103,7 +106,13 @@ func Create(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
 	if s.lock, err = lockJobDir(dir); err != nil {
 		return nil, err
 	}
-	if err := s.prepare(exe); err != nil {
+	// The workspace's volume is made while the bundle is: both are ready
+	// before the gofer starts (and a failure of either is cleaned up by
+	// Destroy, once both are done).
+	volume := make(chan error, 1)
+	go func() { volume <- s.boundWorkspace() }()
+	err = s.prepare(exe)
+	if err = errors.Join(<-volume, err); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -119,6 +128,25 @@ func Create(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
 		return nil, fmt.Errorf("%w: %v", ErrStartFailure, err)
 	}
 	return s, nil
+}
+
+// boundWorkspace mounts the workspace's volume when the job has a
+// workspace limit (package quota).
+func (s *Sandbox) boundWorkspace() error {
+	c := s.cfg
+	if c.Limits.Workspace <= 0 {
+		return nil
+	}
+	dir := volumeDir(c.StateRoot, c.ID)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return fmt.Errorf("create the workspace volumes' directory: %w", err)
+	}
+	v, err := quota.Mount(dir, c.Workspace, quota.Limit{Bytes: c.Limits.Workspace, Keep: c.WorkspaceKeep})
+	if err != nil {
+		return fmt.Errorf("bound the workspace (sandbox.limits.workspace): %w", err)
+	}
+	s.volume = v
+	return nil
 }
 
 // lockJobDir takes the job directory's lock. The kernel drops it when the
@@ -354,6 +382,16 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		if s.recv != nil {
 			s.recv.Close()
 		}
+		// Every process of the job is gone: nothing writes the workspace
+		// any more, so what the job wrote can be merged into it.
+		if s.volume != nil {
+			s.released.Limit = s.volume.Limit().Bytes
+			s.released.Usage, _ = s.volume.Usage()
+			var err error
+			if s.released.Merged, err = s.volume.Release(); err != nil {
+				s.destErr = errors.Join(s.destErr, err)
+			}
+		}
 		if err := os.RemoveAll(s.dir); err != nil && s.destErr == nil {
 			s.destErr = fmt.Errorf("remove job directory: %w", err)
 		}
@@ -363,6 +401,37 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	})
 	return s.destErr
 }
+
+// volumeDir is where the job's workspace volume lives: outside its job
+// directory, whose mounts a failed start's reset and destroyJob unmount,
+// and on a disk: a state directory in memory (the default, /run/airlock)
+// would hold the job's files in the host's memory, so its volumes go to
+// DefaultVolumeRoot (hidden from every job, as DefaultMasks says).
+func volumeDir(stateRoot, id string) string {
+	var st unix.Statfs_t
+	if err := unix.Statfs(stateRoot, &st); err == nil && (st.Type == unix.TMPFS_MAGIC || st.Type == unix.RAMFS_MAGIC) {
+		return filepath.Join(DefaultVolumeRoot, id)
+	}
+	return filepath.Join(stateRoot, "volumes", id)
+}
+
+// DefaultVolumeRoot holds the workspace volumes of jobs whose state
+// directory is in memory.
+const DefaultVolumeRoot = "/var/lib/airlock/volumes"
+
+// Workspace is what a bounded workspace held at the end of the job.
+type Workspace struct {
+	// Limit is the job's limit in bytes (0: none).
+	Limit int64 `json:"limit"`
+	// Usage is the volume's use when the job ended.
+	Usage quota.Usage `json:"usage"`
+	// Merged is what the job wrote, as merged into the workspace.
+	Merged quota.Merged `json:"merged"`
+}
+
+// Released says what the workspace's volume held and what was merged
+// into the workspace; after Destroy.
+func (s *Sandbox) Released() Workspace { return s.released }
 
 // destroyJob kills the sandbox and its sub-containers, deletes their runsc
 // state, kills any process still naming the job directory and removes its

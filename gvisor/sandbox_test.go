@@ -277,8 +277,9 @@ func TestReapAfterSIGKILL(t *testing.T) {
 			id := testJobID()
 			cmd := exec.Command("/proc/self/exe")
 			cmd.Args[0] = "gvisor.test" // not /proc/self/exe: Dispatch would take it for runsc
+			ws := newWorkspace(t)
 			cmd.Env = append(os.Environ(), helperEnv+"=1", "AIRLOCK_TEST_JOB_ID="+id,
-				"AIRLOCK_TEST_WORKSPACE="+newWorkspace(t), "AIRLOCK_TEST_STATE_ROOT="+state)
+				"AIRLOCK_TEST_WORKSPACE="+ws, "AIRLOCK_TEST_STATE_ROOT="+state)
 			jobDir := filepath.Join(state, "jobs", id)
 			// Sandbox and gofer, and one gofer per sub-container.
 			wantProcs, mounted := 2, []string{jobDir}
@@ -303,6 +304,15 @@ func TestReapAfterSIGKILL(t *testing.T) {
 			}
 			// Wait until the sandbox and gofers run, then kill their owner.
 			waitFor(t, 30*time.Second, func() bool { return countProcesses(jobDir) >= wantProcs })
+			// The job's write is on the bounded workspace's volume.
+			waitFor(t, 30*time.Second, func() bool { _, err := os.Stat(filepath.Join(ws, "written")); return err == nil })
+			volume := volumeDir(state, id)
+			if _, err := os.Stat(filepath.Join(volume, "image")); err != nil {
+				t.Fatalf("no workspace volume: %v", err)
+			}
+			if mountsNaming(ws) == 0 {
+				t.Fatal("no overlay on the workspace: the checks below would prove nothing")
+			}
 			cmd.Process.Kill()
 			cmd.Wait()
 			if n := countProcesses(jobDir); n < wantProcs {
@@ -326,6 +336,16 @@ func TestReapAfterSIGKILL(t *testing.T) {
 			}
 			if _, err := os.Stat(jobDir); err == nil {
 				t.Errorf("job directory %s survives reaping", jobDir)
+			}
+			// The workspace's volume is released: merged, unmounted, gone.
+			if _, err := os.Stat(volume); err == nil {
+				t.Errorf("workspace volume %s survives reaping", volume)
+			}
+			if n := mountsNaming(ws); n != 0 {
+				t.Errorf("%d mounts on the workspace survive reaping", n)
+			}
+			if b, err := os.ReadFile(filepath.Join(ws, "written")); string(b) != "job\n" {
+				t.Errorf("what the killed job wrote was not merged into the workspace: %q %v", b, err)
 			}
 			for _, d := range cgroupsFor("airlock-" + id).dirs {
 				if _, err := os.Stat(d); err == nil {

@@ -75,7 +75,7 @@ func buildSpec(c Config, skeleton, exe, reaper, shim, emptyFile string) (*specs.
 			Resources: resources(c.Limits),
 		},
 	}
-	spec.Mounts = append(spec.Mounts, bindMounts(c.Mounts)...)
+	spec.Mounts = append(spec.Mounts, bindMounts(c.Mounts, c)...)
 	spec.Mounts = append(spec.Mounts, specs.Mount{
 		Destination: initPath, Type: "bind", Source: exe,
 		Options: []string{"bind", "ro", "nosuid", "nodev"},
@@ -159,7 +159,7 @@ func containerSpec(job Config, c ContainerConfig, skeleton string) *specs.Spec {
 			NoNewPrivileges: true,
 			Rlimits:         rlimits(job.Limits),
 		},
-		Mounts: append(freshMounts(job.Limits), bindMounts(c.Mounts)...),
+		Mounts: append(freshMounts(job.Limits), bindMounts(c.Mounts, job)...),
 		Linux: &specs.Linux{
 			// A PID namespace of its own: the container and the job's
 			// steps cannot see or signal each other's processes. The
@@ -228,8 +228,21 @@ func outsideWorkspace(c Config, dirs []string) []string {
 
 func baseMounts(c Config) []specs.Mount {
 	return append(freshMounts(c.Limits), specs.Mount{
-		Destination: c.WorkspaceMount, Type: "bind", Source: c.Workspace, Options: append([]string{"bind", "rw"}, writableOpts...),
+		Destination: c.WorkspaceMount, Type: "bind", Source: c.Workspace, Options: append([]string{bindOf(c), "rw"}, writableOpts...),
 	})
+}
+
+// bindOf is how the gofer binds the job's host directories: recursively
+// when a bounded workspace has kept directories (quota.Limit.Keep), which
+// are mounts below the workspace and below the runner's directories in
+// it, and which the kernel locks in the gofer's namespace (a bind
+// without them is refused, EINVAL). The sandbox masks or replaces each
+// of them (runner/hook's jobMasks and jobMounts).
+func bindOf(c Config) string {
+	if len(c.WorkspaceKeep) > 0 && c.Limits.Workspace > 0 {
+		return "rbind"
+	}
+	return "bind"
 }
 
 // freshMounts are the filesystems every container of the sandbox gets new
@@ -251,10 +264,10 @@ func freshMounts(l Limits) []specs.Mount {
 }
 
 // bindMounts are the spec mounts of extra host directories.
-func bindMounts(mounts []Mount) []specs.Mount {
+func bindMounts(mounts []Mount, c Config) []specs.Mount {
 	var out []specs.Mount
 	for _, m := range mounts {
-		opts := []string{"bind", "rw", "nosuid", "nodev"}
+		opts := []string{bindOf(c), "rw", "nosuid", "nodev"}
 		if m.ReadOnly {
 			opts[1] = "ro"
 		}

@@ -292,10 +292,24 @@ func orgOnly(eff *Effective) error {
 			problems = append(problems, fmt.Sprintf("%s: set by the repository policy (%s); %s: remove it from the repository policy, or ask the runner's administrators to add it", f.name, repoPaths(eff.Sources), f.why))
 		}
 	}
+	if p := workspaceRaised(o.Policy.Sandbox.Limits, eff.Policy.Sandbox.Limits, eff.Sources); p != "" {
+		problems = append(problems, p)
+	}
 	if len(problems) > 0 {
 		return &Error{Problems: problems}
 	}
 	return nil
+}
+
+// workspaceRaised says why the effective workspace limit is refused when
+// it is above the organisation's own ("0" is no limit: above any other).
+func workspaceRaised(org, eff Limits, sources []Source) string {
+	o, oerr := ParseSize(org.WorkspaceOrDefault())
+	e, eerr := ParseSize(eff.WorkspaceOrDefault())
+	if oerr != nil || eerr != nil || o == e || (o != 0 && e != 0 && e < o) || o == 0 {
+		return ""
+	}
+	return fmt.Sprintf("sandbox.limits.workspace: the repository policy (%s) raises it to %q, above the organisation's %q: a repository may only lower it; lower it, or ask the runner's administrators to raise the organisation's", repoPaths(sources), eff.WorkspaceOrDefault(), org.WorkspaceOrDefault())
 }
 
 func repoPaths(srcs []Source) string {

@@ -87,6 +87,14 @@ func TestOrgAndRepo(t *testing.T) {
 				}
 			},
 		},
+		{name: "lower the workspace limit", repo: "sandbox: limits: workspace: \"2G\"\n", check: func(t *testing.T, p Policy) {
+			if p.Sandbox.Limits.Workspace != "2G" {
+				t.Errorf("workspace = %q", p.Sandbox.Limits.Workspace)
+			}
+		}},
+		{name: "raise the workspace limit", repo: "sandbox: limits: workspace: \"64G\"\n", wantErr: []string{"sandbox.limits.workspace: the repository policy (.github/airlock.cue) raises it to \"64G\", above the organisation's \"16G\"", "only lower it"}},
+		{name: "lift the workspace limit", repo: "sandbox: limits: workspace: \"0\"\n", wantErr: []string{"sandbox.limits.workspace", "raises it to \"0\""}},
+		{name: "a workspace limit that is not a size", repo: "sandbox: limits: workspace: \"lots\"\n", wantErr: []string{"sandbox.limits.workspace", ".github/airlock.cue:1:"}},
 		{name: "raise pids past the org bound", repo: "sandbox: limits: pids: 4096\n", wantErr: []string{"sandbox.limits.pids", "org.cue:", ".github/airlock.cue:1:"}},
 		{name: "open egress the org pinned", repo: "egress: default: \"allow\"\n", wantErr: []string{"egress.default", "conflicting values", "org.cue:8:", ".github/airlock.cue:1:"}},
 		{name: "relax a pinned trust action", repo: "trust: runtime: \"git-hooks\": \"warn\"\n", wantErr: []string{`trust.runtime."git-hooks"`, "org.cue:", ".github/airlock.cue:1:"}},
@@ -261,6 +269,27 @@ func TestExplain(t *testing.T) {
 			if !strings.Contains(by, w) {
 				t.Errorf("%s: set by %q, want %q in it", tc.path, by, w)
 			}
+		}
+	}
+}
+
+// Without an organisation policy the default (16G) is the most a
+// repository may ask for.
+func TestWorkspaceLimitWithoutOrganisation(t *testing.T) {
+	for _, tc := range []struct{ repo, want, wantErr string }{
+		{repo: "sandbox: limits: workspace: \"8G\"\n", want: "8G"},
+		{repo: "egress: default: \"deny\"\n", want: ""},
+		{repo: "sandbox: limits: workspace: \"17G\"\n", wantErr: `above the organisation's "16G"`},
+	} {
+		eff, err := Load(context.Background(), []Source{repo(tc.repo)})
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%q: %v, want %q", tc.repo, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || eff.Policy.Sandbox.Limits.Workspace != tc.want {
+			t.Errorf("%q: %v %q, want %q", tc.repo, err, eff.Policy.Sandbox.Limits.Workspace, tc.want)
 		}
 	}
 }

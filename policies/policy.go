@@ -106,6 +106,21 @@ type Limits struct {
 	Overlay     string  `json:"overlay"`
 	Tmp         string  `json:"tmp"`
 	Output      string  `json:"output"`
+	// Workspace is the most a job may write into its workspace; empty:
+	// DefaultWorkspaceLimit. The organisation's value is also the most a
+	// repository may set (see orgOnly).
+	Workspace string `json:"workspace,omitempty"`
+}
+
+// DefaultWorkspaceLimit is sandbox.limits.workspace when no policy sets it.
+const DefaultWorkspaceLimit = "16G"
+
+// WorkspaceOrDefault is the workspace limit as written, or the default.
+func (l Limits) WorkspaceOrDefault() string {
+	if l.Workspace == "" {
+		return DefaultWorkspaceLimit
+	}
+	return l.Workspace
 }
 
 // Egress is the network policy.

@@ -108,8 +108,11 @@ type Result struct {
 	Steps     []StepOutcome    `json:"steps"`
 	Processes monitor.Snapshot `json:"processes"`
 	Workspace workspace.Report `json:"workspaceTidy"`
-	Reaped    []gvisor.Reaped  `json:"reaped,omitempty"`
-	Policy    *PolicyInfo      `json:"policy,omitempty"`
+	// WorkspaceVolume is what the job wrote into its bounded workspace:
+	// the limit, what it used, what was merged into the workspace.
+	WorkspaceVolume *WorkspaceVolume `json:"workspaceVolume,omitempty"`
+	Reaped          []gvisor.Reaped  `json:"reaped,omitempty"`
+	Policy          *PolicyInfo      `json:"policy,omitempty"`
 	// Egress is every DNS query and connection attempt, when the job had
 	// a gateway.
 	Egress *egress.Report `json:"egress,omitempty"`
@@ -479,6 +482,9 @@ func (s *Session) Close() Result {
 		s.res.Error = joinMsg(s.res.Error, "destroy sandbox: "+err.Error())
 	}
 	s.res.Processes = s.sb.Record()
+	if w := s.sb.Released(); w.Limit > 0 {
+		s.res.WorkspaceVolume = &w
+	}
 	if s.gw != nil {
 		// Closed first: connections still open end now and are recorded
 		// with their byte counts.
@@ -492,6 +498,12 @@ func (s *Session) Close() Result {
 	rep, err := workspace.Tidy(s.cfg.Workspace, s.cfg.User.UID)
 	if err != nil {
 		s.res.Error = joinMsg(s.res.Error, "tidy workspace: "+err.Error())
+	}
+	// What a bounded workspace's merge kept from the host: the same as
+	// Tidy's clearing, done before the files reached it.
+	if v := s.res.WorkspaceVolume; v != nil {
+		rep.SetIDCleared = append(rep.SetIDCleared, v.Merged.SetIDCleared...)
+		rep.DevicesRemoved = append(rep.DevicesRemoved, v.Merged.Devices...)
 	}
 	s.res.Workspace = rep
 	redact(&s.res, s.job.Credentials)

@@ -60,7 +60,7 @@ type Requests struct {
 func RequestInputs() []input.Name {
 	return []input.Name{
 		input.RootFS, input.Platform, input.WorkspaceMount, input.Capabilities, input.JobTimeout, input.StepTimeout,
-		input.Memory, input.Pids, input.CPUs, input.Overlay, input.Tmp, input.Output,
+		input.Memory, input.Pids, input.CPUs, input.Overlay, input.Tmp, input.Output, input.WorkspaceSize,
 	}
 }
 
@@ -92,6 +92,9 @@ type Inputs struct {
 	Mounts []gvisor.Mount
 	Masks  []string
 	Files  []gvisor.File
+	// WorkspaceKeep are the runner's directories in the workspace that
+	// stay outside its size limit (gvisor.Config.WorkspaceKeep).
+	WorkspaceKeep []string
 	// RunscFlags are extra runsc flags (experts; airlock run only).
 	RunscFlags []string
 	// Services are the job's service containers, checked against the
@@ -257,7 +260,7 @@ func (p *Plan) sandbox(sb policies.Sandbox, in Inputs) (gvisor.Config, error) {
 	cfg.Workspace, cfg.StateRoot, cfg.SharedRoot, cfg.RunscFlags = in.Workspace, in.StateRoot, in.SharedRoot, in.RunscFlags
 	cfg.Mounts = append(slices.Clone(in.Mounts), cfg.Mounts...)
 	cfg.ExtraMasks = append(cfg.ExtraMasks, in.Masks...)
-	cfg.Files = slices.Clone(in.Files)
+	cfg.Files, cfg.WorkspaceKeep = slices.Clone(in.Files), slices.Clone(in.WorkspaceKeep)
 	if err := checkServices(sb, in.Services); err != nil {
 		return cfg, InputError{Err: err}
 	}
@@ -349,7 +352,7 @@ func requestedSandbox(in Inputs) gvisor.Config {
 	cfg := gvisor.Config{
 		StateRoot: in.StateRoot, RootFS: r.RootFS, Platform: r.Platform, Workspace: in.Workspace, WorkspaceMount: r.WorkspaceMount,
 		ExtraMasks: slices.Clone(in.Masks), Capabilities: r.Capabilities, Limits: r.Limits, RunscFlags: in.RunscFlags,
-		User: r.User, Mounts: slices.Clone(in.Mounts), Files: slices.Clone(in.Files),
+		User: r.User, Mounts: slices.Clone(in.Mounts), Files: slices.Clone(in.Files), WorkspaceKeep: slices.Clone(in.WorkspaceKeep),
 	}
 	if in.WorkspaceMount != "" {
 		cfg.WorkspaceMount = in.WorkspaceMount

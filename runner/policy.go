@@ -64,7 +64,7 @@ func LimitsFromPolicy(p policies.Limits) (gvisor.Limits, error) {
 	for _, s := range []struct {
 		name, val string
 		dst       *int64
-	}{{"memory", p.Memory, &l.Memory}, {"overlay", p.Overlay, &l.Overlay}, {"tmp", p.Tmp, &l.Tmp}, {"output", p.Output, &l.Output}} {
+	}{{"memory", p.Memory, &l.Memory}, {"overlay", p.Overlay, &l.Overlay}, {"tmp", p.Tmp, &l.Tmp}, {"output", p.Output, &l.Output}, {"workspace", p.WorkspaceOrDefault(), &l.Workspace}} {
 		if *s.dst, err = policies.ParseSize(s.val); err != nil {
 			return l, fmt.Errorf("policy sandbox.limits.%s: %w", s.name, err)
 		}
@@ -101,6 +101,7 @@ func TightenLimits(policy, asked gvisor.Limits, set map[input.Name]bool) (gvisor
 		{input.Overlay, float64(policy.Overlay), float64(asked.Overlay), func() { out.Overlay = asked.Overlay }},
 		{input.Tmp, float64(policy.Tmp), float64(asked.Tmp), func() { out.Tmp = asked.Tmp }},
 		{input.Output, float64(policy.Output), float64(asked.Output), func() { out.Output = asked.Output }},
+		{input.WorkspaceSize, float64(policy.Workspace), float64(asked.Workspace), func() { out.Workspace = asked.Workspace }},
 	} {
 		if err := stricter(c.name, c.p, c.a, c.dst); err != nil {
 			return policy, err

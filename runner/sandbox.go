@@ -12,6 +12,8 @@ import (
 type (
 	Limits = gvisor.Limits
 	User   = gvisor.User
+	// WorkspaceVolume is what a job wrote into its bounded workspace.
+	WorkspaceVolume = gvisor.Workspace
 )
 
 // Defaults of a job's sandbox.

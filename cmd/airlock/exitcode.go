@@ -40,7 +40,7 @@ func flagSpelling() input.Spelling {
 		input.RootFS: "--rootfs", input.Platform: "--platform", input.WorkspaceMount: "--workspace-mount",
 		input.Capabilities: "--cap", input.User: "--user",
 		input.JobTimeout: "--timeout", input.StepTimeout: "--step-timeout", input.Memory: "--memory", input.Pids: "--pids",
-		input.CPUs: "--cpus", input.Overlay: "--overlay-size", input.Tmp: "--tmp-size", input.Output: "--output-limit", input.Env: "--env", input.Format: "--format",
+		input.CPUs: "--cpus", input.Overlay: "--overlay-size", input.Tmp: "--tmp-size", input.Output: "--output-limit", input.WorkspaceSize: "--workspace-size", input.Env: "--env", input.Format: "--format",
 		input.Base: "--base", input.Event: "--event", input.AttestKey: "--attest-key", input.StateDir: "--state-dir",
 		input.Node: "--node", input.OrgDir: "--org", input.VerifyKey: "--key", input.AllowUnsigned: "--allow-unsigned",
 	}

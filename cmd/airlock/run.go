@@ -72,6 +72,7 @@ func (o *runOptions) addFlags(f *pflag.FlagSet) {
 	f.Var(newSize(&l.Overlay, d.Overlay), "overlay-size", "size limit of the writable layer over the root filesystem")
 	f.Var(newSize(&l.Tmp, d.Tmp), "tmp-size", "size limit of /tmp")
 	f.Var(newSize(&l.Output, d.Output), "output-limit", "cap on stdout+stderr captured per step")
+	f.Var(newSize(&l.Workspace, d.Workspace), "workspace-size", "most the job may write into the workspace, one file per 16K of it (past it: ENOSPC; 0: none)")
 	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON on stdout (step output goes to stderr)")
 	f.StringVar(&o.resultFile, "result", "", "also write the JSON result to this file")
 	f.StringVar(&o.orgDir, "org", "", "organisation policy directory (default "+policies.DefaultOrgDir+" when it exists); turns on policy mode")
@@ -163,8 +164,7 @@ func (o *runOptions) inputs(flags *pflag.FlagSet, args []string) (runner.Inputs,
 		// Run as given, as docker run does: no shell in between (one
 		// exec less in the sandbox; `-- sh -c '...'` for a shell).
 		in.Steps = []runner.StepSpec{{Name: "run", Command: args}}
-	case o.jobFromPolicy != "":
-		// The policy's steps.
+	case o.jobFromPolicy != "": // the policy's steps
 	default:
 		return in, usagef("nothing to run: give a command after -- (airlock run -- make test) or --steps FILE")
 	}

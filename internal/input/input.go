@@ -32,6 +32,7 @@ const (
 	Overlay        Name = "the overlay size"
 	Tmp            Name = "the /tmp size"
 	Output         Name = "the output limit"
+	WorkspaceSize  Name = "the workspace size"
 	Env            Name = "the environment"
 	Format         Name = "the output format"
 	Base           Name = "the base revision"

@@ -1,5 +1,6 @@
 // Package leakcheck finds what tests that start sandboxes left behind on
-// the host: processes, mounts, cgroups and job directories. Test binaries
+// the host: processes, mounts, cgroups, job directories and bounded
+// workspaces (their overlays, images and loop devices). Test binaries
 // end TestMain with Run, which fails them when anything is left.
 //
 // Layer 0: the bottom, for tests only; imports nothing of airlock's.
@@ -40,6 +41,7 @@ func Report(base, cgroupPrefix string) string {
 	for _, j := range append(jobs, more...) {
 		fmt.Fprintf(&b, "- job directory: %s\n", j)
 	}
+	writeVolumes(&b, base, cgroupPrefix)
 	if cgroupPrefix != "" {
 		filepath.WalkDir("/sys/fs/cgroup", func(path string, d fs.DirEntry, err error) error {
 			if err != nil || !d.IsDir() {
@@ -56,6 +58,44 @@ func Report(base, cgroupPrefix string) string {
 		})
 	}
 	return b.String()
+}
+
+// volumeRoot is gvisor.DefaultVolumeRoot, where jobs whose state is in
+// memory keep their workspace volumes (gvisor/quota).
+const volumeRoot = "/var/lib/airlock/volumes"
+
+// writeVolumes lists the bounded workspaces left: volume directories under
+// base (and, for jobs of the prefix, under volumeRoot), the overlays they
+// mount on workspaces, and the loop devices their images back.
+func writeVolumes(b *strings.Builder, base, prefix string) {
+	dirs, _ := filepath.Glob(filepath.Join(base, "*", "volumes", "*"))
+	more, _ := filepath.Glob(filepath.Join(base, "volumes", "*"))
+	roots := []string{base + "/"}
+	if prefix != "" {
+		shared, _ := filepath.Glob(filepath.Join(volumeRoot, prefix+"*"))
+		more = append(more, shared...)
+		roots = append(roots, filepath.Join(volumeRoot, prefix))
+	}
+	for _, d := range append(dirs, more...) {
+		fmt.Fprintf(b, "- workspace volume: %s\n", d)
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mounts), "\n") {
+		for _, r := range roots {
+			if strings.Contains(line, "airlock-workspace:"+r) {
+				fmt.Fprintf(b, "- workspace overlay: %s\n", line)
+			}
+		}
+	}
+	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range loops {
+		backing, _ := os.ReadFile(f)
+		for _, r := range roots {
+			if strings.HasPrefix(string(backing), r) {
+				fmt.Fprintf(b, "- loop device %s: %s", f, backing)
+			}
+		}
+	}
 }
 
 // Run is the end of TestMain for packages whose tests start sandboxes:

@@ -35,6 +35,7 @@ import (
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/gvisor/quota"
 	"github.com/airlock-ci/airlock/internal/input"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner/egress/netns"
@@ -115,7 +116,7 @@ const minFreeState = 2 << 30
 // Run runs every check.
 func Run(ctx context.Context, o Options) Report {
 	checks := []func(context.Context, Options) []Check{
-		checkRoot, checkBinary, checkKernel, checkCgroups, checkPlatforms, checkSandbox,
+		checkRoot, checkBinary, checkKernel, checkCgroups, checkPlatforms, checkWorkspaceLimit, checkSandbox,
 		checkNetwork, checkStateDirs, checkNode, checkPolicyAndKey,
 	}
 	var r Report
@@ -283,7 +284,40 @@ func checkSandbox(ctx context.Context, o Options) []Check {
 		}
 		return []Check{bad(Fail, "sandbox", "a job's sandbox (default limits) did not start: "+err.Error(), fix)}
 	}
-	return []Check{ok("sandbox", "a job's sandbox (default limits, cgroups, overlay) ran `true` in %s on %s", took.Round(time.Millisecond), p)}
+	return []Check{ok("sandbox", "a job's sandbox (default limits, cgroups, overlay, bounded workspace) ran `true` in %s on %s", took.Round(time.Millisecond), p)}
+}
+
+// checkWorkspaceLimit bounds a scratch workspace as a job's is bounded
+// (sandbox.limits.workspace: loop device, ext4 image, overlay), writes
+// into it, and releases it.
+func checkWorkspaceLimit(context.Context, Options) []Check {
+	fail := func(err error) []Check {
+		return []Check{bad(Fail, "workspace limit", "a workspace could not be bounded: "+err.Error(),
+			"install e2fsprogs (mkfs.ext4); airlock needs loop devices (/dev/loop-control), ext4 and overlayfs; in a container, run the runner privileged; or, organisation only, sandbox.limits.workspace: \"0\" for no limit")}
+	}
+	base, err := os.MkdirTemp("", "airlock-doctor-workspace-")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(base)
+	ws := filepath.Join(base, "workspace")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		return fail(err)
+	}
+	start := time.Now()
+	v, err := quota.Mount(filepath.Join(base, "volume"), ws, quota.Limit{Bytes: quota.MinBytes})
+	if err != nil {
+		return fail(err)
+	}
+	took := time.Since(start)
+	werr := os.WriteFile(filepath.Join(ws, "probe"), []byte("airlock doctor\n"), 0o644)
+	if _, err := v.Release(); err != nil || werr != nil {
+		return fail(errors.Join(werr, err))
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "probe")); err != nil || string(b) != "airlock doctor\n" {
+		return fail(fmt.Errorf("what was written was not merged back: %q %v", b, err))
+	}
+	return []Check{ok("workspace limit", "a workspace bounded (ext4 image on a loop device, overlay) in %s, written and merged back", took.Round(time.Millisecond))}
 }
 
 // checkNetwork makes a job's two network namespaces with their veth

@@ -44,10 +44,13 @@ func TestRunOnThisHost(t *testing.T) {
 	if !rep.Ready {
 		t.Fatalf("this host runs jobs (the suite's sandboxes do), doctor says it cannot: %+v", rep.Checks)
 	}
-	for _, want := range []string{"root", "binary", "kernel", "cgroups", "platform systrap", "platform kvm", "sandbox", "network", "state " + state, "node", "organisation policy", "signing key"} {
+	for _, want := range []string{"root", "binary", "kernel", "cgroups", "platform systrap", "platform kvm", "workspace limit", "sandbox", "network", "state " + state, "node", "organisation policy", "signing key"} {
 		if _, ok := names[want]; !ok {
 			t.Errorf("no %q check", want)
 		}
+	}
+	if c := names["workspace limit"]; c.Status != OK {
+		t.Errorf("this host bounds workspaces (the suite's sandboxes do), doctor says: %+v", c)
 	}
 	kvm := names["platform kvm"]
 	if err := gvisor.KVMDeviceUsable(); err != nil && !strings.Contains(kvm.Detail, err.Error()) {

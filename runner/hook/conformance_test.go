@@ -75,6 +75,11 @@ func TestConformancePrepareJob(t *testing.T) {
 		t.Errorf("service names: exit %d: %s", code, out)
 	}
 	err = filepath.WalkDir(h.hooksRoot(), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() == "volumes" {
+			// The bounded workspaces' images: what the job wrote, 16
+			// GiB files that are mostly hole.
+			return filepath.SkipDir
+		}
 		if err == nil && d.Type().IsRegular() {
 			if b, _ := os.ReadFile(p); strings.Contains(string(b), h.job.RegistryPassword) {
 				t.Errorf("the registry password is in %s", p)

@@ -247,7 +247,8 @@ func (d *job) emptyLike(mask string) (string, error) {
 type fileID struct{ dev, ino uint64 }
 
 // pinMasks records the identity of each mask below the work directory,
-// before any of the job's code runs.
+// before any of the job's code runs (its services start after it) and
+// once the sandbox has the work directory as it will be during the job.
 func (d *job) pinMasks(work string) {
 	d.maskIDs = map[string]fileID{}
 	for _, m := range d.hostMasks {

@@ -69,6 +69,9 @@ func daemon(cfg Config, dir string) int {
 		return fail(err)
 	}
 	d.session = s
+	// Once the sandbox is there: a bounded workspace is an overlay by
+	// now, and the masks' identities are the overlay's.
+	d.pinMasks(j.Sandbox.Workspace)
 	svcs, err := d.startServices(context.Background(), args.Services, d.serviceNames)
 	if err != nil {
 		s.Close()

@@ -175,9 +175,14 @@ func TestHookServicesAndDockerActions(t *testing.T) {
 	org := fmt.Sprintf("package airlock\nsandbox: images: {%q: %q, %q: %q, %q: %q}\n", "acme/db:1", svc, "ghcr.io/acme/action:2", action, "node:20", imageRootFS(t, "image-job"))
 	// Root in the sandbox (the image's user), as Docker runs a container
 	// job: what a job can do to the runner's directories then. The
-	// policy masks a directory of the checkout.
+	// policy masks a directory of the checkout. The workspace is not
+	// bounded (an organisation may say so): in a bounded one the job
+	// cannot rename the masked directory's parent at all (overlayfs
+	// refuses to rename a directory the job did not make, and a copy
+	// cannot read the masked one), and the check that the masks are in
+	// place would not be reached.
 	os.MkdirAll(filepath.Join(h.repo, "sub", "private"), 0o755)
-	os.WriteFile(filepath.Join(h.org, "images.cue"), []byte(org+"sandbox: services: true\nsandbox: user: \"image\"\nsandbox: masks: \"/__w/app/app/sub/private\": true\n"), 0o644)
+	os.WriteFile(filepath.Join(h.org, "images.cue"), []byte(org+"sandbox: services: true\nsandbox: user: \"image\"\nsandbox: masks: \"/__w/app/app/sub/private\": true\nsandbox: limits: workspace: \"0\"\n"), 0o644)
 
 	// A service, as the runner sends it: no name (airlock names it
 	// after its image: "db").

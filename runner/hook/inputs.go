@@ -119,7 +119,7 @@ func planInputs(args PrepareArgs, event eventFile, host hostInputs) (jobInputs, 
 		// boot, not one per job.
 		SharedRoot: host.cfg.JobsRoot,
 		Image:      c.Image, ContainerUser: user, Env: runner.EnvList(runnerWatermark(c.Env)), Mounts: mounts,
-		Masks: jobMasks(in.mounts, host.dir), Services: jobServices(args.Services, in.serviceNames),
+		Masks: jobMasks(in.mounts, host.dir), WorkspaceKeep: runnersOwn(work, in.mounts), Services: jobServices(args.Services, in.serviceNames),
 		TrustDir: repoDir(c.WorkingDirectory), CheckoutInJob: true, AttestKey: host.cfg.AttestKey, RunnerRoot: host.runnerRoot,
 		GitHubServerURL: host.serverURL, GitHubAPIURL: host.apiURL,
 	}
@@ -206,6 +206,23 @@ func jobMasks(m Mounts, dir string) []string {
 		}
 	}
 	return masks
+}
+
+// runnersOwn are the runner's directories in its work directory that the
+// job never writes (the hook's responses, masked in the sandbox, and the
+// file commands, replaced by the job's own): they stay outside the
+// workspace's size limit, so that the runner can still make its files
+// there and answer the hook after a job that filled its workspace.
+func runnersOwn(work string, m Mounts) []string {
+	tmp, ok := m.Host(containerTemp)
+	if !ok {
+		return nil
+	}
+	rel, err := filepath.Rel(work, tmp)
+	if err != nil || !filepath.IsLocal(rel) {
+		return nil
+	}
+	return []string{filepath.Join(rel, responsesDir), filepath.Join(rel, fileCommandsDir)}
 }
 
 // jobServices are the job's services as the plan takes them: each by its

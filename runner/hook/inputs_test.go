@@ -95,9 +95,10 @@ func TestPlanInputs(t *testing.T) {
 			{Source: work + "/_temp/_github_home", Destination: "/github/home", Beneath: work},
 			{Source: work + "/_temp/_github_workflow", Destination: "/github/workflow", Beneath: work},
 		},
-		Masks:    []string{testHost.dir, "/__w/_temp/_runner_hook_responses", "/home/runner"},
-		Services: []runner.Service{{Name: "redis", Image: "redis:7"}, {Name: "redis-2", Image: "docker.io/library/redis"}, {Name: "db", Image: "ghcr.io/acme/db:1"}},
-		TrustDir: "app/app", CheckoutInJob: true, AttestKey: "/etc/airlock/attest.key",
+		Masks:         []string{testHost.dir, "/__w/_temp/_runner_hook_responses", "/home/runner"},
+		WorkspaceKeep: []string{"_temp/_runner_hook_responses", "_temp/_runner_file_commands"},
+		Services:      []runner.Service{{Name: "redis", Image: "redis:7"}, {Name: "redis-2", Image: "docker.io/library/redis"}, {Name: "db", Image: "ghcr.io/acme/db:1"}},
+		TrustDir:      "app/app", CheckoutInJob: true, AttestKey: "/etc/airlock/attest.key",
 		GitHubServerURL: "https://github.com", GitHubAPIURL: "https://api.github.com",
 	}
 	if !reflect.DeepEqual(in.inputs, want) {

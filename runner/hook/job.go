@@ -241,12 +241,10 @@ func (d *job) keepPlan(plan runner.Plan) {
 }
 
 // prepareHost makes the runner's directories on the host ready for the
-// job before any of its code runs: the masks' identities pinned, the
-// job's user chosen (the sandbox would pick the same), the temp
+// job before any of its code runs: the job's user chosen (the sandbox would pick the same), the temp
 // directory prepared, and what the runner made for the job handed to
 // that user (see handover.go).
 func (d *job) prepareHost(j *runner.Job, work, repoDir string) error {
-	d.pinMasks(work)
 	if j.Sandbox.User == nil {
 		u, err := gvisor.DefaultUser(work)
 		if err != nil {
@@ -417,6 +415,10 @@ func (d *job) runStep(ctx context.Context, spec runner.StepSpec, stdout, stderr 
 	stop := context.AfterFunc(d.session.Context(), cancel)
 	defer stop()
 	out := d.session.Step(ctx, spec, stdout, stderr)
+	if out.Limit != "" && out.Message != "" {
+		// Which limit stopped the step, and where it is set.
+		fmt.Fprintf(stderr, "airlock: step %s: %s\n", spec.Name, out.Message)
+	}
 	switch {
 	case out.Status == runner.StatusError:
 		// airlock's own trouble, said in the step's log.

@@ -77,7 +77,11 @@ func TestHookJob(t *testing.T) {
 	// On a real runner the checkout comes later: no git objects yet.
 	os.Rename(filepath.Join(h.repo, ".git"), filepath.Join(h.root, "git-later"))
 	state := h.prepare()
-	os.Rename(filepath.Join(h.root, "git-later"), filepath.Join(h.repo, ".git"))
+	// Copied, not renamed: the work directory is the job's bounded
+	// overlay now, another filesystem.
+	if out, err := exec.Command("cp", "-a", filepath.Join(h.root, "git-later"), filepath.Join(h.repo, ".git")).CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
 	// As actions/checkout leaves it, run by the job's user.
 	exec.Command("chown", "-R", "1000:1000", filepath.Join(h.repo, ".git")).Run()
 	steps := []struct {

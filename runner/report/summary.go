@@ -41,6 +41,7 @@ func WriteSummary(w io.Writer, res runner.Result) {
 	WritePlatform(w, res.Sandbox.Platform, res.Sandbox.PlatformReason, res.Sandbox.PlatformAttempts)
 	WriteEgress(w, res.Egress)
 	WriteCredentials(w, res.Credentials)
+	writeWorkspace(w, res.WorkspaceVolume)
 	if t := res.Trust; t != nil {
 		fmt.Fprintf(w, "trust: %d finding(s)", len(t.Findings))
 		if len(t.ReadOnly) > 0 {
@@ -151,4 +152,34 @@ func WriteEgress(w io.Writer, e *egress.Report) {
 	if e.ModeNote != "" {
 		fmt.Fprintf(w, "  %s\n", textsafe.Line(e.ModeNote))
 	}
+}
+
+// writeWorkspace says how much of its workspace limit the job used and
+// what of it was merged back into the workspace.
+func writeWorkspace(w io.Writer, v *runner.WorkspaceVolume) {
+	if v == nil {
+		return
+	}
+	u, m := v.Usage, v.Merged
+	full := ""
+	if u.Full() {
+		full = " (full: raise sandbox.limits.workspace in the organisation policy)"
+	}
+	fmt.Fprintf(w, "workspace: %s of %s and %d of %d files written%s; merged %d file(s), %s, %d removed\n",
+		bytesIn(u.Bytes), bytesIn(v.Limit), u.Files, u.LimitFiles, full, m.Files, bytesIn(m.Bytes), m.Removed)
+}
+
+// bytesIn writes n in the largest binary unit that keeps it above 1.
+func bytesIn(n int64) string {
+	f, unit := float64(n), "B"
+	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		if f < 1024 {
+			break
+		}
+		f, unit = f/1024, u
+	}
+	if unit == "B" {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.1f %s", f, unit)
 }

@@ -4,7 +4,7 @@
 #   VMCHECK <layout> <check> ok
 #   VMCHECK <layout> <check> FAIL <why>
 # then VMDONE, and powers the VM off.
-export PATH=/bin:/sbin:/usr/bin
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 CG=/sys/fs/cgroup
 
 # boot sets the VM up, once, as its PID 1.
@@ -16,7 +16,7 @@ boot() {
   mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
   mount -t tmpfs -o size=512m tmpfs /tmp
   mount -t tmpfs tmpfs /run
-  for m in veth xfrm_algo xfrm_user nfnetlink; do insmod /lib/modules/$m.ko; done
+  for m in veth xfrm_algo xfrm_user nfnetlink loop overlay; do [ -f /lib/modules/$m.ko ] && insmod /lib/modules/$m.ko; done
   ip link set lo up
   hostname vm
   echo "VMINFO kernel $(uname -r), cgroup controllers: $(cat $CG/cgroup.controllers)"
@@ -42,6 +42,18 @@ jobcg() {
 check_true() {
   airlock run -w "$(workspace)" --json -- true > /tmp/r.json || return 1
   grep -q '"passed": true' /tmp/r.json
+}
+
+# A job writing past its workspace limit gets ENOSPC and the result names
+# the limit; what it wrote within the limit is in the workspace, and
+# nothing stays mounted on it.
+check_workspace() {
+  ws=$(workspace)
+  airlock run -w "$ws" --workspace-size 32M --json -- sh -c 'echo kept > kept; head -c 100000000 /dev/zero > big' > /tmp/w.json 2>/tmp/w.err && { echo "the filler passed"; return 1; }
+  grep -q 'No space left on device' /tmp/w.err || { cat /tmp/w.err; return 1; }
+  grep -q '"limit": "workspace"' /tmp/w.json || { echo "no workspace limit in the result"; return 1; }
+  [ "$(cat "$ws/kept")" = kept ] || { echo "kept is not in the workspace"; return 1; }
+  ! grep -q "$ws" /proc/self/mountinfo || { echo "still mounted on the workspace"; return 1; }
 }
 
 # The job's cgroup is below airlock's own where the layout allows it, and
@@ -122,7 +134,7 @@ check_hook() {
 }
 
 check_leftovers() {
-  left=$(find $CG -type d -name 'airlock-job-*'; ps -o pid,args | grep -E 'runsc-(sandbox|gofer)' | grep -v grep; grep -E 'airlock|runsc' /proc/mounts | grep -v ' /run/runsc/null-netns ')
+  left=$(find $CG -type d -name 'airlock-job-*'; ps -o pid,args | grep -E 'runsc-(sandbox|gofer)' | grep -v grep; grep -E 'airlock|runsc' /proc/mounts | grep -v ' /run/runsc/null-netns '; ls /sys/block/loop*/loop/backing_file /var/lib/airlock/volumes/* 2>/dev/null)
   [ -z "$left" ] || { echo "left: $left"; return 1; }
 }
 
@@ -142,7 +154,7 @@ bench() {
 }
 
 run_checks() {
-  for c in ${AIRLOCK_VM_CHECKS_LIST:-true limits oom pids egress sigkill hook leftovers}; do [ "$c" = bench ] || check "$c"; done
+  for c in ${AIRLOCK_VM_CHECKS_LIST:-true limits workspace oom pids egress sigkill hook leftovers}; do [ "$c" = bench ] || check "$c"; done
 }
 
 # reset puts this shell back in the root cgroup, removes what a layout

@@ -40,12 +40,19 @@ echo "vm: kernel $pkg"
 # The image: busybox for the shell and its tools, util-linux's unshare
 # (cgroup namespaces) with its libraries, the kernel modules a real host
 # loads on demand (veth for the sandbox's network; xfrm and nfnetlink,
-# whose netlink sockets the netlink library opens), and airlock.
+# whose netlink sockets the netlink library opens; loop and overlay for
+# the bounded workspace, with e2fsprogs' mkfs.ext4), and airlock.
 root=$work/root
 mkdir -p "$root/bin" "$root/sbin" "$root/etc" "$root/lib/modules" "$root/proc" "$root/sys" "$root/dev" "$root/tmp" "$root/run" "$root/root" "$root/newroot" "$root/var/tmp" "$root/usr/bin"
 cp /bin/busybox "$root/bin/busybox"
 for m in drivers/net/veth.ko net/xfrm/xfrm_algo.ko net/xfrm/xfrm_user.ko net/netfilter/nfnetlink.ko; do
   cp "$work/kernel/lib/modules/$kver/kernel/$m" "$root/lib/modules/"
+done
+# Built in or a module, depending on the kernel's configuration.
+for m in drivers/block/loop.ko fs/overlayfs/overlay.ko; do
+  f="$work/kernel/lib/modules/$kver/kernel/$m"
+  [ -f "$f" ] && cp "$f" "$root/lib/modules/"
+  [ -f "$f.xz" ] && xz -dc "$f.xz" > "$root/lib/modules/$(basename "$m")"
 done
 copy_with_libs() {
   cp "$1" "$root$1"
@@ -55,6 +62,10 @@ copy_with_libs() {
   done
 }
 copy_with_libs /usr/bin/unshare
+mkdir -p "$root/usr/sbin"
+copy_with_libs /usr/sbin/mke2fs
+ln -s mke2fs "$root/usr/sbin/mkfs.ext4"
+[ -f /etc/mke2fs.conf ] && cp /etc/mke2fs.conf "$root/etc/"
 cp "$airlock" "$root/bin/airlock"
 cp "$here/init" "$here/checks.sh" "$root/"
 chmod 755 "$root/init" "$root/checks.sh"

@@ -1,0 +1,519 @@
+// Package quota bounds what a job can write into its workspace, in bytes
+// and in files, with the kernel as the enforcer.
+//
+// For the job's life the workspace directory is covered, on the host, by
+// an overlay: the workspace's own contents are its lower layer, and its
+// upper layer (everything the job writes, and every file it changes,
+// copied up) lives on an ext4 filesystem of exactly the limit's size, in
+// a sparse image file on a loop device. A write past the limit fails with
+// ENOSPC, in the sandbox as on the host; ext4 has one inode per 16 KiB of
+// the limit (its default ratio), so many small files run out the same
+// way. The overlay is mounted over the workspace path itself, so the
+// runner and airlock see what the job writes as it writes it (the
+// runner's hashFiles, its temporary files and file commands, a trust
+// diff).
+//
+// Release, when the sandbox is gone, unmounts the overlay, merges its
+// upper layer into the workspace (see merge.go: sparse files stay sparse,
+// hard links stay links, nothing is followed) and removes the image. The
+// volume's directory records the workspace, so that a leftover of a
+// killed airlock is released the same way (gvisor.Reap).
+//
+// Layer 1: imports nothing of airlock's.
+package quota
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// BytesPerInode is how much of the limit buys one file: ext4's default
+// ratio.
+const BytesPerInode = 16 << 10
+
+// MinBytes is the smallest limit: below it ext4 has hardly room for its
+// own metadata.
+const MinBytes = 8 << 20
+
+// Limit bounds one job's workspace.
+type Limit struct {
+	// Bytes is the most the job may add to the workspace, copied-up
+	// files included.
+	Bytes int64 `json:"bytes"`
+	// Keep are directories of the workspace (relative paths) that stay
+	// on the host's disk, outside the limit: the runner's own, which the
+	// job never writes (the hook masks or replaces them in the
+	// sandbox), so that the runner can still answer and clean up after
+	// a job that filled its workspace.
+	Keep []string `json:"keep,omitempty"`
+}
+
+// Inodes is the most files (and directories) the job may create.
+func (l Limit) Inodes() int64 { return l.Bytes / BytesPerInode }
+
+// Volume is one job's bounded workspace while it is mounted.
+type Volume struct {
+	dir string
+	rec record
+	// room and files are what a job can use of the empty filesystem:
+	// Usage counts from them.
+	room, files int64
+}
+
+// record is what the volume's directory says about it, for Release.
+type record struct {
+	Workspace string `json:"workspace"`
+	Bytes     int64  `json:"bytes"`
+}
+
+// ErrUnsupported is returned when the host lacks what a bounded
+// workspace needs (loop devices, ext4, overlayfs, mkfs.ext4).
+var ErrUnsupported = errors.New("the host cannot bound the workspace")
+
+// Mount covers workspace with an overlay whose writable layer is an ext4
+// filesystem of limit's size, kept in dir (created; it must not exist and
+// must lie outside the workspace). On error nothing is left mounted.
+func Mount(dir, workspace string, limit Limit) (_ *Volume, err error) {
+	if limit.Bytes < MinBytes {
+		return nil, fmt.Errorf("workspace limit %d bytes: at least %d MiB", limit.Bytes, MinBytes>>20)
+	}
+	ws, err := os.Lstat(workspace)
+	if err != nil || !ws.IsDir() {
+		return nil, fmt.Errorf("bound the workspace %s: not a directory (%v)", workspace, err)
+	}
+	if m, ok := mountAt(workspace); ok && m.fstype == "overlay" {
+		return nil, fmt.Errorf("bound the workspace %s: an overlay (%s) is mounted there already, a leftover of another job? run airlock's cleanup or unmount it", workspace, m.source)
+	}
+	mkfs, err := findMkfs()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create the workspace volume's directory: %w", err)
+	}
+	v := &Volume{dir: dir, rec: record{Workspace: workspace, Bytes: limit.Bytes}}
+	defer func() {
+		if err != nil {
+			v.discard()
+		}
+	}()
+	// The record comes first: whatever happens next, Release can find
+	// the workspace to unmount.
+	if err := writeRecord(dir, v.rec); err != nil {
+		return nil, err
+	}
+	if err := makeImage(mkfs, v.image(), limit); err != nil {
+		return nil, err
+	}
+	st := ws.Sys().(*syscall.Stat_t)
+	if err := mountImage(v.image(), v.fs()); err != nil {
+		return nil, err
+	}
+	if err := makeLayerDirs(v.fs(), st); err != nil {
+		return nil, err
+	}
+	var s unix.Statfs_t
+	if err := unix.Statfs(v.fs(), &s); err != nil {
+		return nil, fmt.Errorf("statfs the workspace volume: %w", err)
+	}
+	v.room, v.files = int64(s.Bavail)*s.Bsize, int64(s.Ffree)
+	if err := mountOverlay(v.source(), workspace, v.upper(), filepath.Join(v.fs(), "work"), limit.Keep); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func (v *Volume) image() string  { return filepath.Join(v.dir, "image") }
+func (v *Volume) fs() string     { return filepath.Join(v.dir, "fs") }
+func (v *Volume) upper() string  { return filepath.Join(v.fs(), "upper") }
+func (v *Volume) source() string { return "airlock-workspace:" + v.dir }
+
+// Limit is the volume's limit.
+func (v *Volume) Limit() Limit { return Limit{Bytes: v.rec.Bytes} }
+
+// Usage is how much of its limit a job has used.
+type Usage struct {
+	Bytes      int64 `json:"bytes"`
+	Files      int64 `json:"files"`
+	LimitBytes int64 `json:"limitBytes"`
+	LimitFiles int64 `json:"limitFiles"`
+}
+
+// Full reports whether the job ran out of room or of files: less than
+// 1 MiB or 1% left, or no inode.
+func (u Usage) Full() bool {
+	free := u.LimitBytes - u.Bytes
+	return u.LimitBytes > 0 && (free < 1<<20 || free*100 < u.LimitBytes || u.Files >= u.LimitFiles)
+}
+
+// Usage reads the upper layer's filesystem: what the job has used of
+// what it could use when the volume was made (ext4's own metadata and
+// the owner's reserve left out).
+func (v *Volume) Usage() (Usage, error) {
+	var s unix.Statfs_t
+	if err := unix.Statfs(v.fs(), &s); err != nil {
+		return Usage{}, fmt.Errorf("statfs the workspace volume: %w", err)
+	}
+	avail := max(int64(s.Bavail)*s.Bsize, 0)
+	return Usage{Bytes: v.room - avail, Files: v.files - int64(s.Ffree), LimitBytes: v.room, LimitFiles: v.files}, nil
+}
+
+// Release ends the volume: see the package doc.
+func (v *Volume) Release() (Merged, error) { return Release(v.dir) }
+
+// Release unmounts the overlay that the volume in dir put over its
+// workspace, merges what the job wrote into the workspace, and removes
+// the volume. A volume whose overlay or filesystem is no longer mounted
+// (a reboot) is mounted again to be merged. No directory: nothing to do.
+func Release(dir string) (Merged, error) {
+	rec, err := readRecord(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return Merged{}, os.RemoveAll(dir)
+	}
+	if err != nil {
+		return Merged{}, err
+	}
+	v := &Volume{dir: dir, rec: rec}
+	if err := v.unmountOverlay(); err != nil {
+		return Merged{}, err // the workspace is still covered: keep everything
+	}
+	var merged Merged
+	if _, mounted := mountAt(v.fs()); !mounted {
+		if _, err := os.Stat(v.image()); err == nil {
+			if err := mountImage(v.image(), v.fs()); err != nil {
+				err = fmt.Errorf("mount the workspace volume again to merge it: %w; what the job wrote is lost", err)
+				return merged, errors.Join(err, v.discard())
+			}
+		}
+	}
+	if _, err := os.Stat(v.upper()); err == nil {
+		merged, err = Merge(v.upper(), rec.Workspace)
+		if err != nil {
+			err = fmt.Errorf("merge what the job wrote into %s: %w", rec.Workspace, err)
+		}
+		return merged, errors.Join(err, v.discard())
+	}
+	return merged, v.discard()
+}
+
+// unmountOverlay takes the volume's overlay off the workspace, lazily if
+// something on the host still uses it (the upper layer is read from the
+// filesystem below, not through the overlay).
+func (v *Volume) unmountOverlay() error {
+	for {
+		m, ok := mountAt(v.rec.Workspace)
+		if !ok || m.source != v.source() {
+			return nil
+		}
+		err := unix.Unmount(v.rec.Workspace, 0)
+		if errors.Is(err, unix.EBUSY) {
+			err = unix.Unmount(v.rec.Workspace, unix.MNT_DETACH)
+		}
+		if err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("unmount the workspace overlay from %s: %w", v.rec.Workspace, err)
+		}
+	}
+}
+
+// discard unmounts what is left of the volume and removes its directory
+// (the loop device goes with the filesystem: it was attached with
+// autoclear).
+func (v *Volume) discard() error {
+	if err := v.unmountOverlay(); err != nil {
+		return err
+	}
+	for {
+		if _, ok := mountAt(v.fs()); !ok {
+			break
+		}
+		if err := unix.Unmount(v.fs(), unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount the workspace volume %s: %w", v.fs(), err)
+		}
+	}
+	if err := os.RemoveAll(v.dir); err != nil {
+		return fmt.Errorf("remove the workspace volume: %w", err)
+	}
+	return nil
+}
+
+func writeRecord(dir string, r record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "volume.json"), b, 0o600); err != nil {
+		return fmt.Errorf("write the workspace volume's record: %w", err)
+	}
+	return nil
+}
+
+func readRecord(dir string) (record, error) {
+	var r record
+	b, err := os.ReadFile(filepath.Join(dir, "volume.json"))
+	if err != nil {
+		return r, err
+	}
+	if err := json.Unmarshal(b, &r); err != nil || !filepath.IsAbs(r.Workspace) {
+		return r, fmt.Errorf("the workspace volume's record %s is damaged: %q", filepath.Join(dir, "volume.json"), b)
+	}
+	return r, nil
+}
+
+// findMkfs finds e2fsprogs' mkfs.ext4, in PATH or the sbin directories
+// that a non-login root shell may lack.
+func findMkfs() (string, error) {
+	if p, err := exec.LookPath("mkfs.ext4"); err == nil {
+		return p, nil
+	}
+	for _, p := range []string{"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"} {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%w: mkfs.ext4 not found; install e2fsprogs", ErrUnsupported)
+}
+
+// makeImage creates a sparse file of the limit's size holding an empty
+// ext4 filesystem: no journal (a job's scratch space needs no crash
+// safety, and a journal would take room and time), nothing reserved for
+// root, one inode per BytesPerInode, inode tables left to be initialised
+// lazily so the image stays sparse.
+func makeImage(mkfs, image string, limit Limit) error {
+	f, err := os.OpenFile(image, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("create the workspace image: %w", err)
+	}
+	size := limit.Bytes
+	err = f.Truncate(size)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("size the workspace image: %w", err)
+	}
+	cmd := exec.Command(mkfs, "-q", "-F", "-t", "ext4", "-O", "^has_journal", "-m", "0", "-b", "4096", "-I", "256",
+		"-N", strconv.FormatInt(inodesFor(size, limit), 10), "-E", "lazy_itable_init=1,nodiscard", "-L", "airlock-ws", image)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%w: %s: %v: %s", ErrUnsupported, mkfs, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// inodesFor is the inode count to ask mkfs for so that it makes at most
+// limit.Inodes(): mkfs spreads inodes over block groups (32768 blocks of
+// 4 KiB each) and rounds each group's up to whole inode-table blocks (16
+// inodes of 256 bytes), so ask for a multiple of that.
+func inodesFor(size int64, limit Limit) int64 {
+	groups := (size/4096 + 32767) / 32768
+	per := limit.Inodes() / groups &^ 15
+	return max(per, 16) * groups
+}
+
+// mountImage attaches image to a free loop device and mounts its ext4 at
+// dir: nosuid and nodev, noinit_itable (the kernel would otherwise zero
+// the inode tables, filling the sparse image), and discard, so that what
+// the job deletes is freed in the image file too. (No blocks are kept
+// for root: the overlay writes with its mounter's credentials less
+// CAP_SYS_RESOURCE, the runner's writes as the job's, so a reserve would
+// serve nobody; the runner's own directories are kept instead, Limit.Keep.)
+func mountImage(image, dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create the workspace volume's mount point: %w", err)
+	}
+	loop, err := attachLoop(image)
+	if err != nil {
+		return err
+	}
+	// The loop device is attached with autoclear: it goes away when its
+	// last user does, the mount once it is made.
+	defer loop.Close()
+	err = unix.Mount(loop.Name(), dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "noinit_itable,discard")
+	if err != nil {
+		return fmt.Errorf("%w: mount the workspace image (%s) as ext4: %v", ErrUnsupported, loop.Name(), err)
+	}
+	return nil
+}
+
+// attachLoop binds image to a free loop device and returns the device,
+// open. Another process may take the free device first: try again.
+func attachLoop(image string) (*os.File, error) {
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: loop devices: %v", ErrUnsupported, err)
+	}
+	defer ctl.Close()
+	backing, err := os.OpenFile(image, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the workspace image: %w", err)
+	}
+	defer backing.Close()
+	for try := 0; ; try++ {
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return nil, fmt.Errorf("%w: find a free loop device: %v", ErrUnsupported, err)
+		}
+		dev, err := os.OpenFile("/dev/loop"+strconv.Itoa(n), os.O_RDWR, 0)
+		if err != nil {
+			return nil, fmt.Errorf("%w: open loop device %d: %v", ErrUnsupported, n, err)
+		}
+		cfg := unix.LoopConfig{Fd: uint32(backing.Fd())}
+		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+		copy(cfg.Info.File_name[:], "airlock-workspace")
+		err = unix.IoctlLoopConfigure(int(dev.Fd()), &cfg)
+		if err == nil {
+			return dev, nil
+		}
+		dev.Close()
+		if !errors.Is(err, unix.EBUSY) || try == 20 {
+			return nil, fmt.Errorf("%w: attach the workspace image to loop device %d: %v", ErrUnsupported, n, err)
+		}
+	}
+}
+
+// makeLayerDirs creates the overlay's upper and work directories; the
+// upper one takes the workspace root's owner and mode, which the
+// overlay's root then shows.
+func makeLayerDirs(fs string, st *syscall.Stat_t) error {
+	upper, work := filepath.Join(fs, "upper"), filepath.Join(fs, "work")
+	for _, d := range []string{upper, work} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return fmt.Errorf("create the workspace overlay's layer: %w", err)
+		}
+	}
+	if err := os.Lchown(upper, int(st.Uid), int(st.Gid)); err != nil {
+		return fmt.Errorf("give the workspace overlay its owner: %w", err)
+	}
+	if err := unix.Chmod(upper, st.Mode&0o7777); err != nil {
+		return fmt.Errorf("give the workspace overlay its mode: %w", err)
+	}
+	return nil
+}
+
+// mountOverlay mounts the overlay over workspace, which is also its lower
+// layer. The layers are named by descriptors, so no path needs escaping.
+// Without redirect_dir, index, metacopy and xino the upper layer holds
+// only plain files, directories, whiteouts and the opaque mark, which is
+// all Merge reads; renaming a directory the job did not create fails
+// with EXDEV, which tools answer by copying.
+//
+// The directories to keep are bound, from the workspace's own disk, over
+// the overlay.
+func mountOverlay(source, workspace, upper, work string, keep []string) error {
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	for _, p := range []string{workspace, upper, work} {
+		fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open %s for the workspace overlay: %w", p, err)
+		}
+		fds = append(fds, fd)
+	}
+	fd := func(i int) string { return "/proc/self/fd/" + strconv.Itoa(fds[i]) }
+	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,redirect_dir=off,index=off,metacopy=off,xino=off", fd(0), fd(1), fd(2))
+	if err := unix.Mount(source, workspace, "overlay", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		return fmt.Errorf("%w: mount the workspace overlay on %s: %v", ErrUnsupported, workspace, err)
+	}
+	for _, rel := range keep {
+		if err := bindKept(fds[0], workspace, rel); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bindKept binds the directory rel of the workspace's own disk (lower)
+// over the same path of the overlay, neither resolved through a symlink.
+// A directory that is not there is not kept.
+func bindKept(lower int, workspace, rel string) error {
+	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	src, err := unix.Openat2(lower, rel, how)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("keep %s of the workspace on the host's disk: %w", rel, err)
+	}
+	defer unix.Close(src)
+	root, err := unix.Open(workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the workspace overlay: %w", err)
+	}
+	defer unix.Close(root)
+	dst, err := unix.Openat2(root, rel, how)
+	if err != nil {
+		return fmt.Errorf("keep %s of the workspace on the host's disk: %w", rel, err)
+	}
+	defer unix.Close(dst)
+	fd := func(n int) string { return "/proc/self/fd/" + strconv.Itoa(n) }
+	if err := unix.Mount(fd(src), fd(dst), "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("keep %s of the workspace on the host's disk: %w", rel, err)
+	}
+	return nil
+}
+
+// mount is one line of /proc/self/mountinfo.
+type mount struct{ fstype, source string }
+
+// mountAt returns the topmost mount whose mount point is path.
+func mountAt(path string) (mount, bool) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return mount{}, false
+	}
+	defer f.Close()
+	var top mount
+	found := false
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options... - fstype source super
+		fields := strings.Fields(sc.Text())
+		sep := separator(fields)
+		if len(fields) < 5 || sep < 0 || sep+2 >= len(fields) || unescape(fields[4]) != path {
+			continue
+		}
+		top, found = mount{fstype: fields[sep+1], source: unescape(fields[sep+2])}, true
+	}
+	return top, found
+}
+
+// separator finds the "-" that ends a mountinfo line's optional fields.
+func separator(s []string) int {
+	for i := 6; i < len(s); i++ {
+		if s[i] == "-" {
+			return i
+		}
+	}
+	return -1
+}
+
+// unescape undoes mountinfo's octal escapes (\040 for a space).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
