@@ -20,6 +20,10 @@ import (
 // sandbox's own /run (a fresh tmpfs) hides it.
 const DefaultStateRoot = "/run/airlock"
 
+// Hostname is the sandbox's host name (the job's /etc/hosts names it, as
+// Docker's does a container's).
+const Hostname = "airlock"
+
 // DefaultWorkspaceMount is where the workspace appears inside the sandbox.
 const DefaultWorkspaceMount = "/workspace"
 

@@ -141,7 +141,8 @@ func (s *Sandbox) boundWorkspace() error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return fmt.Errorf("create the workspace volumes' directory: %w", err)
 	}
-	v, err := quota.Mount(dir, c.Workspace, quota.Limit{Bytes: c.Limits.Workspace, Keep: c.WorkspaceKeep})
+	templates := filepath.Join(filepath.Dir(filepath.Dir(dir)), "volume-templates")
+	v, err := quota.Mount(dir, templates, c.Workspace, quota.Limit{Bytes: c.Limits.Workspace, Keep: c.WorkspaceKeep})
 	if err != nil {
 		return fmt.Errorf("bound the workspace (sandbox.limits.workspace): %w", err)
 	}

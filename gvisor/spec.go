@@ -50,7 +50,7 @@ func buildSpec(c Config, skeleton, exe, reaper, shim, emptyFile string) (*specs.
 		// side is read-only anyway (the skeleton's binds, and the gofer
 		// remounts an overlaid root read-only); writes land in the overlay.
 		Root:     &specs.Root{Path: skeleton},
-		Hostname: "airlock",
+		Hostname: Hostname,
 		Process: &specs.Process{
 			Args:            []string{initPath},
 			Env:             []string{"PATH=" + DefaultPath},

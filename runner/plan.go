@@ -144,8 +144,9 @@ type Plan struct {
 	Attest AttestConfig
 	// Images is the organisation's image map, for the job's containers.
 	Images map[string]string
-	// Hosts is the job's /etc/hosts when it has services (their names
-	// at loopback), also given to every container of the job.
+	// Hosts is the job's /etc/hosts (localhost, the sandbox's name, the
+	// services' names, at loopback), also given to every container of
+	// the job.
 	Hosts []gvisor.File
 	// Notes are for the door to tell the user: what the policy ignored
 	// and why.
@@ -180,6 +181,8 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	if eff == nil {
 		p.Job.Sandbox = requestedSandbox(in)
 		p.Job.Sandbox.ExtraMasks = append(p.Job.Sandbox.ExtraMasks, hiddenPaths(nil, in, p.Attest, p.Job.Sandbox.WorkspaceMount)...)
+		p.Hosts = []gvisor.File{hostsFile(in.Services)}
+		p.Job.Sandbox.Files = append(p.Job.Sandbox.Files, p.Hosts...)
 		return p, nil
 	}
 	pol := eff.Policy
@@ -264,10 +267,8 @@ func (p *Plan) sandbox(sb policies.Sandbox, in Inputs) (gvisor.Config, error) {
 	if err := checkServices(sb, in.Services); err != nil {
 		return cfg, InputError{Err: err}
 	}
-	if len(in.Services) > 0 {
-		p.Hosts = []gvisor.File{hostsFile(in.Services)}
-		cfg.Files = append(cfg.Files, p.Hosts...)
-	}
+	p.Hosts = []gvisor.File{hostsFile(in.Services)}
+	cfg.Files = append(cfg.Files, p.Hosts...)
 	p.Images = sb.Images
 	return cfg, nil
 }
@@ -477,11 +478,17 @@ func checkServices(p policies.Sandbox, services []Service) error {
 	return nil
 }
 
-// hostsFile points the services' names at loopback, for the job and its
-// containers.
+// hostsFile is the job's /etc/hosts, for the job and its containers, as
+// Docker writes a container's: localhost, the IPv6 names, the sandbox's
+// own host name (git, and many tools, look it up: the host's file does
+// not have it, and the egress gateway's DNS must not be asked), and the
+// services' names, all at loopback.
 func hostsFile(services []Service) gvisor.File {
 	var b strings.Builder
 	b.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+	b.WriteString("fe00::0\tip6-localnet\nff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n")
+	// Both families: a lookup of one that the file lacks goes on to DNS.
+	fmt.Fprintf(&b, "127.0.1.1\t%s\n::1\t%s\n", gvisor.Hostname, gvisor.Hostname)
 	for _, s := range services {
 		fmt.Fprintf(&b, "127.0.0.1\t%s\n", s.Name)
 	}

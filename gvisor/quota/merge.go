@@ -40,12 +40,19 @@ const maxDepth = 4096
 // written through. Sparse files stay sparse (a file that is mostly a
 // hole would otherwise grow the host's disk past the limit) and hard
 // links stay links, for the same reason. Each file leaves upper once it
-// is written into lower, so that the two hold no more than upper did
-// (and one file). Set-id bits are dropped, device
+// is written into lower (and Release trims upper's filesystem every
+// 256 MiB), so that the two hold little more than upper did. Set-id bits are dropped, device
 // nodes and sockets skipped (runner/workspace's Tidy would clear and
 // remove them; here they never reach the host). Errors on one entry do not stop the rest.
-func Merge(upper, lower string) (Merged, error) {
-	m := &merger{links: map[inode]string{}}
+func Merge(upper, lower string) (Merged, error) { return merge(upper, lower, func() {}) }
+
+// trimEvery is how much Merge copies between calls of its trim function.
+const trimEvery = 256 << 20
+
+// merge is Merge that calls trim after each trimEvery bytes copied, so
+// that what left upper leaves its disk too.
+func merge(upper, lower string, trim func()) (Merged, error) {
+	m := &merger{links: map[inode]string{}, trim: trim}
 	u, err := openDir(unix.AT_FDCWD, upper)
 	if err != nil {
 		return Merged{}, err
@@ -69,6 +76,12 @@ type merger struct {
 	errs  []error
 	links map[inode]string // upper hard links already written, by where
 	tmp   int              // temporary names made so far
+	trim  func()
+	// untrimmed counts the bytes copied since trim was last called.
+	untrimmed int64
+	// byHand: copy_file_range was refused; buf is the copy's buffer.
+	byHand bool
+	buf    []byte
 }
 
 func (m *merger) fail(rel string, err error) {
@@ -190,8 +203,9 @@ func (m *merger) file(u, l int, name, rel string, st *unix.Stat_t) error {
 			return err
 		}
 		defer unix.Close(dst)
-		n, err := copySparse(dst, src, st.Size)
+		n, err := m.copySparse(dst, src, st.Size)
 		m.out.Bytes += n
+		m.untrimmed += n
 		return err
 	})
 	if err != nil {
@@ -208,6 +222,10 @@ func (m *merger) file(u, l int, name, rel string, st *unix.Stat_t) error {
 	// volume mounted with discard, its blocks leave the image, so the
 	// host never holds the job's data twice (but for one file).
 	unix.Unlinkat(u, name, 0)
+	if m.untrimmed >= trimEvery {
+		m.trim()
+		m.untrimmed = 0
+	}
 	return nil
 }
 
@@ -281,7 +299,7 @@ func (m *merger) attrs(dir int, name string, st *unix.Stat_t, rel string) error 
 
 // copySparse copies src's data extents into dst and sizes dst as src:
 // the holes stay holes. It returns the bytes of data copied.
-func copySparse(dst, src int, size int64) (int64, error) {
+func (m *merger) copySparse(dst, src int, size int64) (int64, error) {
 	var copied, off int64
 	for off < size {
 		data, err := unix.Seek(src, off, unix.SEEK_DATA)
@@ -295,7 +313,7 @@ func copySparse(dst, src int, size int64) (int64, error) {
 		if err != nil {
 			return copied, fmt.Errorf("find a hole: %w", err)
 		}
-		n, err := copyRange(dst, src, data, hole-data)
+		n, err := m.copyRange(dst, src, data, hole-data)
 		copied += n
 		if err != nil {
 			return copied, err
@@ -308,43 +326,43 @@ func copySparse(dst, src int, size int64) (int64, error) {
 	return copied, nil
 }
 
-// copyRange copies n bytes at off from src to dst, at the same offset.
-func copyRange(dst, src int, off, n int64) (int64, error) {
+// copyRange copies n bytes at off from src to dst, at the same offset:
+// copy_file_range, which the kernel refuses between two filesystems
+// (the volume's ext4 and the workspace's); then by hand, through the
+// merger's one buffer.
+func (m *merger) copyRange(dst, src int, off, n int64) (int64, error) {
 	var done int64
-	for done < n {
+	for done < n && !m.byHand {
 		soff, doff := off+done, off+done
 		k, err := unix.CopyFileRange(src, &soff, dst, &doff, int(min(n-done, 1<<30)), 0)
-		if err != nil && (errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP)) {
-			err := copyByHand(dst, src, off+done, n-done, &done)
-			return done, err
-		}
-		if err != nil {
+		switch {
+		case errors.Is(err, unix.EXDEV), errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EOPNOTSUPP):
+			m.byHand = true
+		case err != nil:
 			return done, fmt.Errorf("copy: %w", err)
+		case k == 0:
+			return done, fmt.Errorf("copy: %w", io.ErrUnexpectedEOF)
+		default:
+			done += int64(k)
+		}
+	}
+	if m.buf == nil && done < n {
+		m.buf = make([]byte, 1<<20)
+	}
+	for done < n {
+		k, err := unix.Pread(src, m.buf[:min(n-done, int64(len(m.buf)))], off+done)
+		if err != nil {
+			return done, fmt.Errorf("read: %w", err)
 		}
 		if k == 0 {
-			return done, fmt.Errorf("copy: %w", io.ErrUnexpectedEOF)
+			return done, fmt.Errorf("read: %w", io.ErrUnexpectedEOF)
+		}
+		if _, err := unix.Pwrite(dst, m.buf[:k], off+done); err != nil {
+			return done, fmt.Errorf("write: %w", err)
 		}
 		done += int64(k)
 	}
 	return done, nil
-}
-
-func copyByHand(dst, src int, off, n int64, done *int64) error {
-	buf := make([]byte, 1<<20)
-	for n > 0 {
-		k, err := unix.Pread(src, buf[:min(n, int64(len(buf)))], off)
-		if err != nil {
-			return fmt.Errorf("read: %w", err)
-		}
-		if k == 0 {
-			return fmt.Errorf("read: %w", io.ErrUnexpectedEOF)
-		}
-		if _, err := unix.Pwrite(dst, buf[:k], off); err != nil {
-			return fmt.Errorf("write: %w", err)
-		}
-		off, n, *done = off+int64(k), n-int64(k), *done+int64(k)
-	}
-	return nil
 }
 
 // opaque reports whether the overlay marked the directory as hiding the

@@ -33,6 +33,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -82,8 +83,11 @@ var ErrUnsupported = errors.New("the host cannot bound the workspace")
 
 // Mount covers workspace with an overlay whose writable layer is an ext4
 // filesystem of limit's size, kept in dir (created; it must not exist and
-// must lie outside the workspace). On error nothing is left mounted.
-func Mount(dir, workspace string, limit Limit) (_ *Volume, err error) {
+// must lie outside the workspace). templates, when not empty, is a
+// directory on the same disk where empty images are kept, one per size,
+// so that a job copies one (a few MiB of metadata) instead of running
+// mkfs. On error nothing is left mounted.
+func Mount(dir, templates, workspace string, limit Limit) (_ *Volume, err error) {
 	if limit.Bytes < MinBytes {
 		return nil, fmt.Errorf("workspace limit %d bytes: at least %d MiB", limit.Bytes, MinBytes>>20)
 	}
@@ -112,7 +116,7 @@ func Mount(dir, workspace string, limit Limit) (_ *Volume, err error) {
 	if err := writeRecord(dir, v.rec); err != nil {
 		return nil, err
 	}
-	if err := makeImage(mkfs, v.image(), limit); err != nil {
+	if err := makeImage(mkfs, v.image(), templates, limit); err != nil {
 		return nil, err
 	}
 	st := ws.Sys().(*syscall.Stat_t)
@@ -197,7 +201,7 @@ func Release(dir string) (Merged, error) {
 		}
 	}
 	if _, err := os.Stat(v.upper()); err == nil {
-		merged, err = Merge(v.upper(), rec.Workspace)
+		merged, err = merge(v.upper(), rec.Workspace, func() { trim(v.fs()) })
 		if err != nil {
 			err = fmt.Errorf("merge what the job wrote into %s: %w", rec.Workspace, err)
 		}
@@ -205,6 +209,24 @@ func Release(dir string) (Merged, error) {
 	}
 	return merged, v.discard()
 }
+
+// trim gives the image's free blocks back to the host's disk (FITRIM: the
+// loop device punches holes in the image file).
+func trim(fs string) {
+	f, err := os.Open(fs)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	r := fstrimRange{Len: ^uint64(0)}
+	unix.Syscall(unix.SYS_IOCTL, f.Fd(), fitrim, uintptr(unsafe.Pointer(&r)))
+}
+
+// fitrim is FITRIM, _IOWR('X', 121, struct fstrim_range), which
+// golang.org/x/sys/unix does not name.
+const fitrim = 0xc0185879
+
+type fstrimRange struct{ Start, Len, MinLen uint64 }
 
 // unmountOverlay takes the volume's overlay off the workspace, lazily if
 // something on the host still uses it (the upper layer is read from the
@@ -288,7 +310,37 @@ func findMkfs() (string, error) {
 // safety, and a journal would take room and time), nothing reserved for
 // root, one inode per BytesPerInode, inode tables left to be initialised
 // lazily so the image stays sparse.
-func makeImage(mkfs, image string, limit Limit) error {
+func makeImage(mkfs, image, templates string, limit Limit) error {
+	if templates == "" {
+		return mkfsImage(mkfs, image, limit)
+	}
+	name := fmt.Sprintf("ext4-%s-%d-%d.img", imageFormat, limit.Bytes, inodesFor(limit.Bytes, limit))
+	template := filepath.Join(templates, name)
+	if _, err := os.Stat(template); err != nil {
+		if err := os.MkdirAll(templates, 0o700); err != nil {
+			return fmt.Errorf("create the workspace images' directory: %w", err)
+		}
+		// Made aside and renamed: a job running at the same time never
+		// copies half a template.
+		tmp := fmt.Sprintf("%s.%d", template, os.Getpid())
+		os.Remove(tmp)
+		if err := mkfsImage(mkfs, tmp, limit); err != nil {
+			os.Remove(tmp)
+			return err
+		}
+		if err := os.Rename(tmp, template); err != nil {
+			return fmt.Errorf("keep the workspace image template: %w", err)
+		}
+	}
+	return copyImage(template, image, limit.Bytes)
+}
+
+// imageFormat names mkfsImage's options in the templates' names: change
+// it with them, and older templates are not used.
+const imageFormat = "v1"
+
+// mkfsImage makes the sparse image file and its filesystem.
+func mkfsImage(mkfs, image string, limit Limit) error {
 	f, err := os.OpenFile(image, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("create the workspace image: %w", err)
@@ -307,6 +359,25 @@ func makeImage(mkfs, image string, limit Limit) error {
 	return nil
 }
 
+// copyImage copies the template's data (its metadata: the rest is hole)
+// into a new sparse image of size bytes.
+func copyImage(template, image string, size int64) error {
+	src, err := unix.Open(template, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("open the workspace image template: %w", err)
+	}
+	defer unix.Close(src)
+	dst, err := unix.Open(image, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("create the workspace image: %w", err)
+	}
+	defer unix.Close(dst)
+	if _, err := (&merger{}).copySparse(dst, src, size); err != nil {
+		return fmt.Errorf("copy the workspace image template: %w", err)
+	}
+	return nil
+}
+
 // inodesFor is the inode count to ask mkfs for so that it makes at most
 // limit.Inodes(): mkfs spreads inodes over block groups (32768 blocks of
 // 4 KiB each) and rounds each group's up to whole inode-table blocks (16
@@ -318,9 +389,11 @@ func inodesFor(size int64, limit Limit) int64 {
 }
 
 // mountImage attaches image to a free loop device and mounts its ext4 at
-// dir: nosuid and nodev, noinit_itable (the kernel would otherwise zero
-// the inode tables, filling the sparse image), and discard, so that what
-// the job deletes is freed in the image file too. (No blocks are kept
+// dir: nosuid and nodev, and noinit_itable (the kernel would otherwise
+// zero the inode tables, filling the sparse image). Not discard: without
+// a journal ext4 would discard each freed extent at once, a hole punched
+// in the image per deleted file (Release trims in batches instead, and
+// while the job runs ext4 reuses what it freed). (No blocks are kept
 // for root: the overlay writes with its mounter's credentials less
 // CAP_SYS_RESOURCE, the runner's writes as the job's, so a reserve would
 // serve nobody; the runner's own directories are kept instead, Limit.Keep.)
@@ -335,7 +408,7 @@ func mountImage(image, dir string) error {
 	// The loop device is attached with autoclear: it goes away when its
 	// last user does, the mount once it is made.
 	defer loop.Close()
-	err = unix.Mount(loop.Name(), dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "noinit_itable,discard")
+	err = unix.Mount(loop.Name(), dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "noinit_itable")
 	if err != nil {
 		return fmt.Errorf("%w: mount the workspace image (%s) as ext4: %v", ErrUnsupported, loop.Name(), err)
 	}

@@ -36,7 +36,7 @@ func newVolume(t *testing.T, size int64, files map[string]string) (ws, dir strin
 			t.Fatal(err)
 		}
 	}
-	v, err := Mount(dir, ws, Limit{Bytes: size})
+	v, err := Mount(dir, "", ws, Limit{Bytes: size})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestWritePastTheLimitFails(t *testing.T) {
 	os.Chmod(filepath.Join(ws, "runner"), 0o777)
 	os.Chown(ws, ownerUID, ownerUID)
 	os.Chmod(ws, 0o777)
-	v, err := Mount(dir, ws, Limit{Bytes: 32 << 20, Keep: []string{"runner"}})
+	v, err := Mount(dir, "", ws, Limit{Bytes: 32 << 20, Keep: []string{"runner"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestMountRefuses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "volume")
-			_, err := Mount(dir, tc.workspace, Limit{Bytes: tc.size})
+			_, err := Mount(dir, "", tc.workspace, Limit{Bytes: tc.size})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Mount: %v, want %q", err, tc.want)
 			}
@@ -191,7 +191,7 @@ func TestMountRefuses(t *testing.T) {
 	t.Run("a workspace bounded already", func(t *testing.T) {
 		ws, _, _ := newVolume(t, 16<<20, nil)
 		dir := filepath.Join(t.TempDir(), "volume")
-		_, err := Mount(dir, ws, Limit{Bytes: 16 << 20})
+		_, err := Mount(dir, "", ws, Limit{Bytes: 16 << 20})
 		if err == nil || !strings.Contains(err.Error(), "mounted there already") {
 			t.Fatalf("second Mount: %v", err)
 		}
@@ -232,5 +232,35 @@ func TestReleaseLeftover(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// With a templates directory the first volume of a size makes the empty
+// image once, and later ones copy it: each still bounds its own
+// workspace, and takes only its metadata of the host's disk.
+func TestTemplates(t *testing.T) {
+	requireRoot(t)
+	templates := filepath.Join(t.TempDir(), "templates")
+	for i := 0; i < 2; i++ {
+		ws, dir := t.TempDir(), filepath.Join(t.TempDir(), "volume")
+		v, err := Mount(dir, templates, ws, Limit{Bytes: 16 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if made, _ := filepath.Glob(filepath.Join(templates, "ext4-*.img")); len(made) != 1 {
+			t.Fatalf("templates after volume %d: %v", i+1, made)
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(dir, "image"), &st); err != nil || st.Size != 16<<20 || st.Blocks*512 > 4<<20 {
+			t.Errorf("volume %d's image: %d bytes, %d on disk (%v)", i+1, st.Size, st.Blocks*512, err)
+		}
+		err = os.WriteFile(filepath.Join(ws, "big"), make([]byte, 20<<20), 0o644)
+		if !errors.Is(err, syscall.ENOSPC) {
+			t.Errorf("volume %d: writing 20 MiB into 16: %v", i+1, err)
+		}
+		if _, err := v.Release(); err != nil {
+			t.Fatal(err)
+		}
+		released(t, ws, dir)
 	}
 }

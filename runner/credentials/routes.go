@@ -136,6 +136,16 @@ func (e *endpoints) covered(host string) bool {
 	return false
 }
 
+// APIHost is the GitHub API's host of the job ("" without a vault).
+func (v *Vault) APIHost() string {
+	if v == nil {
+		return ""
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.ends.api.host
+}
+
 // CAHosts are the domains the job's CA must be able to sign for, so that
 // the gateway can put credentials back into HTTPS requests: the GitHub
 // server's and API's hosts (with GitHub's Actions service domain for

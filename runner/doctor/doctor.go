@@ -305,7 +305,7 @@ func checkWorkspaceLimit(context.Context, Options) []Check {
 		return fail(err)
 	}
 	start := time.Now()
-	v, err := quota.Mount(filepath.Join(base, "volume"), ws, quota.Limit{Bytes: quota.MinBytes})
+	v, err := quota.Mount(filepath.Join(base, "volume"), "", ws, quota.Limit{Bytes: quota.MinBytes})
 	if err != nil {
 		return fail(err)
 	}

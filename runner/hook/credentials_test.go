@@ -15,6 +15,37 @@ import (
 // (port 443), pinned by the policy for its names.
 const fakeGitHubAddr = "127.0.0.77"
 
+// fakeGitHub starts a fake GitHub on loopback, has the organisation
+// policy reach it (and allow OIDC tokens for sts.amazonaws.com), and
+// returns it with the variables the runner gives a step: its tokens
+// and service URLs (the v2 cache service).
+func (h *runnerHost) fakeGitHub(t *testing.T) (*testhost.GitHub, map[string]string) {
+	gh := testhost.NewGitHub(t, fakeGitHubAddr, h.origin)
+	resolve := ""
+	for _, n := range testhost.GitHubHosts {
+		resolve += fmt.Sprintf("%q: %q\n", n, fakeGitHubAddr)
+	}
+	os.WriteFile(filepath.Join(h.org, "github.cue"), []byte(`package airlock
+egress: allow: [{host: "github.test", ports: [443]}, {host: "api.github.test", ports: [443]}]
+egress: allowCIDRs: ["`+fakeGitHubAddr+`/32"]
+egress: resolve: {
+`+resolve+`}
+credentials: oidc: audiences: ["sts.amazonaws.com"]
+`), 0o644)
+	h.env = append(h.env, "SSL_CERT_FILE="+gh.CAFile, "GITHUB_SERVER_URL="+testhost.GitHubServerURL, "GITHUB_API_URL="+testhost.GitHubAPIURL)
+	return gh, map[string]string{
+		"RUNNER_TEMP":                    "/__w/_temp",
+		"GITHUB_TOKEN":                   gh.Token,
+		"INPUT_TOKEN":                    gh.Token,
+		"ACTIONS_RUNTIME_TOKEN":          gh.Runtime,
+		"ACTIONS_RUNTIME_URL":            testhost.GitHubRuntime,
+		"ACTIONS_RESULTS_URL":            testhost.GitHubResults,
+		"ACTIONS_CACHE_SERVICE_V2":       "True",
+		"ACTIONS_ID_TOKEN_REQUEST_URL":   testhost.GitHubOIDC,
+		"ACTIONS_ID_TOKEN_REQUEST_TOKEN": gh.Runtime,
+	}
+}
+
 // The job's credentials never enter its sandbox. Driven as the runner
 // drives the hook, with the variables the runner passes (the runtime and
 // OIDC request tokens, the GitHub token as GITHUB_TOKEN and as
@@ -29,31 +60,8 @@ const fakeGitHubAddr = "127.0.0.77"
 // with no value, and redacts what the job masked.
 func TestHookCredentials(t *testing.T) {
 	h := newRunnerHost(t)
-	gh := testhost.NewGitHub(t, fakeGitHubAddr, h.origin)
-	resolve := ""
-	for _, n := range testhost.GitHubHosts {
-		resolve += fmt.Sprintf("%q: %q\n", n, fakeGitHubAddr)
-	}
-	os.WriteFile(filepath.Join(h.org, "github.cue"), []byte(`package airlock
-egress: allow: [{host: "github.test", ports: [443]}, {host: "api.github.test", ports: [443]}]
-egress: allowCIDRs: ["`+fakeGitHubAddr+`/32"]
-egress: resolve: {
-`+resolve+`}
-credentials: oidc: audiences: ["sts.amazonaws.com"]
-`), 0o644)
-	h.env = append(h.env, "SSL_CERT_FILE="+gh.CAFile, "GITHUB_SERVER_URL="+testhost.GitHubServerURL, "GITHUB_API_URL="+testhost.GitHubAPIURL)
+	gh, env := h.fakeGitHub(t)
 	state := h.prepare()
-	env := map[string]string{
-		"RUNNER_TEMP":                    "/__w/_temp",
-		"GITHUB_TOKEN":                   gh.Token,
-		"INPUT_TOKEN":                    gh.Token,
-		"ACTIONS_RUNTIME_TOKEN":          gh.Runtime,
-		"ACTIONS_RUNTIME_URL":            testhost.GitHubRuntime,
-		"ACTIONS_RESULTS_URL":            testhost.GitHubResults,
-		"ACTIONS_CACHE_SERVICE_V2":       "True",
-		"ACTIONS_ID_TOKEN_REQUEST_URL":   testhost.GitHubOIDC,
-		"ACTIONS_ID_TOKEN_REQUEST_TOKEN": gh.Runtime,
-	}
 	// The runner's own copy of the step's variables, as a file a
 	// careless action could leave in the temp directory.
 	os.WriteFile(filepath.Join(h.temp, "leftover.env"), []byte("from the runner host, not the job\n"), 0o644)
@@ -100,8 +108,11 @@ true`
 			t.Fatalf("a real credential reached the sandbox:\n%s", out)
 		}
 	}
-	for _, want := range []string{"GITHUB_TOKEN=ghs_", "ACTIONS_RUNTIME_TOKEN=ey", "extraheader = AUTHORIZATION: basic ", "fetch=ok", "restore=200", "node-restore=200", "save=403",
-		`credentials.cache`, "artifact=200", "oidc-allowed=200 {\"value\":\"oidc-token-for-sts.amazonaws.com\"}", "oidc-refused=403", "api=200", "push=refused", "runtime-other=403", "save-lower=403", "inline: ghs_"} {
+	for _, want := range []string{"GITHUB_TOKEN=ghs_", "ACTIONS_RUNTIME_TOKEN=ey", "extraheader = AUTHORIZATION: basic ", "fetch=ok", "restore=200", "node-restore=200",
+		// A refused reservation is the cache service's own "no" (200, ok
+		// false: runner/egress/refusal); the decision header says denied.
+		"save=200", "save-lower=200",
+		`credentials.cache`, "artifact=200", "oidc-allowed=200 {\"value\":\"oidc-token-for-sts.amazonaws.com\"}", "oidc-refused=403", "api=200", "push=refused", "runtime-other=403", "inline: ghs_"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the step's output lacks %q:\n%s", want, out)
 		}

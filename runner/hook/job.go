@@ -54,8 +54,8 @@ type job struct {
 	checkID     int64
 	jobTimeout  time.Duration
 	// images are the policy's image directories, for Docker actions;
-	// hosts is the job's /etc/hosts when it has services (their names,
-	// serviceNames, in the runner's order).
+	// hosts is the job's /etc/hosts (the services' names, serviceNames,
+	// in the runner's order; the sandbox's own).
 	images       map[string]string
 	hosts        []gvisor.File
 	serviceNames []string

@@ -48,8 +48,10 @@ cp /bin/busybox "$root/bin/busybox"
 for m in drivers/net/veth.ko net/xfrm/xfrm_algo.ko net/xfrm/xfrm_user.ko net/netfilter/nfnetlink.ko; do
   cp "$work/kernel/lib/modules/$kver/kernel/$m" "$root/lib/modules/"
 done
-# Built in or a module, depending on the kernel's configuration.
-for m in drivers/block/loop.ko fs/overlayfs/overlay.ko; do
+# Built in or a module, depending on the kernel's configuration (Debian
+# 12's: all modules; ext4 needs jbd2, mbcache and crc16, its checksums
+# crc32c).
+for m in drivers/block/loop.ko fs/overlayfs/overlay.ko lib/crc16.ko fs/mbcache.ko fs/jbd2/jbd2.ko crypto/crc32c_generic.ko fs/ext4/ext4.ko; do
   f="$work/kernel/lib/modules/$kver/kernel/$m"
   [ -f "$f" ] && cp "$f" "$root/lib/modules/"
   [ -f "$f.xz" ] && xz -dc "$f.xz" > "$root/lib/modules/$(basename "$m")"

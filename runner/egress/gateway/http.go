@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-ci/airlock/internal/textsafe"
+	"github.com/airlock-ci/airlock/runner/egress/refusal"
 	"github.com/airlock-ci/airlock/runner/egress/rules"
 )
 
@@ -63,7 +64,7 @@ func (g *Gateway) serveDirectHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	d := rules.Decision{Time: time.Now().UTC(), Protocol: proto, Name: sc.name, Address: local.Addr().String(), Port: sc.port, Method: r.Method, Path: textsafe.Clip(r.URL.Path, 512, ""), Client: r.RemoteAddr}
 	if v := g.cfg.Decider.HTTPHost(sc.name, r.Host); !v.Allowed {
-		g.refuse(w, &d, v)
+		g.refuse(w, r, &d, v)
 		return
 	}
 	g.forward(w, r, &d, sc.tls)
@@ -85,13 +86,13 @@ func (g *Gateway) serveProxy(w http.ResponseWriter, r *http.Request) {
 	}
 	if !r.URL.IsAbs() || r.URL.Scheme != "http" {
 		d.Path = textsafe.Clip(r.URL.Path, 512, "")
-		g.refuse(w, &d, rules.Verdict{Rule: rules.RuleID{Kind: rules.KindProxy}, Reason: "this is airlock's egress proxy: send CONNECT host:port or an absolute http:// URL"})
+		g.refuse(w, r, &d, rules.Verdict{Rule: rules.RuleID{Kind: rules.KindProxy}, Reason: "this is airlock's egress proxy: send CONNECT host:port or an absolute http:// URL"})
 		return
 	}
 	name, port, v := g.target(r.URL.Host, 80)
 	d.Name, d.Port, d.Path = name, port, textsafe.Clip(r.URL.Path, 512, "")
 	if !v.Allowed {
-		g.refuse(w, &d, v)
+		g.refuse(w, r, &d, v)
 		return
 	}
 	g.forward(w, r, &d, false)
@@ -125,12 +126,12 @@ func (g *Gateway) serveConnect(w http.ResponseWriter, r *http.Request, d *rules.
 	name, port, v := g.target(r.Host, 443)
 	d.Name, d.Port = name, port
 	if !v.Allowed {
-		g.refuse(w, d, v)
+		g.refuse(w, r, d, v)
 		return
 	}
 	rule, v := g.cfg.Decider.Connect(name, port)
 	if !v.Allowed {
-		g.refuse(w, d, v)
+		g.refuse(w, r, d, v)
 		return
 	}
 	hj, ok := w.(http.Hijacker)
@@ -211,7 +212,7 @@ func (g *Gateway) decideRequest(w http.ResponseWriter, r *http.Request, d *rules
 		injected, echoes = cd.Injected, cd.Echoes
 	}
 	if !v.Allowed {
-		g.refuse(w, d, v)
+		g.refuse(w, r, d, v)
 		return nil, false
 	}
 	out := &outbound{g: g, d: d, v: v, overTLS: overTLS, secrets: dec.Secrets(d.Name, v), echoes: echoes}
@@ -309,10 +310,10 @@ func (o *outbound) dialTLS(ctx context.Context) (net.Conn, error) {
 
 // fail answers a request that did not reach its upstream: 403 for a dial
 // the Decider refused, else 502, recorded with the upstream's error.
-func (o *outbound) fail(w http.ResponseWriter, _ *http.Request, err error) {
+func (o *outbound) fail(w http.ResponseWriter, r *http.Request, err error) {
 	d := o.d
 	if o.refused != nil {
-		o.g.refuse(w, d, *o.refused)
+		o.g.refuse(w, r, d, *o.refused)
 		return
 	}
 	uv := o.v
@@ -323,19 +324,23 @@ func (o *outbound) fail(w http.ResponseWriter, _ *http.Request, err error) {
 	o.g.finish(d)
 }
 
-// refuse answers 403 with the decision in a header and, in the body, the
-// policy line that would allow the request; and records it.
-func (g *Gateway) refuse(w http.ResponseWriter, d *rules.Decision, v rules.Verdict) {
+// refuse answers 403 with the decision in a header and, in the body in
+// the refused endpoint's own protocol (package refusal), why and the
+// policy line that would allow the request; and records it. r is nil
+// where no request was read.
+func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, d *rules.Decision, v rules.Verdict) {
 	d.Apply(v)
 	g.finish(d)
 	w.Header().Set(DecisionHeader, headerSafe(fmt.Sprintf("denied; rule=%q; reason=%q", v.Rule.String(), v.Reason)))
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Connection", "close")
-	w.WriteHeader(http.StatusForbidden)
-	fmt.Fprintf(w, "airlock egress: denied %s:%d\nrule: %s\nreason: %s\n", d.Name, d.Port, v.Rule, v.Reason)
-	if v.Suggest != "" {
-		fmt.Fprintf(w, "to allow it: %s\n", v.Suggest)
+	p := refusal.Plain
+	if r != nil && r.Method != http.MethodConnect {
+		p = refusal.Of(r, g.cfg.Credentials.APIHost())
 	}
+	detail := []string{"rule: " + v.Rule.String()}
+	if v.Suggest != "" {
+		detail = append(detail, "to allow it: "+v.Suggest)
+	}
+	refusal.Write(w, p, fmt.Sprintf("airlock: denied %s %s:%d%s: %s", d.Method, d.Name, d.Port, d.Path, v.Reason), detail...)
 }
 
 // headerSafe drops bytes that cannot go in a header value.

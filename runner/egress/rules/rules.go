@@ -278,8 +278,13 @@ func pathDir(path string) string {
 	return "/"
 }
 
-// SuggestHost is the policy line that allows name:port.
+// SuggestHost is the policy line that allows name:port. A single-label
+// name is no host on the network (a service's, or the sandbox's own, is in
+// the job's /etc/hosts): no policy line would be right for it.
 func SuggestHost(name string, port int) string {
+	if !strings.Contains(strings.Trim(name, "."), ".") {
+		return fmt.Sprintf("nothing in egress.allow: %q is a single-label name, not a host on the network; the job's services and the sandbox's own name are in its /etc/hosts", name)
+	}
 	ports := ""
 	if port != 443 {
 		ports = ", ports: [" + strconv.Itoa(port) + "]"

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// Real clients in the sandbox, refused by the gateway on a host they may
+// reach but not at that path: each stops at the first refusal (one
+// denied decision in the job) and says airlock's words in its own
+// output, because the refusal speaks its protocol (runner/egress/refusal).
+func TestClientsSeeRefusalsInTheirProtocol(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	port := upstream(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "should not be reached") })
+	org := orgPolicy(t, fmt.Sprintf(`egress: {
+	allow: [{host: "registry.test", ports: [%d], pathPrefixes: ["/ok/"]}]
+	resolve: "registry.test": "127.0.0.1"
+	allowCIDRs: ["127.0.0.1/32"]
+}
+`, port))
+	base := fmt.Sprintf("http://registry.test:%d", port)
+	for _, tc := range []struct {
+		name, needs, script string
+		want                []string
+	}{
+		{"curl, a registry path", "curl", "curl -sS --fail-with-body " + base + "/v2/acme/app/manifests/latest",
+			[]string{`"code":"DENIED"`, `"message":"airlock: denied GET registry.test`}},
+		// remote-curl.c's show_http_message: each line of a text/plain
+		// error body as "remote: ...".
+		{"git clone", "git", "git clone -q " + base + "/acme/app.git /tmp/app",
+			[]string{"remote: airlock: denied GET registry.test", "/acme/app.git/info/refs", "remote: to allow it:"}},
+		// cmd/go's module fetcher prints a text/plain body as "server
+		// response: ...".
+		{"go mod download", "/usr/local/go/bin/go", "export HOME=/tmp GOPROXY=" + base + "/ GOSUMDB=off GOCACHE=/tmp/gocache GOMODCACHE=/tmp/gomod GOTOOLCHAIN=local; /usr/local/go/bin/go mod download example.com/x@v1.0.0",
+			[]string{"403 Forbidden", "server response:", "airlock: denied GET registry.test"}},
+		// npm-registry-fetch's HttpErrorGeneral adds the body's "error".
+		{"npm view", "npm", "npm view left-pad --registry " + base + "/ --cache /tmp/npm-cache --fetch-retries 0 --update-notifier=false",
+			[]string{"403 Forbidden - GET " + base + "/left-pad - airlock: denied GET registry.test"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := exec.LookPath(tc.needs); err != nil {
+				t.Skipf("%s is not on this machine", tc.needs)
+			}
+			var out, errb bytes.Buffer
+			code := execute([]string{"run", "-w", workspace(t), "--state-dir", stateDir(t), "--org", org, "--json", "--", "sh", "-c", tc.script}, &out, &errb)
+			if code == 0 {
+				t.Fatalf("the refused client succeeded: %s", errb.String())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(errb.String(), w) {
+					t.Errorf("the client's output lacks %q:\n%s", w, errb.String())
+				}
+			}
+			var res struct {
+				Egress struct{ Denied int } `json:"egress"`
+			}
+			if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+				t.Fatal(err)
+			}
+			if res.Egress.Denied != 1 {
+				t.Errorf("%d refusals: the client did not stop at the first", res.Egress.Denied)
+			}
+		})
+	}
+}
+
+// The sandbox resolves its own host name and localhost from its own
+// /etc/hosts, as Docker's containers do: git and other tools look the
+// host name up, and no lookup of it reaches the gateway's DNS. A
+// single-label name that is not there is refused without a policy line
+// that could never be right.
+func TestSandboxResolvesItsOwnName(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	var out, errb bytes.Buffer
+	code := execute([]string{"run", "-w", workspace(t), "--state-dir", stateDir(t), "--org", egressOrg(t, 443), "--json", "--", "sh", "-c",
+		"getent hosts airlock localhost; getent ahosts $(hostname) | head -1; getent hosts db || echo db-unknown"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	stderr := errb.String()
+	for _, want := range []string{" airlock\n", " localhost ", "STREAM airlock", "db-unknown"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("output lacks %q:\n%s", want, stderr)
+		}
+	}
+	if strings.Contains(stderr, `{host: "db"}`) || strings.Contains(stderr, `{host: "airlock"}`) {
+		t.Errorf("a single-label name suggested as an egress rule:\n%s", stderr)
+	}
+	var res struct {
+		Egress struct {
+			Decisions []struct{ Name, Decision string }
+		} `json:"egress"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range res.Egress.Decisions {
+		if d.Name == "airlock" || d.Name == "localhost" {
+			t.Errorf("the sandbox asked the gateway for its own name: %+v", d)
+		}
+	}
+}

@@ -1,0 +1,61 @@
+package hook
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/airlock-ci/airlock/internal/testhost"
+)
+
+// The real Actions client packages (testdata/clients, installed from npm
+// at pinned versions by .ci/run), run in an agent's job through the
+// hook: each refusal comes in its client's protocol, so the client stops
+// at once and shows airlock's reason: a cache save (twirp, which the
+// client would otherwise retry five times, about 28 s, and then blame
+// another job), a REST write and a GraphQL mutation with the job's token.
+func TestHookRealClientsAreRefusedInTheirProtocol(t *testing.T) {
+	clients, err := filepath.Abs("../../testdata/clients")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(clients, "node_modules", "@actions", "cache")); err != nil {
+		t.Fatal("the client packages are not installed: npm ci --prefix testdata/clients (.ci/run does)")
+	}
+	h := newRunnerHost(t)
+	_, env := h.fakeGitHub(t)
+	env["GITHUB_API_URL"] = testhost.GitHubAPIURL // as the runner sets it
+	state := h.prepare()
+	code, out := h.script(state, "bash", "--noprofile --norc -e -o pipefail {0}", "/__e/node20/bin/node "+filepath.Join(clients, "refused.js"), env)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	for _, want := range []string{
+		// cache.ts, saveCacheV2: a reservation the service does not
+		// grant, as a warning.
+		"::warning::Cache reservation failed: airlock: denied POST results.github.test",
+		// @octokit/request: the error's message is GitHub's "message".
+		"rest write threw: 403 airlock: denied POST api.github.test",
+		"graphql mutation threw: airlock: denied POST api.github.test",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the step's log lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "Attempt 2 of") || strings.Contains(out, "went through") {
+		t.Errorf("a client retried, or a write went through:\n%s", out)
+	}
+	m := regexp.MustCompile(`cache save took (\d+) ms`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no timing: %s", out)
+	}
+	// Not a timing assertion on airlock: a bound on the client's own
+	// retries (five attempts with back-off take about 28 s).
+	t.Logf("the refused cache save took %s ms in all (archive, reservation refused, warning)", m[1])
+	if ms, _ := strconv.Atoi(m[1]); ms > 10000 {
+		t.Errorf("the refused cache save took %d ms: the client retried", ms)
+	}
+}
