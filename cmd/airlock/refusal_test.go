@@ -41,6 +41,11 @@ func TestClientsSeeRefusalsInTheirProtocol(t *testing.T) {
 		// response: ...".
 		{"go mod download", "/usr/local/go/bin/go", "export HOME=/tmp GOPROXY=" + base + "/ GOSUMDB=off GOCACHE=/tmp/gocache GOMODCACHE=/tmp/gomod GOTOOLCHAIN=local; /usr/local/go/bin/go mod download example.com/x@v1.0.0",
 			[]string{"403 Forbidden", "server response:", "airlock: denied GET registry.test"}},
+		// pip shows requests' "403 Client Error: <the status line's
+		// reason> for url: ...", for an index page at -vv only (its
+		// _handle_get_simple_fail logs at debug).
+		{"pip download", "python3", "python3 -m pip download -vv --no-cache-dir --retries 0 --trusted-host registry.test --index-url " + base + "/simple/ -d /tmp/p requests",
+			[]string{"403 Client Error: airlock: denied GET registry.test", "/simple/requests/"}},
 		// npm-registry-fetch's HttpErrorGeneral adds the body's "error".
 		{"npm view", "npm", "npm view left-pad --registry " + base + "/ --cache /tmp/npm-cache --fetch-retries 0 --update-notifier=false",
 			[]string{"403 Forbidden - GET " + base + "/left-pad - airlock: denied GET registry.test"}},

@@ -29,7 +29,7 @@ func TestHookRealClientsAreRefusedInTheirProtocol(t *testing.T) {
 	_, env := h.fakeGitHub(t)
 	env["GITHUB_API_URL"] = testhost.GitHubAPIURL // as the runner sets it
 	state := h.prepare()
-	code, out := h.script(state, "bash", "--noprofile --norc -e -o pipefail {0}", "/__e/node20/bin/node "+filepath.Join(clients, "refused.js"), env)
+	code, out := h.script(state, "bash", "--noprofile --norc -e -o pipefail {0}", "/__e/node20/bin/node "+filepath.Join(clients, "refused.js")+"; getent hosts airlock", env)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, out)
 	}
@@ -40,13 +40,15 @@ func TestHookRealClientsAreRefusedInTheirProtocol(t *testing.T) {
 		// @octokit/request: the error's message is GitHub's "message".
 		"rest write threw: 403 airlock: denied POST api.github.test",
 		"graphql mutation threw: airlock: denied POST api.github.test",
+		// The sandbox's own name is in its /etc/hosts.
+		"airlock\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the step's log lacks %q:\n%s", want, out)
 		}
 	}
-	if strings.Contains(out, "Attempt 2 of") || strings.Contains(out, "went through") {
-		t.Errorf("a client retried, or a write went through:\n%s", out)
+	if strings.Contains(out, "Attempt 2 of") || strings.Contains(out, "went through") || strings.Contains(out, "airlock (dns)") {
+		t.Errorf("a client retried, a write went through, or the sandbox's name was looked up in DNS:\n%s", out)
 	}
 	m := regexp.MustCompile(`cache save took (\d+) ms`).FindStringSubmatch(out)
 	if m == nil {

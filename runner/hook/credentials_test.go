@@ -112,7 +112,9 @@ true`
 		// A refused reservation is the cache service's own "no" (200, ok
 		// false: runner/egress/refusal); the decision header says denied.
 		"save=200", "save-lower=200",
-		`credentials.cache`, "artifact=200", "oidc-allowed=200 {\"value\":\"oidc-token-for-sts.amazonaws.com\"}", "oidc-refused=403", "api=200", "push=refused", "runtime-other=403", "inline: ghs_"} {
+		`credentials.cache`, "artifact=200", "oidc-allowed=200 {\"value\":\"oidc-token-for-sts.amazonaws.com\"}", "oidc-refused=403", "api=200", "push=refused",
+		// remote-curl.c prints a text/plain refusal's lines as "remote: ...".
+		"remote: airlock: denied GET github.test:443/acme/app.git/info/refs", "runtime-other=403", "inline: ghs_"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the step's output lacks %q:\n%s", want, out)
 		}

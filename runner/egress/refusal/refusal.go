@@ -14,7 +14,9 @@ package refusal
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -37,6 +39,10 @@ const (
 	Git              Protocol = "git"
 	OCI              Protocol = "oci"
 	NPM              Protocol = "npm"
+	// Pip is plain text with airlock's words in the status line's
+	// reason: pip shows requests' "403 Client Error: <reason> for url",
+	// never the body.
+	Pip Protocol = "pip"
 )
 
 // Of tells the protocol from the request: twirp's path (/twirp/...),
@@ -69,6 +75,8 @@ func Of(r *http.Request, apiHost string) Protocol {
 		return OCI
 	case strings.HasPrefix(ua, "npm/") || r.Header.Get("Npm-Command") != "":
 		return NPM
+	case strings.HasPrefix(ua, "pip/"):
+		return Pip
 	}
 	return Plain
 }
@@ -110,12 +118,55 @@ func Write(w http.ResponseWriter, p Protocol, msg string, detail ...string) {
 		// Plain text, one line per part: git prints each line of a
 		// text/plain error as "remote: ...".
 		h.Set("Content-Type", "text/plain; charset=utf-8")
+		text := strings.Join(append([]string{msg}, detail...), "\n") + "\n"
+		if p == Pip && writeWithReason(w, msg, text) {
+			return
+		}
 		w.WriteHeader(http.StatusForbidden)
-		w.Write([]byte(strings.Join(append([]string{msg}, detail...), "\n") + "\n"))
+		w.Write([]byte(text))
 		return
 	}
 	b, _ := json.Marshal(body)
 	h.Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(status)
 	w.Write(append(b, '\n'))
+}
+
+// writeWithReason writes a whole 403 response on the connection itself,
+// with reason as its status line's reason phrase (net/http writes only
+// the standard one), and closes it. False when the connection cannot be
+// taken over (HTTP/2, a recorder): then nothing was written.
+func writeWithReason(w http.ResponseWriter, reason, body string) bool {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		return false
+	}
+	conn, buf, err := hj.Hijack()
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	h := w.Header().Clone()
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Connection", "close")
+	fmt.Fprintf(buf, "HTTP/1.1 403 %s\r\n", phrase(reason))
+	h.Write(buf)
+	buf.WriteString("\r\n" + body)
+	buf.Flush()
+	return true
+}
+
+// phrase keeps what a status line's reason may hold: printable ASCII,
+// at most 400 bytes.
+func phrase(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r > 0x7e {
+			return '?'
+		}
+		return r
+	}, s)
+	if len(s) > 400 {
+		s = s[:400]
+	}
+	return s
 }

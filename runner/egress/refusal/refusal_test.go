@@ -2,6 +2,7 @@ package refusal
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -37,7 +38,7 @@ func TestOf(t *testing.T) {
 		{"registry manifest", "HEAD", "https://registry.test/v2/acme/app/manifests/latest", nil, "", OCI},
 		// npm-registry-fetch sends npm-command and an npm/ user agent.
 		{"npm", "GET", "http://registry.test/left-pad", map[string]string{"User-Agent": "npm/11.1.0 node/v20.20.2 linux x64", "Npm-Command": "install"}, "", NPM},
-		{"pip", "GET", "http://registry.test/simple/requests/", map[string]string{"User-Agent": "pip/23.2.1 {}"}, "", Plain},
+		{"pip", "GET", "http://registry.test/simple/requests/", map[string]string{"User-Agent": "pip/23.2.1 {}"}, "", Pip},
 		{"curl", "GET", "http://registry.test/x", map[string]string{"User-Agent": "curl/7.88.1"}, "", Plain},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -134,5 +135,30 @@ func TestWrite(t *testing.T) {
 				t.Errorf("the client reads %q (%v) from %s", got, err, w.Body.String())
 			}
 		})
+	}
+}
+
+// pip's refusal carries airlock's words in the status line itself, over a
+// real connection, with the headers the gateway set (the decision).
+func TestWritePipReason(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Airlock-Decision", "denied; rule=\"x\"")
+		Write(w, Pip, "airlock: denied GET registry.test:80/simple/x/: not allowed\r\nInjected: header", "rule: x")
+	}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/simple/x/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusForbidden || !strings.HasPrefix(resp.Status, "403 airlock: denied GET registry.test:80/simple/x/") {
+		t.Errorf("status %q", resp.Status)
+	}
+	if resp.Header.Get("X-Airlock-Decision") == "" || resp.Header.Get("Injected") != "" {
+		t.Errorf("headers %v", resp.Header)
+	}
+	if !strings.HasPrefix(string(body), "airlock: denied") || !strings.Contains(string(body), "rule: x") {
+		t.Errorf("body %q", body)
 	}
 }
