@@ -48,8 +48,8 @@ const (
 // Of tells the protocol from the request: twirp's path (/twirp/...),
 // GitHub's API (its host, a GHES /api/v3 path, or its media types), its
 // GraphQL endpoint, git's smart HTTP paths and user agent, the OCI
-// distribution paths (/v2/), npm's own headers. apiHost is the GitHub API
-// host of the job ("" for api.github.com).
+// distribution paths (/v2/), npm's and pip's user agents. apiHost is the
+// GitHub API host of the job ("" for api.github.com).
 func Of(r *http.Request, apiHost string) Protocol {
 	p, host := strings.ToLower(r.URL.Path), strings.ToLower(r.Host)
 	if h, _, ok := strings.Cut(host, ":"); ok {
@@ -86,10 +86,10 @@ func Of(r *http.Request, apiHost string) Protocol {
 const DocsURL = "https://github.com/airlock-ci/airlock/blob/main/docs/runner.md"
 
 // Write answers 403 in p's shape (200 for a cache reservation, as the
-// service itself refuses one; the decision header says denied all the
-// same). msg is airlock's one-line reason (it
-// starts "airlock: "); detail, more lines for a plain-text reader (what
-// would allow it).
+// service itself declines one; the decision header says denied all the
+// same). msg is airlock's one-line reason, starting "airlock: "; detail
+// are more parts (the rule, what would allow it), lines of their own in
+// plain text.
 func Write(w http.ResponseWriter, p Protocol, msg string, detail ...string) {
 	h := w.Header()
 	h.Set("Connection", "close")
