@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -26,10 +27,13 @@ func TestHookRealClientsAreRefusedInTheirProtocol(t *testing.T) {
 		t.Fatal("the client packages are not installed: npm ci --prefix testdata/clients (.ci/run does)")
 	}
 	h := newRunnerHost(t)
+	// The packages where the job finds them, wherever the checkout is
+	// (the sandbox's /tmp is its own).
+	os.WriteFile(filepath.Join(h.org, "clients.cue"), []byte(fmt.Sprintf("package airlock\nsandbox: mounts: [{source: %q, destination: \"/opt/clients\"}]\n", clients)), 0o644)
 	_, env := h.fakeGitHub(t)
 	env["GITHUB_API_URL"] = testhost.GitHubAPIURL // as the runner sets it
 	state := h.prepare()
-	code, out := h.script(state, "bash", "--noprofile --norc -e -o pipefail {0}", "/__e/node20/bin/node "+filepath.Join(clients, "refused.js")+"; getent hosts airlock", env)
+	code, out := h.script(state, "bash", "--noprofile --norc -e -o pipefail {0}", "/__e/node20/bin/node /opt/clients/refused.js; getent hosts airlock", env)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, out)
 	}
