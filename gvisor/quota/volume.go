@@ -161,8 +161,8 @@ func (u Usage) Full() bool {
 }
 
 // Usage reads the upper layer's filesystem: what the job has used of
-// what it could use when the volume was made (ext4's own metadata and
-// the owner's reserve left out).
+// what it could use when the volume was made (ext4's own metadata left
+// out).
 func (v *Volume) Usage() (Usage, error) {
 	var s unix.Statfs_t
 	if err := unix.Statfs(v.fs(), &s); err != nil {
@@ -232,10 +232,13 @@ type fstrimRange struct{ Start, Len, MinLen uint64 }
 // something on the host still uses it (the upper layer is read from the
 // filesystem below, not through the overlay).
 func (v *Volume) unmountOverlay() error {
-	for {
+	for try := 0; ; try++ {
 		m, ok := mountAt(v.rec.Workspace)
 		if !ok || m.source != v.source() {
 			return nil
+		}
+		if try == 8 {
+			return fmt.Errorf("unmount the workspace overlay from %s: still mounted after %d tries", v.rec.Workspace, try)
 		}
 		err := unix.Unmount(v.rec.Workspace, 0)
 		if errors.Is(err, unix.EBUSY) {
