@@ -47,6 +47,18 @@ func ParseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
+// HumanSize writes n for a reader (free space, what a job wrote): in GiB
+// or MiB to a tenth (12.3 GiB, 512.0 MiB), under 1 MiB in bytes.
+func HumanSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
 // FormatSize writes n as ParseSize reads it, in the largest binary unit
 // that divides it (4G, 512M, 1000).
 func FormatSize(n int64) string {

@@ -374,7 +374,7 @@ func checkStateDir(dir string, workspaces []string, spell input.Spelling) Check 
 		return bad(Fail, name, "statfs: "+err.Error(), "")
 	}
 	free := int64(fs.Bavail) * int64(fs.Bsize)
-	detail := fmt.Sprintf("%s free", human(free))
+	detail := fmt.Sprintf("%s free", policies.HumanSize(free))
 	if at != real {
 		detail += " (on " + at + "; the first job creates it)"
 	}
@@ -382,16 +382,6 @@ func checkStateDir(dir string, workspaces []string, spell input.Spelling) Check 
 		return bad(Warn, name, detail, "free space there: each job's root overlay and logs are kept in it while the job runs (up to the overlay size, sandbox.limits.overlay)")
 	}
 	return ok(name, "%s", detail)
-}
-
-func human(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%d bytes", n)
 }
 
 // checkNode runs node --version.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/internal/textsafe"
+	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/credentials"
 	"github.com/airlock-ci/airlock/runner/egress"
@@ -166,20 +167,5 @@ func writeWorkspace(w io.Writer, v *runner.WorkspaceVolume) {
 		full = " (full: raise sandbox.limits.workspace in the organisation policy)"
 	}
 	fmt.Fprintf(w, "workspace: %s of %s and %d of %d files written%s; merged %d file(s), %s, %d removed\n",
-		bytesIn(u.Bytes), bytesIn(v.Limit), u.Files, u.LimitFiles, full, m.Files, bytesIn(m.Bytes), m.Removed)
-}
-
-// bytesIn writes n in the largest binary unit that keeps it above 1.
-func bytesIn(n int64) string {
-	f, unit := float64(n), "B"
-	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
-		if f < 1024 {
-			break
-		}
-		f, unit = f/1024, u
-	}
-	if unit == "B" {
-		return fmt.Sprintf("%d B", n)
-	}
-	return fmt.Sprintf("%.1f %s", f, unit)
+		policies.HumanSize(u.Bytes), policies.HumanSize(v.Limit), u.Files, u.LimitFiles, full, m.Files, policies.HumanSize(m.Bytes), m.Removed)
 }
