@@ -23,7 +23,6 @@
 package quota
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +34,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -541,57 +541,16 @@ func bindKept(lower int, workspace, rel string) error {
 	return nil
 }
 
-// mount is one line of /proc/self/mountinfo.
+// mount is a mount's type and source.
 type mount struct{ fstype, source string }
 
-// mountAt returns the topmost mount whose mount point is path.
+// mountAt returns the topmost mount whose mount point is path (moby's
+// mountinfo parser: it undoes the file's escapes).
 func mountAt(path string) (mount, bool) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
+	infos, err := mountinfo.GetMounts(func(i *mountinfo.Info) (skip, stop bool) { return i.Mountpoint != path, false })
+	if err != nil || len(infos) == 0 {
 		return mount{}, false
 	}
-	defer f.Close()
-	var top mount
-	found := false
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options... - fstype source super
-		fields := strings.Fields(sc.Text())
-		sep := separator(fields)
-		if len(fields) < 5 || sep < 0 || sep+2 >= len(fields) || unescape(fields[4]) != path {
-			continue
-		}
-		top, found = mount{fstype: fields[sep+1], source: unescape(fields[sep+2])}, true
-	}
-	return top, found
-}
-
-// separator finds the "-" that ends a mountinfo line's optional fields.
-func separator(s []string) int {
-	for i := 6; i < len(s); i++ {
-		if s[i] == "-" {
-			return i
-		}
-	}
-	return -1
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	top := infos[len(infos)-1] // in mount order: the last is on top
+	return mount{fstype: top.FSType, source: top.Source}, true
 }
