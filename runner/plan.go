@@ -181,8 +181,7 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	if eff == nil {
 		p.Job.Sandbox = requestedSandbox(in)
 		p.Job.Sandbox.ExtraMasks = append(p.Job.Sandbox.ExtraMasks, hiddenPaths(nil, in, p.Attest, p.Job.Sandbox.WorkspaceMount)...)
-		p.Hosts = []gvisor.File{hostsFile(in.Services)}
-		p.Job.Sandbox.Files = append(p.Job.Sandbox.Files, p.Hosts...)
+		p.addHosts(in.Services)
 		return p, nil
 	}
 	pol := eff.Policy
@@ -193,6 +192,7 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 		return p, err
 	}
 	p.Job.Sandbox = cfg
+	p.addHosts(in.Services)
 	if err := p.egress(eff, in); err != nil {
 		return p, err
 	}
@@ -267,8 +267,6 @@ func (p *Plan) sandbox(sb policies.Sandbox, in Inputs) (gvisor.Config, error) {
 	if err := checkServices(sb, in.Services); err != nil {
 		return cfg, InputError{Err: err}
 	}
-	p.Hosts = []gvisor.File{hostsFile(in.Services)}
-	cfg.Files = append(cfg.Files, p.Hosts...)
 	p.Images = sb.Images
 	return cfg, nil
 }
@@ -476,6 +474,13 @@ func checkServices(p policies.Sandbox, services []Service) error {
 		return errors.New("service containers refused: " + strings.Join(bad, "; ") + "; remove them from the job's services: or ask the runner's administrators")
 	}
 	return nil
+}
+
+// addHosts gives the job its /etc/hosts, and keeps it in p.Hosts for the
+// job's containers.
+func (p *Plan) addHosts(services []Service) {
+	p.Hosts = []gvisor.File{hostsFile(services)}
+	p.Job.Sandbox.Files = append(p.Job.Sandbox.Files, p.Hosts...)
 }
 
 // hostsFile is the job's /etc/hosts, for the job and its containers, as
