@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlock-ci/airlock/gvisor/monitor"
 	"github.com/airlock-ci/airlock/runner/egress/rules"
+	"github.com/airlock-ci/airlock/runner/egress/uploads"
 )
 
 // Report is a job's egress record (part of `airlock run --json`).
@@ -27,6 +28,9 @@ type Report struct {
 	ModeNote string `json:"modeNote,omitempty"`
 	// Dropped counts decisions not kept because the record was full.
 	Dropped uint64 `json:"dropped"`
+	// Uploads are the artifacts the job uploaded through the Actions
+	// artifact service, with the digest of the bytes the gateway passed.
+	Uploads []uploads.Upload `json:"uploads,omitempty"`
 }
 
 // Report merges the DNS queries, the gateway's decisions and the
