@@ -409,16 +409,27 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 // would hold the job's files in the host's memory, so its volumes go to
 // DefaultVolumeRoot (hidden from every job, as DefaultMasks says).
 func volumeDir(stateRoot, id string) string {
+	return filepath.Join(DiskDir(stateRoot, "volumes"), id)
+}
+
+// DiskDir is the directory name below the state root on a disk: the
+// state root's own where it is on one, else below diskRoot (hidden from
+// every job, as DefaultMasks says). For what a job may make large:
+// workspace volumes, the artifact blocks the gateway spools.
+func DiskDir(stateRoot, name string) string {
 	var st unix.Statfs_t
 	if err := unix.Statfs(stateRoot, &st); err == nil && (st.Type == unix.TMPFS_MAGIC || st.Type == unix.RAMFS_MAGIC) {
-		return filepath.Join(DefaultVolumeRoot, id)
+		return filepath.Join(diskRoot, name)
 	}
-	return filepath.Join(stateRoot, "volumes", id)
+	return filepath.Join(stateRoot, name)
 }
+
+// diskRoot holds what a state directory in memory must not.
+const diskRoot = "/var/lib/airlock"
 
 // DefaultVolumeRoot holds the workspace volumes of jobs whose state
 // directory is in memory.
-const DefaultVolumeRoot = "/var/lib/airlock/volumes"
+const DefaultVolumeRoot = diskRoot + "/volumes"
 
 // Workspace is what a bounded workspace held at the end of the job.
 type Workspace struct {

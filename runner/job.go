@@ -221,6 +221,9 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 	if job.Egress != nil {
 		ecfg := *job.Egress
 		ecfg.Credentials = job.Credentials
+		if ecfg.UploadSpool == "" {
+			ecfg.UploadSpool = gvisor.DiskDir(job.Sandbox.StateRoot, "uploads")
+		}
 		if ecfg.CAValidity == 0 && job.Sandbox.Limits.JobTimeout > 0 {
 			ecfg.CAValidity = job.Sandbox.Limits.JobTimeout + 10*time.Minute
 		}

@@ -154,6 +154,12 @@ func (v *Vault) CAHosts() []string {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	out := slices.Clone(v.ends.ca)
+	if v.pol.Artifacts && v.ends.server.host == "github.com" {
+		// github.com's artifact service hands out upload URLs in Azure
+		// blob storage: the gateway reads what the job writes there to
+		// digest its artifacts (package uploads), for those URLs only.
+		out = append(out, githubArtifactStorage)
+	}
 	for _, hosts := range v.pol.Secrets {
 		for _, h := range hosts {
 			if !slices.Contains(out, h) {
@@ -164,6 +170,10 @@ func (v *Vault) CAHosts() []string {
 	slices.Sort(out)
 	return out
 }
+
+// githubArtifactStorage is the domain of github.com's artifact blobs
+// (results-receiver's signed_upload_url).
+const githubArtifactStorage = "blob.core.windows.net"
 
 // ServiceHost reports whether name is one of the job's Actions service
 // hosts the gateway can inspect: it may be resolved and reached on the

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -38,6 +39,7 @@ import (
 	"github.com/airlock-ci/airlock/runner/egress/gateway"
 	"github.com/airlock-ci/airlock/runner/egress/netns"
 	"github.com/airlock-ci/airlock/runner/egress/rules"
+	"github.com/airlock-ci/airlock/runner/egress/uploads"
 )
 
 // Config configures a job's egress.
@@ -69,6 +71,11 @@ type Config struct {
 	// ModeNote says why the job is enforced although the organisation
 	// asked for audit (agent work); recorded in the report.
 	ModeNote string
+	// UploadSpool is a directory (on a disk) in which the gateway keeps
+	// the artifact blocks the job stages until it commits them
+	// (uploads.Recorder), in a directory of the job's own that Close
+	// removes. "": no upload is recorded.
+	UploadSpool string
 }
 
 // maxNames bounds the pool addresses one job can use.
@@ -85,6 +92,8 @@ type Egress struct {
 	udp   net.PacketConn
 	ca    *gateway.CA
 	local []string
+	// uploads records the job's artifact uploads (nil: none recorded).
+	uploads *uploads.Recorder
 	// mode and modeNote are the report's (Report.Mode, ModeNote).
 	mode, modeNote string
 }
@@ -151,9 +160,16 @@ func Start(cfg Config) (_ *Egress, err error) {
 		}
 	}
 	dnsAddr := netip.AddrPortFrom(pair.GatewayAddr, 53)
+	if cfg.Credentials != nil && cfg.UploadSpool != "" {
+		spool, err := uploads.SpoolDir(cfg.UploadSpool)
+		if err != nil {
+			return nil, fmt.Errorf("egress: %w", err)
+		}
+		e.uploads = uploads.New(spool, 0)
+	}
 	e.gw = gateway.New(gateway.Config{
 		Decider: decider, Names: e.book, Proxy: e.proxy, DNS: dnsAddr, Log: e.log, Resolver: cfg.Resolver, Dialer: cfg.Dialer,
-		CA: e.ca, UpstreamRoots: cfg.UpstreamRoots, Credentials: cfg.Credentials,
+		CA: e.ca, UpstreamRoots: cfg.UpstreamRoots, Credentials: cfg.Credentials, Uploads: e.uploads,
 	})
 	ports := append(decider.Ports(), 53, cfg.ProxyPort)
 	var listeners []net.Listener
@@ -322,6 +338,11 @@ func (e *Egress) Close() error {
 	}
 	if e.gw != nil {
 		e.gw.Close()
+	}
+	if e.uploads != nil {
+		if err := e.uploads.Close(); err != nil {
+			slog.Warn("removing the artifact upload spool", "err", err)
+		}
 	}
 	return e.pair.Close()
 }

@@ -53,6 +53,7 @@ func (e *Egress) Report(snap monitor.Snapshot) Report {
 		r.Decisions = []rules.Decision{}
 	}
 	r.Mode, r.ModeNote = e.mode, e.modeNote
+	r.Uploads = e.uploads.Uploads()
 	for _, d := range all {
 		switch d.Decision {
 		case rules.Allowed:

@@ -62,6 +62,19 @@ func NewCA(hosts []string, validity time.Duration) (*CA, error) {
 		pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
 }
 
+// Permits reports whether the CA's name constraints let it sign for
+// name (a client would refuse any other certificate of it).
+func (c *CA) Permits(name string) bool {
+	name = strings.ToLower(strings.TrimSuffix(name, "."))
+	for _, d := range c.cert.PermittedDNSDomains {
+		d = strings.ToLower(strings.TrimPrefix(d, "."))
+		if name == d || strings.HasSuffix(name, "."+d) {
+			return true
+		}
+	}
+	return false
+}
+
 // PEM is the CA certificate, for the sandbox's trust store.
 func (c *CA) PEM() []byte { return c.pem }
 

@@ -39,6 +39,7 @@ import (
 
 	"github.com/airlock-ci/airlock/runner/credentials"
 	"github.com/airlock-ci/airlock/runner/egress/rules"
+	"github.com/airlock-ci/airlock/runner/egress/uploads"
 )
 
 // Names maps gateway-owned addresses back to the names they stand for.
@@ -86,6 +87,11 @@ type Config struct {
 	// UpstreamRoots verify upstream servers when the gateway terminated
 	// TLS. Nil: the host's roots.
 	UpstreamRoots *x509.CertPool
+	// Uploads, when set, records the artifacts the job uploads: the
+	// gateway shows it the artifact service's RPCs and every request to
+	// a blob URL it learned, and terminates TLS for those URLs' hosts
+	// where the CA may sign for them.
+	Uploads *uploads.Recorder
 }
 
 func (c *Config) defaults() {
@@ -311,7 +317,8 @@ func (g *Gateway) intercepts(name string) bool {
 	if g.cfg.CA == nil {
 		return false
 	}
-	return g.cfg.Decider.HasSecrets(name) || (g.cfg.Credentials != nil && g.cfg.Credentials.Intercept(name))
+	return g.cfg.Decider.HasSecrets(name) || (g.cfg.Credentials != nil && g.cfg.Credentials.Intercept(name)) ||
+		(g.cfg.Uploads.Host(name) && g.cfg.CA.Permits(name))
 }
 
 // tunnel carries an allowed connection to name:port (d.Name, d.Port)

@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/runner/egress/refusal"
 	"github.com/airlock-ci/airlock/runner/egress/rules"
+	"github.com/airlock-ci/airlock/runner/egress/uploads"
 )
 
 // DecisionHeader carries a refusal's rule and reason to the client.
@@ -171,6 +172,14 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decis
 	if !ok {
 		return
 	}
+	ex, err := g.cfg.Uploads.Begin(out.route, d.Name, r)
+	if err != nil {
+		g.refuse(w, r, d, rules.Verdict{Rule: rules.RuleID{Kind: rules.KindCredentials, Detail: "credentials.artifacts"}, Reason: err.Error(),
+			Suggest: "upload artifacts with actions/upload-artifact (v4), as it sends them"})
+		return
+	}
+	defer ex.Done()
+	out.upload = ex
 	reqBody := &countingReader{r: r.Body}
 	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = reqBody
@@ -204,18 +213,19 @@ func (g *Gateway) decideRequest(w http.ResponseWriter, r *http.Request, d *rules
 	dec := g.cfg.Decider
 	v := dec.Request(d.Name, d.Port, r.Method, r.URL.Path, r.URL.EscapedPath())
 	var injected, echoes []string
+	route := ""
 	if vault := g.cfg.Credentials; vault != nil {
 		// Audit never puts a credential back on what the rules would
 		// deny.
 		cd := vault.Request(d.Name, d.Port, r.Method, r.URL, r.Header, v.RulesAllow(), overTLS)
 		v = dec.WithCredentials(v, rules.CredentialVerdict{Service: cd.Service, Allowed: cd.Allowed, Rule: cd.Rule, Reason: cd.Reason, Suggest: cd.Suggest})
-		injected, echoes = cd.Injected, cd.Echoes
+		injected, echoes, route = cd.Injected, cd.Echoes, cd.Route
 	}
 	if !v.Allowed {
 		g.refuse(w, r, d, v)
 		return nil, false
 	}
-	out := &outbound{g: g, d: d, v: v, overTLS: overTLS, secrets: dec.Secrets(d.Name, v), echoes: echoes}
+	out := &outbound{g: g, d: d, v: v, overTLS: overTLS, secrets: dec.Secrets(d.Name, v), echoes: echoes, route: route}
 	for _, s := range out.secrets {
 		d.SecretsInjected = append(d.SecretsInjected, s.Header)
 		out.echoes = append(out.echoes, s.Value)
@@ -237,6 +247,10 @@ type outbound struct {
 	echoes   []string
 	upstream string
 	refused  *rules.Verdict
+	// route is the credentials vault's route of the request ("" off
+	// every route); upload is the artifact recorder's watch of it.
+	route  string
+	upload *uploads.Exchange
 }
 
 // proxy is the reverse proxy that sends the request.
@@ -252,6 +266,9 @@ func (o *outbound) proxy() *httputil.ReverseProxy {
 			ResponseHeaderTimeout: o.g.cfg.IdleTimeout,
 		},
 		ModifyResponse: func(resp *http.Response) error {
+			if err := o.upload.Respond(resp); err != nil {
+				return err
+			}
 			if len(o.echoes) > 0 {
 				redactResponse(resp, o.echoes)
 			}

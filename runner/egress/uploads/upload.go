@@ -22,7 +22,9 @@ type Upload struct {
 	// Claimed is the hash FinalizeArtifact claimed ("sha256:…"), as sent.
 	Claimed string `json:"claimed,omitempty"`
 	// Status: "finalized" (the claim matched the bytes and the service
-	// accepted it), "refused" (see Reason), or "not finalized".
+	// accepted it), "refused" (see Reason), "unobserved" (finalized, but
+	// no blob was committed through the gateway, so its digest is
+	// unknown), or "not finalized".
 	Status string `json:"status"`
 	// Reason says why an upload was refused.
 	Reason string `json:"reason,omitempty"`
@@ -37,5 +39,6 @@ type Upload struct {
 const (
 	Finalized    = "finalized"
 	Refused      = "refused"
+	Unobserved   = "unobserved"
 	NotFinalized = "not finalized"
 )
