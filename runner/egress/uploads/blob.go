@@ -94,6 +94,9 @@ func (r *Recorder) stageBlock(a *artifact, id string, req *http.Request) (*Excha
 	if req.Body != nil && req.Body != http.NoBody {
 		req.Body = &teeBody{src: req.Body, w: sp}
 	}
+	r.mu.Lock()
+	a.staging[id]++
+	r.mu.Unlock()
 	kept := false
 	return &Exchange{r: r,
 		respond: func(resp *http.Response) error {
@@ -114,13 +117,17 @@ func (r *Recorder) stageBlock(a *artifact, id string, req *http.Request) (*Excha
 			return nil
 		},
 		done: func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if a.staging[id]--; a.staging[id] <= 0 {
+				delete(a.staging, id)
+			}
 			if !kept {
 				f.Close()
 				os.Remove(f.Name())
-				r.mu.Lock()
 				r.spooled -= sp.n
-				r.mu.Unlock()
 			}
+			r.hashAheadLocked(a)
 		}}, nil
 }
 
@@ -200,16 +207,21 @@ func (r *Recorder) commitBlocks(a *artifact, req *http.Request) (*Exchange, erro
 	}
 	r.mu.Lock()
 	var files []*block
+	var ids []string
 	for _, e := range list.Entries {
-		b := a.blocks[strings.TrimSpace(e.ID)]
+		id := strings.TrimSpace(e.ID)
+		b := a.blocks[id]
 		if (e.XMLName.Local != "Latest" && e.XMLName.Local != "Uncommitted") || b == nil {
 			r.mu.Unlock()
 			return refuse("artifact %q: the block list names %s block %q, which was not staged through the gateway: its bytes are unknown", a.rec.Name, strings.ToLower(e.XMLName.Local), e.ID)
 		}
-		files = append(files, b)
+		files, ids = append(files, b), append(ids, id)
 	}
+	// What was hashed ahead, if the list begins with it; the rest from
+	// the spool.
+	h, done, n := a.ahead.start(ids, files)
 	r.mu.Unlock()
-	d, err := digestBlocks(files)
+	d, err := digestBlocks(h, n, files[done:])
 	if err != nil {
 		return nil, err
 	}
@@ -223,10 +235,9 @@ func (r *Recorder) commitBlocks(a *artifact, req *http.Request) (*Exchange, erro
 	}}, nil
 }
 
-// digestBlocks is the sha256 of the blocks' bytes, one after another.
-func digestBlocks(blocks []*block) (digest, error) {
-	h := sha256.New()
-	var n int64
+// digestBlocks is the digest of the blocks' bytes, one after another,
+// added to h (which has n bytes already).
+func digestBlocks(h hash.Hash, n int64, blocks []*block) (digest, error) {
 	for _, b := range blocks {
 		f, err := os.Open(b.file)
 		if err != nil {

@@ -58,12 +58,17 @@ type artifact struct {
 	run, job string
 	host     string
 	path     string
-	// blocks are the staged blocks (Put Block) by id, in spool files.
-	blocks map[string]*block
+	// blocks are the staged blocks (Put Block) by id, in spool files;
+	// staging counts the Put Blocks of each id on their way.
+	blocks  map[string]*block
+	staging map[string]int
 	// committed is the blob's digest as last committed (Put Block List,
 	// Put Blob); nil before.
 	committed *digest
 	finalized bool
+	// ahead is the digest of the staged blocks hashed ahead of the
+	// block list (hashAhead).
+	ahead ahead
 }
 
 type block struct {
@@ -284,7 +289,7 @@ func (r *Recorder) created(m map[string]string, signed string) error {
 		return fmt.Errorf("more than %d artifacts in one job: airlock records no more", maxUploads)
 	}
 	a := &artifact{rec: Upload{Name: m["name"], Status: NotFinalized, Created: r.now().UTC()}, run: m["workflow_run_backend_id"], job: m["workflow_job_run_backend_id"],
-		host: strings.ToLower(u.Hostname()), path: u.Path, blocks: map[string]*block{}}
+		host: strings.ToLower(u.Hostname()), path: u.Path, blocks: map[string]*block{}, staging: map[string]int{}}
 	if old := r.byBlob[blobKey(a.host, a.path)]; old != nil {
 		old.dropBlocks(r)
 	}
