@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/airlock-ci/airlock/attest"
@@ -103,7 +104,13 @@ func verified(t testing.TB, pubFile, bundleFile, commit string) (*attest.Verifie
 // given).
 func (h *runnerHost) finalAttestation(commit string) (string, *attest.Verified, string) {
 	h.t.Helper()
-	bundles, _ := filepath.Glob(filepath.Join(h.hooksRoot(), "attestations", "*.sigstore.json"))
+	all, _ := filepath.Glob(filepath.Join(h.hooksRoot(), "attestations", "*.sigstore.json"))
+	var bundles []string
+	for _, b := range all {
+		if !strings.HasSuffix(b, ".provenance.sigstore.json") {
+			bundles = append(bundles, b)
+		}
+	}
 	if len(bundles) != 1 {
 		h.t.Fatalf("bundles: %v", bundles)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -174,8 +175,14 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, d *rules.Decis
 	}
 	ex, err := g.cfg.Uploads.Begin(out.route, d.Name, r)
 	if err != nil {
-		g.refuse(w, r, d, rules.Verdict{Rule: rules.RuleID{Kind: rules.KindCredentials, Detail: "credentials.artifacts"}, Reason: err.Error(),
-			Suggest: "upload artifacts with actions/upload-artifact (v4), as it sends them"})
+		// Refused by the artifact record, or its spool failed: either
+		// way the upload does not pass unrecorded.
+		v := rules.Verdict{Rule: rules.RuleID{Kind: rules.KindCredentials, Detail: "credentials.artifacts"}, Reason: err.Error()}
+		var refusal *uploads.Refusal
+		if errors.As(err, &refusal) {
+			v.Suggest = refusal.Suggest
+		}
+		g.refuse(w, r, d, v)
 		return
 	}
 	defer ex.Done()

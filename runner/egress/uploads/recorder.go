@@ -129,14 +129,17 @@ func (r *Recorder) Close() error {
 	return os.RemoveAll(r.dir)
 }
 
-// Refusal is a request the recorder will not let pass: why, for the
-// gateway's refusal.
-type Refusal struct{ Reason string }
+// Refusal is a request the recorder will not let pass: why, and what
+// to do instead, for the gateway's refusal.
+type Refusal struct{ Reason, Suggest string }
 
 func (e *Refusal) Error() string { return e.Reason }
 
+// asSent is what most refusals suggest.
+const asSent = "upload artifacts with actions/upload-artifact (v4), as it sends them"
+
 func refuse(format string, args ...any) (*Exchange, error) {
-	return nil, &Refusal{Reason: fmt.Sprintf(format, args...)}
+	return nil, &Refusal{Reason: fmt.Sprintf(format, args...), Suggest: asSent}
 }
 
 // Exchange is one request the recorder watches on its way upstream and
@@ -325,7 +328,8 @@ func (r *Recorder) beginFinalize(req *http.Request) (*Exchange, error) {
 	a.rec.Claimed = m["hash"]
 	if a.committed != nil && m["hash"] != "" && !strings.EqualFold(m["hash"], "sha256:"+a.committed.sha256) {
 		a.rec.Status, a.rec.Reason = Refused, fmt.Sprintf("FinalizeArtifact claimed %s, but the blob the job committed through the gateway is sha256:%s (%d bytes)", m["hash"], a.committed.sha256, a.committed.size)
-		return refuse("artifact %q: %s: refused, so that no artifact is published under a digest its bytes do not have", a.rec.Name, a.rec.Reason)
+		return nil, &Refusal{Reason: fmt.Sprintf("artifact %q: %s: refused, so that no artifact is published under a digest its bytes do not have", a.rec.Name, a.rec.Reason),
+			Suggest: "claim the sha256 of the bytes uploaded, as actions/upload-artifact does"}
 	}
 	return &Exchange{r: r, respond: func(resp *http.Response) error {
 		if resp.StatusCode != http.StatusOK {
