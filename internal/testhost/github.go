@@ -32,17 +32,25 @@ import (
 //	                      acme/app, basic x-access-token:<Token>
 //	api.github.test       the REST API: GET /repos/acme/app, "token" or
 //	                      "Bearer" <Token>
-//	results.github.test   the results service's twirp cache and artifact
-//	                      services, Bearer <Runtime>
+//	results.github.test   the results service, Bearer <Runtime>: the
+//	                      artifact service (v4) and the cache service
+//	                      (v2) in twirp JSON (results.go); any other
+//	                      path answers one generic JSON with ok true
 //	pipelines.github.test the OIDC token endpoint /runtime/oidc/token?audience=,
 //	                      Bearer <Runtime> (the request token is the
 //	                      runtime token, as on GitHub)
-//	blob.github.test      storage behind signed URLs: no token
+//	blob.github.test      storage behind signed URLs, no token: an
+//	                      Azure block blob store (blobstore.go) for
+//	                      /artifacts/<run>/<job>/<name>.zip and
+//	                      /caches/<id>, whose requests need a URL the
+//	                      results service signed; any other path
+//	                      answers "blob"
 //
 // Each endpoint answers 401 without its credential. Every request is
 // recorded with the Authorization it carried. Names are the caller's to
 // pin to Addr (egress.resolve); CAFile is the CA that signed the
-// server's certificate.
+// server's certificate. What the clients uploaded is in Artifacts,
+// Blob, CacheEntries and CacheBlob.
 type GitHub struct {
 	Addr   string // the loopback address it listens on, port 443
 	CAFile string
@@ -53,6 +61,10 @@ type GitHub struct {
 
 	mu   sync.Mutex
 	seen []Seen
+
+	sign    urlSigner
+	blobs   *blobStore
+	results *results
 }
 
 // Seen is one request the fake GitHub answered.
@@ -82,7 +94,7 @@ var GitHubHosts = []string{"github.test", "api.github.test", "results.github.tes
 func NewGitHub(t testing.TB, addr, origin string) *GitHub {
 	t.Helper()
 	dir := t.TempDir()
-	g := &GitHub{Addr: addr, Token: "ghs_" + randomAlnum(36), Runtime: runtimeJWT(), Repo: filepath.Join(dir, "acme", "app.git")}
+	g := newGitHub(addr, dir)
 	if out, err := exec.Command("git", "clone", "-q", "--bare", origin, g.Repo).CombinedOutput(); err != nil {
 		t.Fatalf("bare clone: %v %s", err, out)
 	}
@@ -98,6 +110,14 @@ func NewGitHub(t testing.TB, addr, origin string) *GitHub {
 	srv := &http.Server{Handler: g.handler(dir), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ReadHeaderTimeout: 10 * time.Second}
 	go srv.ServeTLS(ln, "", "")
 	t.Cleanup(func() { srv.Close() })
+	return g
+}
+
+// newGitHub is the fake's state, serving nothing yet.
+func newGitHub(addr, dir string) *GitHub {
+	g := &GitHub{Addr: addr, Token: "ghs_" + randomAlnum(36), Runtime: runtimeJWT(), Repo: filepath.Join(dir, "acme", "app.git"),
+		sign: newURLSigner(), blobs: newBlobStore(blobStoreLimit)}
+	g.results = &results{run: runtimeRun, job: runtimeJob, sign: g.sign, blobs: g.blobs}
 	return g
 }
 
@@ -151,6 +171,10 @@ func (g *GitHub) handler(dir string) http.Handler {
 				unauthorized()
 				return
 			}
+			if m := g.results.method(r.URL.Path); m != nil {
+				g.results.serve(sw, r, m)
+				return
+			}
 			json.NewEncoder(sw).Encode(map[string]any{"ok": true, "signed_download_url": "https://blob.github.test/cache", "signed_upload_url": "https://blob.github.test/upload"})
 		case "pipelines.github.test":
 			if auth != "Bearer "+g.Runtime {
@@ -159,7 +183,11 @@ func (g *GitHub) handler(dir string) http.Handler {
 			}
 			json.NewEncoder(sw).Encode(map[string]any{"value": "oidc-token-for-" + r.URL.Query().Get("audience")})
 		case "blob.github.test":
-			fmt.Fprint(sw, "blob") // storage behind signed URLs: no token
+			if !strings.HasPrefix(r.URL.Path, "/artifacts/") && !strings.HasPrefix(r.URL.Path, "/caches/") {
+				fmt.Fprint(sw, "blob")
+				return
+			}
+			g.blobs.serve(sw, r, g.sign) // storage behind signed URLs: no token
 		default:
 			http.NotFound(sw, r)
 		}
@@ -182,12 +210,19 @@ func (s *statusWriter) Flush() {
 	}
 }
 
+// The workflow run and job backend ids the runtime token's scope names,
+// and the artifact service requires.
+const (
+	runtimeRun = "run-1"
+	runtimeJob = "job-1"
+)
+
 // runtimeJWT is a runtime token as the runner's: a JWT whose claims the
 // artifact client reads (scp), signed by nobody here.
 func runtimeJWT() string {
 	enc := base64.RawURLEncoding.EncodeToString
 	header := enc([]byte(`{"typ":"JWT","alg":"RS256","x5t":"test"}`))
-	claims := enc([]byte(`{"scp":"Actions.ExampleScope Actions.Results:run-1:job-1","iss":"vstoken.actions.githubusercontent.com","exp":` + fmt.Sprint(time.Now().Add(time.Hour).Unix()) + `}`))
+	claims := enc([]byte(`{"scp":"Actions.ExampleScope Actions.Results:` + runtimeRun + `:` + runtimeJob + `","iss":"vstoken.actions.githubusercontent.com","exp":` + fmt.Sprint(time.Now().Add(time.Hour).Unix()) + `}`))
 	sig := make([]byte, 256)
 	rand.Read(sig)
 	return header + "." + claims + "." + enc(sig)

@@ -1,7 +1,9 @@
 // Package testhost has the helpers that tests of several packages need on
 // the host: a workspace the sandbox's user owns, a state directory that is
-// reaped whatever the test left, and a git repository to commit in. Only
-// tests import it.
+// reaped whatever the test left, a git repository to commit in, and a
+// fake GitHub on loopback (github.go) whose artifact and cache services
+// and blob storage the real Actions clients upload to and download from.
+// Only tests import it.
 //
 // Layer 3: above gvisor (it reaps sandboxes), below everything that tests
 // jobs; see internal/layers.

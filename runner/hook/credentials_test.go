@@ -75,11 +75,12 @@ git config http.https://github.test/.extraheader "AUTHORIZATION: basic $(printf 
 echo "== git config"; cat .git/config
 git fetch -q https://github.test/acme/app.git HEAD && echo "fetch=ok"
 git push https://github.test/acme/app.git HEAD:refs/heads/evil 2>&1 || echo "push=refused"
-post() { curl -sS -o /dev/null -w '%{http_code}' -X POST -H "Authorization: Bearer $ACTIONS_RUNTIME_TOKEN" -H 'Content-Type: application/json' -d '{}' "${ACTIONS_RESULTS_URL}twirp/github.actions.results.api.v1.$1"; }
+post() { curl -sS -o /dev/null -w '%{http_code}' -X POST -H "Authorization: Bearer $ACTIONS_RUNTIME_TOKEN" -H 'Content-Type: application/json' -d "${2:-{\}}" "${ACTIONS_RESULTS_URL}twirp/github.actions.results.api.v1.$1"; }
 echo "restore=$(post CacheService/GetCacheEntryDownloadURL)"
 echo "save=$(post CacheService/CreateCacheEntry)"
 curl -sS -D - -o /dev/null -X POST -H "Authorization: Bearer $ACTIONS_RUNTIME_TOKEN" -d '{}' "${ACTIONS_RESULTS_URL}twirp/github.actions.results.api.v1.CacheService/FinalizeCacheEntryUpload" | grep -i '^x-airlock-decision'
-echo "artifact=$(post ArtifactService/CreateArtifact)"
+# The fake's artifact service wants the backend ids of the runtime token's scope.
+echo "artifact=$(post ArtifactService/CreateArtifact '{"workflow_run_backend_id":"run-1","workflow_job_run_backend_id":"job-1","name":"logs","version":4}')"
 # node (as actions/cache runs), which reads no proxy variable: straight to
 # the service's address, TLS with the job's CA from NODE_EXTRA_CA_CERTS.
 /__e/node20/bin/node -e 'fetch(process.env.ACTIONS_RESULTS_URL + "twirp/github.actions.results.api.v1.CacheService/GetCacheEntryDownloadURL", {method: "POST", headers: {Authorization: "Bearer " + process.env.ACTIONS_RUNTIME_TOKEN, "Content-Type": "application/json"}, body: "{}"}).then(r => console.log("node-restore=" + r.status), e => console.log("node-restore failed: " + e.cause))'
