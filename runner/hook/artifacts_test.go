@@ -47,11 +47,7 @@ func TestHookArtifactUploadsAreRecorded(t *testing.T) {
 sandbox: mounts: [{source: %q, destination: "/opt/clients"}]
 `, clients)), 0o644)
 	gh, env := h.fakeGitHub(t)
-	// The artifacts' storage, as an organisation allows
-	// *.blob.core.windows.net for github.com's.
-	cue := filepath.Join(h.org, "github.cue")
-	b, _ := os.ReadFile(cue)
-	os.WriteFile(cue, bytes.Replace(b, []byte(`{host: "api.github.test", ports: [443]}]`), []byte(`{host: "api.github.test", ports: [443]}, {host: "blob.github.test", ports: [443]}]`), 1), 0o644)
+	h.allowBlobStorage()
 	state := h.prepare()
 	big := make([]byte, 20<<20)
 	rand.Read(big)
@@ -179,4 +175,19 @@ func uploadOutside(t *testing.T, gh *testhost.GitHub) {
 	do("PUT", created.SignedUploadURL, "application/octet-stream", blob)
 	sum := sha256.Sum256(blob)
 	do("POST", twirp+"FinalizeArtifact", "application/json", []byte(fmt.Sprintf(`{%s,"size":"%d","hash":"sha256:%x"}`, ids, len(blob), sum)))
+}
+
+// allowBlobStorage lets the job reach the fake's blob storage, as an
+// organisation allows *.blob.core.windows.net for github.com's (after
+// fakeGitHub).
+func (h *runnerHost) allowBlobStorage() {
+	cue := filepath.Join(h.org, "github.cue")
+	b, err := os.ReadFile(cue)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte(`{host: "api.github.test", ports: [443]}]`), []byte(`{host: "api.github.test", ports: [443]}, {host: "blob.github.test", ports: [443]}]`), 1)
+	if err := os.WriteFile(cue, b, 0o644); err != nil {
+		h.t.Fatal(err)
+	}
 }

@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -63,5 +64,62 @@ func TestHookRealClientsAreRefusedInTheirProtocol(t *testing.T) {
 	t.Logf("the refused cache save took %s ms in all (archive, reservation refused, warning)", m[1])
 	if ms, _ := strconv.Atoi(m[1]); ms > 10000 {
 		t.Errorf("the refused cache save took %d ms: the client retried", ms)
+	}
+}
+
+// The same packages in a human's job, where the policy lets them
+// through: the cache save and its restore (twirp, then the blob storage
+// behind the signed URLs, through the gateway) and a REST write work,
+// and GitHub saw the real credentials.
+func TestHookRealClientsWorkForHumans(t *testing.T) {
+	clients, err := filepath.Abs("../../testdata/clients")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(clients, "node_modules", "@actions", "cache")); err != nil {
+		t.Fatal("the client packages are not installed: npm ci --prefix testdata/clients (.ci/run does)")
+	}
+	h := newRunnerHost(t)
+	h.humanPullRequest()
+	gh, env := h.fakeGitHub(t)
+	h.allowBlobStorage()
+	// The cache's blob storage is not read by the gateway (only
+	// artifacts' are): its TLS passes through, and the job must trust
+	// the fake's CA as it trusts Azure's public one.
+	os.WriteFile(filepath.Join(h.org, "clients.cue"), []byte(fmt.Sprintf("package airlock\nsandbox: mounts: [{source: %q, destination: \"/opt/clients\"}, {source: %q, destination: \"/opt/fakeca\"}]\n", clients, filepath.Dir(gh.CAFile))), 0o644)
+	env["GITHUB_API_URL"] = testhost.GitHubAPIURL
+	state := h.prepare()
+	script := "cat \"$NODE_EXTRA_CA_CERTS\" /opt/fakeca/" + filepath.Base(gh.CAFile) + " > /tmp/roots.pem\nNODE_EXTRA_CA_CERTS=/tmp/roots.pem /__e/node20/bin/node /opt/clients/allowed.js"
+	code, out := h.script(state, "bash", "--noprofile --norc -e -o pipefail {0}", script, env)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	for _, want := range []string{"cache save returned ", "cache restore hit airlock-human-", ": cached by a human job", "rest write answered 200"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the step's log lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "airlock: denied") || strings.Contains(out, "Attempt 2 of") {
+		t.Errorf("a request was refused or retried:\n%s", out)
+	}
+	entries := gh.CacheEntries()
+	if len(entries) != 1 || !entries[0].Finalized || entries[0].SHA256 == "" {
+		t.Errorf("GitHub's cache holds %+v, want one finalized entry", entries)
+	}
+	if code, out := h.cleanup(state); code != 0 {
+		t.Fatalf("cleanup: exit %d: %s", code, out)
+	}
+}
+
+// humanPullRequest makes the job's event a human's pull request.
+func (h *runnerHost) humanPullRequest() {
+	event := map[string]any{"action": "opened", "number": 7, "pull_request": map[string]any{
+		"number": 7, "user": map[string]any{"login": "alice", "type": "User"},
+		"head": map[string]any{"ref": "feature/x", "sha": h.head, "repo": map[string]any{"full_name": "acme/app"}},
+		"base": map[string]any{"ref": "main", "sha": h.base, "repo": map[string]any{"full_name": "acme/app"}},
+	}}
+	eb, _ := json.Marshal(event)
+	if err := os.WriteFile(filepath.Join(h.temp, "_github_workflow", "event.json"), eb, 0o644); err != nil {
+		h.t.Fatal(err)
 	}
 }
