@@ -53,6 +53,8 @@ bench:
 	go test -run XXX -bench HookStep -benchtime 20x ./runner/hook/
 	go test -run XXX -bench CredentialInjection -benchtime 300x ./runner/egress/
 	go test -run XXX -bench VaultRequest ./runner/credentials/
+	go test -run XXX -bench ArtifactUpload -benchtime 5x ./runner/egress/gateway/
+	go test -timeout 30m -run XXX -bench ArtifactUploadInSandbox -benchtime 5x ./runner/egress/
 
 clean:
 	rm -rf bin
