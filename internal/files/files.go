@@ -1,5 +1,6 @@
-// Package files reads files whose size is not trusted, and opens
-// directories a sandboxed job can rearrange.
+// Package files reads files whose size is not trusted, opens
+// directories a sandboxed job can rearrange, and digests a directory
+// tree without following its links (TreeDigest).
 //
 // Layer 0: the bottom (see internal/layers); imports nothing of airlock's.
 package files
