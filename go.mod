@@ -10,6 +10,7 @@ require (
 	github.com/golang-jwt/jwt/v4 v4.5.2
 	github.com/google/go-github/v60 v60.0.0
 	github.com/hashicorp/go-retryablehttp v0.7.8
+	github.com/in-toto/attestation v1.2.0
 	github.com/miekg/dns v1.1.73
 	github.com/moby/sys/mountinfo v0.7.3
 	github.com/opencontainers/runtime-spec v1.2.1

@@ -77,3 +77,45 @@ func TestCosignVerifiesBundle(t *testing.T) {
 		})
 	}
 }
+
+// The provenance verifies offline with cosign as SLSA provenance v1
+// (--type slsaprovenance1) against the artifact file itself, as a
+// consumer who downloaded it would run it; a changed artifact, the
+// wrong key and the run attestation's type fail.
+func TestCosignVerifiesProvenance(t *testing.T) {
+	cosign := cosignBinary(t)
+	keys := keyFiles(t)
+	job := signJob(t, keys["ecdsa"], predicate(3, 20, 1))
+	dir := t.TempDir()
+	files := map[string][]byte{
+		"job-1.provenance.sigstore.json": job.prov, "key.pub": keys["ecdsa"].pub, "wrong.pub": keys["ed25519"].pub,
+		"dist.zip": artifactBytes, "changed.zip": append([]byte("x"), artifactBytes...),
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name, key, typ, artifact string
+		ok                       bool
+		want                     string // in cosign's output
+	}{
+		{"the artifact", "key.pub", "slsaprovenance1", "dist.zip", true, "Verified OK"},
+		{"by its type's URI", "key.pub", ProvenanceType, "dist.zip", true, "Verified OK"},
+		{"a changed artifact", "key.pub", "slsaprovenance1", "changed.zip", false, "digests do not match"},
+		{"the wrong key", "wrong.pub", "slsaprovenance1", "dist.zip", false, "signatures do not match"},
+		{"the run attestation's type", "key.pub", PredicateType, "dist.zip", false, "invalid predicate type"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"verify-blob-attestation", "--bundle", filepath.Join(dir, "job-1.provenance.sigstore.json"), "--type", tc.typ,
+				"--insecure-ignore-tlog", "--key", filepath.Join(dir, tc.key), filepath.Join(dir, tc.artifact)}
+			cmd := exec.Command(cosign, args...)
+			cmd.Env = append(os.Environ(), "HOME="+dir, "TUF_ROOT="+dir)
+			out, err := cmd.CombinedOutput()
+			if (err == nil) != tc.ok || !strings.Contains(string(out), tc.want) {
+				t.Fatalf("cosign %v: %v, want %q\n%s", args, err, tc.want, out)
+			}
+		})
+	}
+}

@@ -4,8 +4,11 @@
 // in the sandbox, what egress was allowed or denied and what trust-
 // sensitive files were touched; signed as a DSSE envelope through
 // sigstore's signers and written as a Sigstore bundle that cosign also
-// verifies offline. A signature is checked in one place: Verify
-// (verify.go), which ReadEvidence and the doors call.
+// verifies offline. Beside it, a job's artifacts get a SLSA provenance v1
+// statement (provenance.go, docs/provenance.md) that names the run
+// attestation as its byproduct. A signature is checked in one place:
+// signedPayload (verify.go), under Verify and VerifyProvenance, which
+// ReadEvidence, VerifyArtifact and the doors call.
 //
 // Layer 1: a leaf (see internal/layers). It knows statements, signatures and
 // the predicate's shape, never a job: runner/report builds the predicate

@@ -64,36 +64,13 @@ func fail(format string, args ...any) error {
 // subject (against opts.Commit), the predicate decoded strictly, and the
 // compliance policy. Each failure is one clear reason.
 func Verify(bundle []byte, v signature.Verifier, opts VerifyOptions) (*Verified, error) {
-	if len(bundle) > MaxBundleSize {
-		return nil, fail("the bundle is %d bytes, more than the %d a verifier reads", len(bundle), MaxBundleSize)
+	payload, err := signedPayload(bundle, v)
+	if err != nil {
+		return nil, err
 	}
-	if err := checkDepth(bundle, maxJSONDepth); err != nil {
-		return nil, fail("%v", err)
+	if predicateTypeOf(payload) == ProvenanceType {
+		return nil, fail("a provenance statement (%s), not a run attestation: check an artifact against it (verify --artifact)", ProvenanceType)
 	}
-	var b protobundle.Bundle
-	if err := (protojson.UnmarshalOptions{}).Unmarshal(bundle, &b); err != nil {
-		return nil, fail("not a Sigstore bundle: %v", err)
-	}
-	if b.GetMediaType() != BundleMediaType {
-		return nil, fail("bundle media type %q, want %q", b.GetMediaType(), BundleMediaType)
-	}
-	env := b.GetDsseEnvelope()
-	if env == nil {
-		return nil, fail("the bundle holds no DSSE envelope")
-	}
-	if env.GetPayloadType() != PayloadType {
-		return nil, fail("payload type %q, want %q", env.GetPayloadType(), PayloadType)
-	}
-	if n := len(env.GetSignatures()); n != 1 {
-		return nil, fail("the envelope has %d signatures; airlock bundles have exactly one", n)
-	}
-	pae := dsse.PAE(env.GetPayloadType(), env.GetPayload())
-	if err := v.VerifySignature(bytes.NewReader(env.GetSignatures()[0].GetSig()), bytes.NewReader(pae)); err != nil {
-		return nil, fail("signature: %v (wrong key, or the bundle was changed)", err)
-	}
-
-	// Signed: now the payload may be read.
-	payload := env.GetPayload()
 	var st statementJSON
 	if err := strictJSON(payload, &st); err != nil {
 		return nil, fail("payload is not an in-toto statement with airlock's predicate: %v", err)
@@ -137,6 +114,52 @@ func Verify(bundle []byte, v signature.Verifier, opts VerifyOptions) (*Verified,
 		}
 	}
 	return out, nil
+}
+
+// predicateTypeOf peeks at a signed statement's predicate type, for a
+// failure that names what it is instead of its first unknown field.
+func predicateTypeOf(payload []byte) string {
+	var head struct {
+		PredicateType string `json:"predicateType"`
+	}
+	json.Unmarshal(payload, &head)
+	return head.PredicateType
+}
+
+// signedPayload checks a Sigstore bundle up to its signature: its size
+// and depth, its media type, one DSSE envelope of the in-toto payload
+// type with exactly one signature, and that signature by v over exactly
+// the stored payload; only then is the payload returned, for its
+// caller to parse. Every airlock statement is checked here.
+func signedPayload(bundle []byte, v signature.Verifier) ([]byte, error) {
+	if len(bundle) > MaxBundleSize {
+		return nil, fail("the bundle is %d bytes, more than the %d a verifier reads", len(bundle), MaxBundleSize)
+	}
+	if err := checkDepth(bundle, maxJSONDepth); err != nil {
+		return nil, fail("%v", err)
+	}
+	var b protobundle.Bundle
+	if err := (protojson.UnmarshalOptions{}).Unmarshal(bundle, &b); err != nil {
+		return nil, fail("not a Sigstore bundle: %v", err)
+	}
+	if b.GetMediaType() != BundleMediaType {
+		return nil, fail("bundle media type %q, want %q", b.GetMediaType(), BundleMediaType)
+	}
+	env := b.GetDsseEnvelope()
+	if env == nil {
+		return nil, fail("the bundle holds no DSSE envelope")
+	}
+	if env.GetPayloadType() != PayloadType {
+		return nil, fail("payload type %q, want %q", env.GetPayloadType(), PayloadType)
+	}
+	if n := len(env.GetSignatures()); n != 1 {
+		return nil, fail("the envelope has %d signatures; airlock bundles have exactly one", n)
+	}
+	pae := dsse.PAE(env.GetPayloadType(), env.GetPayload())
+	if err := v.VerifySignature(bytes.NewReader(env.GetSignatures()[0].GetSig()), bytes.NewReader(pae)); err != nil {
+		return nil, fail("signature: %v (wrong key, or the bundle was changed)", err)
+	}
+	return env.GetPayload(), nil
 }
 
 // checkDepth refuses JSON nested deeper than max, before any decoder
