@@ -3,6 +3,7 @@ package policies
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 )
 
 // Policy is the effective policy, decoded from CUE. Field meanings are
@@ -194,8 +195,24 @@ type CredentialSecret struct {
 
 // Attest configures signing.
 type Attest struct {
-	Key      string   `json:"key,omitempty"`
+	Key string `json:"key,omitempty"`
+	// Outputs are the files the job leaves in the workspace that are its
+	// artifacts (paths or globs relative to it).
+	Outputs []string `json:"outputs"`
+	// Subjects is the deprecated synonym of Outputs.
 	Subjects []string `json:"subjects"`
+}
+
+// OutputPatterns are the job's artifact patterns: Outputs, then those
+// of the deprecated Subjects that Outputs does not have.
+func (a Attest) OutputPatterns() []string {
+	out := slices.Clone(a.Outputs)
+	for _, s := range a.Subjects {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // Step is one step of a named job.

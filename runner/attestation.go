@@ -18,9 +18,15 @@ type AttestConfig struct {
 	// statement is written unsigned, and named so.
 	Key          string
 	PasswordFile string
-	// Subjects are the policy's artifact patterns (attest.subjects),
-	// relative to the repository.
-	Subjects []string
+	// Outputs are the policy's artifact patterns (attest.outputs, and
+	// the deprecated attest.subjects), relative to the repository: the
+	// files the job leaves there that are subjects of its run
+	// attestation and of its provenance.
+	Outputs []string
+	// Actions are the actions the job ran (runner hook: owner/repo@ref
+	// and the digest of its directory, taken before the step ran), for
+	// the provenance's resolved dependencies.
+	Actions []attest.Descriptor
 	// Meta is what the statement says of the pull request; the door adds
 	// airlock's version.
 	Meta attest.Meta

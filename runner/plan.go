@@ -326,12 +326,12 @@ func trustConfig(t policies.Trust, pr PullRequest, in Inputs) (*trust.Config, er
 	return cfg, nil
 }
 
-// attestation takes the policy's subjects and the organisation's
+// attestation takes the policy's outputs and the organisation's
 // signing key (a door's key wins; a repository's is ignored, with a
 // note).
 func (p *Plan) attestation(eff *policies.Effective) {
 	pol := eff.Policy
-	p.Attest.Subjects = pol.Attest.Subjects
+	p.Attest.Outputs = pol.Attest.OutputPatterns()
 	orgKey := ""
 	if eff.Org != nil {
 		orgKey = eff.Org.Attest.Key

@@ -126,7 +126,7 @@ steps: build: [{name: "vet", run: "go vet ./..."}]
 				if p.Job.Name != "build" || len(p.Job.Steps) != 1 || p.Job.Steps[0].Run != "go vet ./..." {
 					t.Errorf("job %q steps %+v", p.Job.Name, p.Job.Steps)
 				}
-				if a := p.Attest; a.Key != "/etc/airlock/signing.key" || !slices.Equal(a.Subjects, []string{"dist/*.tar.gz"}) || a.Meta.PullRequest != 7 || a.Meta.Author != "Copilot" || a.Meta.BaseSHA != "b" {
+				if a := p.Attest; a.Key != "/etc/airlock/signing.key" || !slices.Equal(a.Outputs, []string{"dist/*.tar.gz"}) || a.Meta.PullRequest != 7 || a.Meta.Author != "Copilot" || a.Meta.BaseSHA != "b" {
 					t.Errorf("attestation %+v", a)
 				}
 			},

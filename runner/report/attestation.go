@@ -2,17 +2,13 @@ package report
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strings"
-	"time"
+
+	"github.com/sigstore/sigstore/pkg/signature"
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/internal/gitexec"
@@ -23,27 +19,80 @@ import (
 // flag: flags show in the process list.
 const PasswordEnv = "AIRLOCK_KEY_PASSWORD"
 
-// Attestation is where a job's attestation went (part of the JSON result
-// of airlock run).
-type Attestation struct {
+// Files is where one statement went: signed, its bundle and envelope;
+// else the statement unsigned (no key, or signing failed), for
+// forensics, and why.
+type Files struct {
 	Bundle   string `json:"bundle,omitempty"`
 	Envelope string `json:"envelope,omitempty"`
-	// Unsigned is the statement written without a signature (no key, or
-	// signing failed), for forensics.
 	Unsigned string `json:"unsigned,omitempty"`
 	Error    string `json:"error,omitempty"`
+}
+
+// Attestation is where a job's attestation went (part of the JSON result
+// of airlock run), and its provenance (Finish).
+type Attestation struct {
+	Files
+	Provenance *ProvenanceFiles `json:"provenance,omitempty"`
+}
+
+// runStatement is the run attestation as WriteProvenance needs it: the
+// predicate, the artifacts it named, the statement's bytes and the file
+// they went to, and the signer (nil: none, for the reason unsignedWhy).
+type runStatement struct {
+	pred        attest.Predicate
+	subject     attest.SubjectInfo
+	artifacts   []attest.SubjectInfo
+	statement   []byte
+	file        string
+	signer      signature.Signer
+	unsignedWhy string
 }
 
 // WriteAttestation builds the statement of a job's result and signs it
 // with the configured key; without one, or when signing fails, the
 // statement is written unsigned and named so. What it did is said on log.
 func WriteAttestation(ctx context.Context, res runner.Result, c *runner.AttestConfig, log io.Writer) *Attestation {
+	att, _ := writeRun(ctx, res, c, log)
+	return att
+}
+
+// writeRun is WriteAttestation, returning the statement it wrote too
+// (nil when it wrote none).
+func writeRun(ctx context.Context, res runner.Result, c *runner.AttestConfig, log io.Writer) (*Attestation, *runStatement) {
 	info := &Attestation{}
-	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
-		info.Error = fmt.Sprintf("attestation directory: %v", err)
+	notWritten := func(err error) (*Attestation, *runStatement) {
+		info.Error = err.Error()
 		fmt.Fprintf(log, "airlock: ATTESTATION NOT WRITTEN: %s\n", info.Error)
-		return info
+		return info, nil
 	}
+	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return notWritten(fmt.Errorf("attestation directory: %v", err))
+	}
+	run, err := runPredicate(ctx, res, c, log)
+	if err != nil {
+		return notWritten(err)
+	}
+	if run.statement, err = attest.Statement(run.subject, run.pred, run.artifacts...); err != nil {
+		return notWritten(err)
+	}
+	run.signer, run.unsignedWhy = loadSigner(ctx, c)
+	info.Files = writeStatement(run.signer, run.unsignedWhy, run.statement, filepath.Join(c.Dir, res.Sandbox.ID))
+	switch {
+	case info.Bundle != "":
+		run.file = info.Bundle
+		fmt.Fprintf(log, "attestation: %s (signed, %d bytes)\n", info.Bundle, fileSize(info.Bundle))
+	default:
+		run.file = info.Unsigned
+		run.signer, run.unsignedWhy = nil, info.Error
+		fmt.Fprintf(log, "airlock: ATTESTATION NOT SIGNED: %s; unsigned statement: %s\n", info.Error, info.Unsigned)
+	}
+	return info, run
+}
+
+// runPredicate builds the run's predicate, bounded to fit a statement,
+// its subject and its artifacts (the policy's outputs).
+func runPredicate(ctx context.Context, res runner.Result, c *runner.AttestConfig, log io.Writer) (*runStatement, error) {
 	m := c.Meta
 	if m.Repository == "" {
 		m.Repository = os.Getenv("GITHUB_REPOSITORY")
@@ -63,127 +112,64 @@ func WriteAttestation(ctx context.Context, res runner.Result, c *runner.AttestCo
 	}
 	subject := attest.Subject(m, abs)
 	if err := attest.Fit(subject, &pred); err != nil {
-		info.Error = err.Error()
-		fmt.Fprintf(log, "airlock: ATTESTATION NOT WRITTEN: %v\n", err)
-		return info
+		return nil, err
 	}
 	artDir := c.Repository
 	if c.ArtifactsDir != "" {
 		artDir = c.ArtifactsDir
 	}
-	artifacts, notes := attest.Artifacts(artDir, c.Subjects)
+	artifacts, notes := attest.Artifacts(artDir, c.Outputs)
 	for _, n := range notes {
 		fmt.Fprintf(log, "airlock: attestation: %s\n", n)
 	}
-	stmt, err := attest.Statement(subject, pred, artifacts...)
-	if err != nil {
-		info.Error = err.Error()
-		fmt.Fprintf(log, "airlock: ATTESTATION NOT WRITTEN: %v\n", err)
-		return info
-	}
-	base := filepath.Join(c.Dir, res.Sandbox.ID)
-	unsigned := func(why string) *Attestation {
-		info.Unsigned = base + ".UNSIGNED.intoto.json"
-		if err := os.WriteFile(info.Unsigned, stmt, 0o644); err != nil {
-			why += "; writing the unsigned statement failed too: " + err.Error()
-		}
-		info.Error = why
-		fmt.Fprintf(log, "airlock: ATTESTATION NOT SIGNED: %s; unsigned statement: %s\n", why, info.Unsigned)
-		return info
-	}
+	return &runStatement{pred: pred, subject: subject, artifacts: artifacts}, nil
+}
+
+// loadSigner loads the configured key; nil and why when there is none
+// or it cannot be loaded.
+func loadSigner(ctx context.Context, c *runner.AttestConfig) (signature.Signer, string) {
 	if c.Key == "" {
-		return unsigned("no signing key (give one, or set attest.key in the organisation policy)")
+		return nil, "no signing key (give one, or set attest.key in the organisation policy)"
 	}
-	signer, err := attest.LoadSigner(ctx, c.Key, attest.PasswordFromEnv(PasswordEnv, c.PasswordFile))
+	s, err := attest.LoadSigner(ctx, c.Key, attest.PasswordFromEnv(PasswordEnv, c.PasswordFile))
+	if err != nil {
+		return nil, err.Error()
+	}
+	return s, ""
+}
+
+// writeStatement signs stmt with s and writes base.sigstore.json and
+// base.dsse.json; without a signer (why says why), or when signing or
+// writing fails, it writes base.UNSIGNED.intoto.json instead.
+func writeStatement(s signature.Signer, why string, stmt []byte, base string) Files {
+	unsigned := func(why string) Files {
+		f := Files{Unsigned: base + ".UNSIGNED.intoto.json", Error: why}
+		if err := os.WriteFile(f.Unsigned, stmt, 0o644); err != nil {
+			f.Error += "; writing the unsigned statement failed too: " + err.Error()
+		}
+		return f
+	}
+	if s == nil {
+		return unsigned(why)
+	}
+	signed, err := attest.Sign(s, stmt)
 	if err != nil {
 		return unsigned(err.Error())
 	}
-	signed, err := attest.Sign(signer, stmt)
-	if err != nil {
-		return unsigned(err.Error())
-	}
-	info.Bundle, info.Envelope = base+".sigstore.json", base+".dsse.json"
-	for path, data := range map[string][]byte{info.Bundle: signed.Bundle, info.Envelope: signed.Envelope} {
+	f := Files{Bundle: base + ".sigstore.json", Envelope: base + ".dsse.json"}
+	for path, data := range map[string][]byte{f.Bundle: signed.Bundle, f.Envelope: signed.Envelope} {
 		if err := os.WriteFile(path, data, 0o644); err != nil {
 			return unsigned("write " + path + ": " + err.Error())
 		}
 	}
-	fmt.Fprintf(log, "attestation: %s (signed, %d bytes)\n", info.Bundle, len(signed.Bundle))
-	return info
+	return f
 }
 
-// Retention bounds what a state directory keeps of past jobs'
-// attestations: the newest Keep jobs, none older than MaxAge (zero: no
-// bound of that kind).
-type Retention struct {
-	Keep   int
-	MaxAge time.Duration
-}
-
-// DefaultRetention is what airlock keeps unless told otherwise.
-var DefaultRetention = Retention{Keep: 200, MaxAge: 30 * 24 * time.Hour}
-
-// attestationFile is a file WriteAttestation writes: the job's id and
-// one of its suffixes.
-var attestationFile = regexp.MustCompile(`^(job-[0-9a-f]+)\.(sigstore\.json|dsse\.json|UNSIGNED\.intoto\.json)$`)
-
-// Prune removes from dir the attestation files of the jobs beyond r
-// (a job's files go together; the newest file dates a job), and returns
-// how many jobs it removed. Only regular files named as WriteAttestation
-// names them are touched, nothing is followed out of dir.
-func (r Retention) Prune(dir string, now time.Time) (int, error) {
-	if r.Keep <= 0 && r.MaxAge <= 0 {
-		return 0, nil
-	}
-	root, err := os.OpenRoot(dir)
+// fileSize is the size of the file at path (0 when it cannot be read).
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return 0, nil
-		}
-		return 0, err
+		return 0
 	}
-	defer root.Close()
-	entries, err := fs.ReadDir(root.FS(), ".")
-	if err != nil {
-		return 0, err
-	}
-	type job struct {
-		files  []string
-		newest time.Time
-	}
-	jobs := map[string]*job{}
-	for _, e := range entries {
-		m := attestationFile.FindStringSubmatch(e.Name())
-		if m == nil || !e.Type().IsRegular() {
-			continue
-		}
-		fi, err := e.Info()
-		if err != nil {
-			continue
-		}
-		j := jobs[m[1]]
-		if j == nil {
-			j = &job{}
-			jobs[m[1]] = j
-		}
-		j.files = append(j.files, e.Name())
-		if fi.ModTime().After(j.newest) {
-			j.newest = fi.ModTime()
-		}
-	}
-	order := slices.SortedFunc(maps.Values(jobs), func(a, b *job) int { return b.newest.Compare(a.newest) })
-	removed := 0
-	var errs []error
-	for i, j := range order {
-		if (r.Keep <= 0 || i < r.Keep) && (r.MaxAge <= 0 || now.Sub(j.newest) <= r.MaxAge) {
-			continue
-		}
-		for _, f := range j.files {
-			if err := root.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				errs = append(errs, err)
-			}
-		}
-		removed++
-	}
-	return removed, errors.Join(errs...)
+	return fi.Size()
 }

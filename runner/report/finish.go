@@ -12,10 +12,12 @@ import (
 )
 
 // Finish is what every door does when its job has ended: the
-// attestation written (and, with keep, the older ones in its directory
+// attestation written, then the job's provenance next to it when the job
+// made artifacts (and, with keep, the older ones in its directory
 // pruned), then the summary; what happened is said on log.
 func Finish(ctx context.Context, res runner.Result, c *runner.AttestConfig, keep *Retention, log io.Writer) *Attestation {
-	att := WriteAttestation(ctx, res, c, log)
+	att, run := writeRun(ctx, res, c, log)
+	att.Provenance = writeProvenance(res, c, run, log)
 	if keep != nil {
 		if _, err := keep.Prune(c.Dir, time.Now()); err != nil {
 			fmt.Fprintf(log, "airlock: pruning %s: %v\n", c.Dir, err)
@@ -26,7 +28,7 @@ func Finish(ctx context.Context, res runner.Result, c *runner.AttestConfig, keep
 }
 
 // Outcome is a job's JSON result (airlock run --json, --result): the
-// job's result, and where its attestation went.
+// job's result, and where its attestation and provenance went.
 type Outcome struct {
 	runner.Result
 	Attestation *Attestation `json:"attestation"`

@@ -9,7 +9,8 @@ import (
 )
 
 // Retention keeps the newest jobs' attestations, none past their age, a
-// job's files together, and touches nothing else in the directory.
+// job's files together (its provenance with its run attestation), and
+// touches nothing else in the directory.
 func TestRetention(t *testing.T) {
 	now := time.Now()
 	for _, tc := range []struct {
@@ -26,9 +27,9 @@ func TestRetention(t *testing.T) {
 			dir := t.TempDir()
 			// job-01 is a day old, job-04 four days.
 			for i, name := range []string{"job-01", "job-02", "job-03", "job-04"} {
-				files := []string{name + ".sigstore.json", name + ".dsse.json"}
+				files := []string{name + ".sigstore.json", name + ".dsse.json", name + ".provenance.sigstore.json", name + ".provenance.dsse.json"}
 				if i%2 == 1 {
-					files = []string{name + ".UNSIGNED.intoto.json"}
+					files = []string{name + ".UNSIGNED.intoto.json", name + ".provenance.UNSIGNED.intoto.json"}
 				}
 				for _, f := range files {
 					p := filepath.Join(dir, f)
