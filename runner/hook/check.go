@@ -16,9 +16,13 @@ import (
 	"github.com/airlock-ci/airlock/runner/trust"
 )
 
-// maxCheckBundle is the largest attestation bundle put in the check run
-// (whose text holds 65,535 characters).
-const maxCheckBundle = 48 << 10
+// maxCheckBundle is the largest attestation bundle put in the check run,
+// and maxCheckText the most its text is made to hold (GitHub takes
+// 65,535 characters; a bundle cut short would not verify).
+const (
+	maxCheckBundle = 48 << 10
+	maxCheckText   = 62 << 10
+)
 
 // checkReport turns a job's result into its check run. Its conclusion is
 // airlock's verdict (fails: airlockFails): a failure only when airlock
@@ -64,17 +68,33 @@ func checkReport(res runner.Result, att *report.Attestation, fails []string) git
 		report.WriteCredentials(&b, c)
 		fmt.Fprintf(&text, "\n```\n%s```\n", strings.ReplaceAll(b.String(), "`", "'"))
 	}
-	if att != nil && att.Bundle != "" {
-		if b, err := os.ReadFile(att.Bundle); err == nil {
-			fmt.Fprintf(&text, "Attestation: `%s`, sha256 `%x`.\n", filepath.Base(att.Bundle), sha256.Sum256(b))
-			// The hook's cleanup runs after the job's last step, so no
-			// step can upload the bundle: a small one is published here,
-			// for `airlock verify` or cosign anywhere.
-			if len(b) <= maxCheckBundle && json.Valid(b) && !bytes.Contains(b, []byte("`")) {
-				fmt.Fprintf(&text, "\n<details><summary>Attestation bundle (Sigstore)</summary>\n\n```json\n%s\n```\n</details>\n", b)
-			}
-		}
+	if att != nil && att.Provenance != nil {
+		publishBundle(&text, "Provenance", att.Provenance.Bundle)
+	}
+	if att != nil {
+		publishBundle(&text, "Attestation", att.Bundle)
 	}
 	r.Text = text.String()
 	return r
+}
+
+// publishBundle names a bundle (what: Provenance or Attestation) in the
+// check run's text with its sha256, and puts it there whole when it
+// fits: the hook's cleanup runs after the job's last step, so no step can
+// upload it, and a consumer (a workflow_run workflow, docs/provenance.md)
+// takes it from here for airlock verify or cosign anywhere. Each bundle
+// is one line of JSON inside a block whose summary names its file.
+func publishBundle(text *strings.Builder, what, path string) {
+	if path == "" {
+		return
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	fmt.Fprintf(text, "%s: `%s`, sha256 `%x`.\n", what, filepath.Base(path), sha256.Sum256(b))
+	fits := len(b) <= maxCheckBundle && text.Len()+len(b)+200 <= maxCheckText
+	if fits && json.Valid(b) && !bytes.ContainsAny(b, "`\n") {
+		fmt.Fprintf(text, "\n<details><summary>%s bundle (Sigstore): %s</summary>\n\n```json\n%s\n```\n</details>\n\n", what, filepath.Base(path), b)
+	}
 }

@@ -150,6 +150,7 @@ func (d *job) ContainerStep(ctx context.Context, a ContainerStepArgs, stdout, st
 	if err != nil {
 		return 1, err
 	}
+	d.recordImage(a.Image)
 	mounts, err := d.stepMounts(a.SystemMountVolumes)
 	if err != nil {
 		return 1, fmt.Errorf("run_container_step: %w", err)

@@ -81,6 +81,11 @@ type job struct {
 	// commits are the pull request's head and merge commits: a checkout
 	// at one of them is compared with its tree as GitHub has it.
 	commits []string
+	// githubServer is the github context's server URL, where actions
+	// come from; actionsSeen the actions and images already recorded for
+	// the provenance (actions.go).
+	githubServer string
+	actionsSeen  map[string]bool
 }
 
 // build turns the runner's prepare_job payload into the job's plan. What
@@ -167,6 +172,7 @@ func (d *job) keepInputs(in jobInputs) {
 	d.mounts, d.serviceNames = in.mounts, in.serviceNames
 	d.fileCommands, d.runnerFileCommands, d.toolCache = in.fileCommands, in.runnerFileCommands, in.toolCache
 	d.owner, d.repo, d.commits = in.pr.owner, in.pr.repo, in.pr.commits
+	d.githubServer = in.inputs.GitHubServerURL
 }
 
 // plan is the job's plan: its policy applied to its inputs. The
@@ -345,6 +351,7 @@ func (d *job) repoPolicy(ctx context.Context, base string) (*policies.Source, er
 // step's environment and PATH.
 func (d *job) Step(ctx context.Context, a ScriptArgs, stdout, stderr io.Writer) (int, error) {
 	d.takeBaseline(stderr)
+	d.recordActions(a.EntryPointArgs, a.Env, stderr)
 	if uploadsArtifacts(a) {
 		d.interimAttestation(ctx, stderr)
 	}
@@ -450,6 +457,9 @@ func (d *job) Cleanup(ctx context.Context, stdout, stderr io.Writer) error {
 	if att.Bundle != "" {
 		fmt.Fprintf(stdout, "airlock: attestation %s\n", att.Bundle)
 	}
+	if p := att.Provenance; p != nil && p.Bundle != "" {
+		fmt.Fprintf(stdout, "airlock: provenance %s (%d artifact(s))\n", p.Bundle, p.Subjects)
+	}
 	fails := airlockFails(res, att, d.attest.Key != "")
 	if d.checkID != 0 {
 		// Bounded, within cleanup_job's own bound: a slow API must not
@@ -472,10 +482,10 @@ func (d *job) Cleanup(ctx context.Context, stdout, stderr io.Writer) error {
 
 // airlockFails are the reasons airlock itself fails the job, which only
 // cleanup_job's exit status can say: a trust finding whose action is
-// fail, and an attestation that a configured key could not sign. A step
-// that failed is not one: the runner already failed it, or let it fail
-// (continue-on-error: true), and a failing cleanup_job would fail the
-// job's post step, and so the job, whatever the workflow said.
+// fail, and an attestation or provenance that a configured key could not
+// sign. A step that failed is not one: the runner already failed it, or
+// let it fail (continue-on-error: true), and a failing cleanup_job would
+// fail the job's post step, and so the job, whatever the workflow said.
 func airlockFails(res runner.Result, att *report.Attestation, keyConfigured bool) []string {
 	var out []string
 	if res.Trust != nil && res.Trust.Failed {
@@ -487,6 +497,9 @@ func airlockFails(res runner.Result, att *report.Attestation, keyConfigured bool
 			why = att.Error
 		}
 		out = append(out, "the attestation could not be signed: "+why)
+	}
+	if keyConfigured && att != nil && att.Bundle != "" && att.Provenance != nil && att.Provenance.None == "" && att.Provenance.Bundle == "" {
+		out = append(out, "the provenance could not be signed: "+att.Provenance.Error)
 	}
 	return out
 }
