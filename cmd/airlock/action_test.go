@@ -10,11 +10,13 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/runner/report"
 )
 
 // action.yml is a valid composite action whose inputs never reach the
-// script through ${{ }}, and its step runs airlock run for real: the
+// scripts through ${{ }}, and its steps run airlock for real: in verify
+// mode an artifact is checked against its job's provenance; else the
 // script ran in the sandbox, the outputs name a signed attestation.
 func TestActionYAML(t *testing.T) {
 	b, err := os.ReadFile("../../action.yml")
@@ -33,26 +35,30 @@ func TestActionYAML(t *testing.T) {
 		Runs    struct {
 			Using string
 			Steps []struct {
-				ID, Shell, Run string
-				Env            map[string]string
+				ID, If, Shell, Run string
+				Env                map[string]string
 			}
 		}
 	}
 	if err := yaml.UnmarshalStrict(b, &action); err != nil {
 		t.Fatalf("action.yml: %v", err)
 	}
-	if action.Runs.Using != "composite" || len(action.Runs.Steps) != 1 || !action.Inputs["run"].Required {
+	steps := action.Runs.Steps
+	if action.Runs.Using != "composite" || len(steps) != 2 || steps[0].ID != "run" || steps[0].If != "inputs.verify-artifact == ''" || steps[1].ID != "verify" || steps[1].If != "inputs.verify-artifact != ''" {
 		t.Fatalf("action = %+v", action)
 	}
-	step := action.Runs.Steps[0]
-	if strings.Contains(step.Run, "${{") {
-		t.Fatal("an input is expanded into the script: script injection")
+	for _, s := range steps {
+		if strings.Contains(s.Run, "${{") {
+			t.Fatalf("step %s: an input is expanded into the script: script injection", s.ID)
+		}
 	}
-	for _, o := range []string{"attestation", "verdict"} {
+	for _, o := range []string{"attestation", "verdict", "provenance"} {
 		if !strings.Contains(action.Outputs[o].Value, "steps.run.outputs."+o) {
 			t.Errorf("output %s: %q", o, action.Outputs[o].Value)
 		}
 	}
+	actionVerifies(t, steps[1].Run)
+	step := steps[0]
 	if os.Geteuid() != 0 {
 		t.Skip("running the step needs root")
 	}
@@ -79,7 +85,45 @@ func TestActionYAML(t *testing.T) {
 		t.Errorf("the script did not run in the workspace with the env: %q", got)
 	}
 	o, _ := os.ReadFile(outputs)
-	if !strings.Contains(string(o), "verdict=passed") || !strings.Contains(string(o), ".sigstore.json") {
+	if !strings.Contains(string(o), "verdict=passed") || !strings.Contains(string(o), ".sigstore.json") || !strings.Contains(string(o), "provenance=\n") {
 		t.Errorf("outputs: %s", o)
+	}
+}
+
+// actionVerifies runs the action's verify step: the artifact of a job
+// verifies against the directory of its provenance; a changed one, and
+// an agent's job under the compliance policy, fail the step.
+func actionVerifies(t *testing.T, script string) {
+	t.Helper()
+	exe, _ := os.Executable()
+	dir, keys := t.TempDir(), t.TempDir()
+	if err := attest.WriteKeyPair(filepath.Join(keys, "k"), nil); err != nil {
+		t.Fatal(err)
+	}
+	zip := []byte("PK\x03\x04 an agent's")
+	finishedJob(t, dir, filepath.Join(keys, "k.key"), "job-cc", true, zip)
+	policy, _ := filepath.Abs("../../testdata/compliance/artifacts.cue")
+	for _, tc := range []struct {
+		name, policy string
+		artifact     []byte
+		ok           bool
+	}{
+		{"verified", "", zip, true},
+		{"a changed artifact", "", append(zip, '!'), false},
+		{"an agent's job refused egress", policy, zip, false},
+	} {
+		art := filepath.Join(t.TempDir(), "dist.zip")
+		os.WriteFile(art, tc.artifact, 0o644)
+		cmd := exec.Command("bash", "-c", script)
+		cmd.Env = append(os.Environ(), cliEnv+"=1", "AIRLOCK_BIN="+exe, "AIRLOCK_VERIFY_ARTIFACT="+art,
+			"AIRLOCK_VERIFY_KEY="+filepath.Join(keys, "k.pub"), "AIRLOCK_VERIFY_PROVENANCE="+dir, "AIRLOCK_VERIFY_POLICY="+tc.policy)
+		out, err := cmd.CombinedOutput()
+		want := "NOT VERIFIED: "
+		if tc.ok {
+			want = "VERIFIED: " + art
+		}
+		if (err == nil) != tc.ok || !strings.Contains(string(out), want) {
+			t.Errorf("%s: %v\n%s", tc.name, err, out)
+		}
 	}
 }

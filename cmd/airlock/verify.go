@@ -3,11 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
-
 	"io/fs"
 	"strings"
 
-	"github.com/sigstore/sigstore/pkg/signature"
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-ci/airlock/attest"
@@ -16,16 +14,19 @@ import (
 )
 
 func newVerifyCmd(code *int) *cobra.Command {
-	var keyFile, commitSHA, policyFile, htmlFile string
+	var keyFile, commitSHA, policyFile, htmlFile, artifact string
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "verify --key PUB [--commit SHA] [--policy compliance.cue] BUNDLE",
-		Short: "Verify an airlock attestation bundle offline and check it against a compliance policy",
+		Use:   "verify --key PUB [--commit SHA] [--policy compliance.cue] BUNDLE | verify --key PUB --artifact FILE [--policy compliance.cue] BUNDLE|DIR",
+		Short: "Verify an airlock attestation bundle, or an artifact against its job's provenance, offline, and check it against a compliance policy",
 		Long: `verify checks the bundle's signature with the public key, then its payload:
 an in-toto statement with airlock's predicate, the subject (--commit), the
 predicate's shape, and a CUE compliance policy (--policy) over the field
 "predicate". It prints what ran, the egress table and the trust findings,
-or --json. Exit status 0: verified; 1: not verified (the reason is printed).`,
+or --json. With --artifact FILE it checks FILE's sha256 against a job's
+provenance (BUNDLE, or each *.provenance.sigstore.json of DIR) and the run
+attestation of the same job id next to it (--policy needs it), and prints
+what that job did. Exit 0: verified; 1: not verified (the reason printed).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			if keyFile == "" {
@@ -35,24 +36,30 @@ or --json. Exit status 0: verified; 1: not verified (the reason is printed).`,
 			if err != nil {
 				return usageError{err}
 			}
-			bundle, err := files.ReadCapped(args[0], attest.MaxBundleSize)
-			if err != nil {
-				*code = 1
-				fmt.Fprintf(c.ErrOrStderr(), "NOT VERIFIED: %v\n", err)
-				return nil
-			}
-			opts := attest.VerifyOptions{Commit: commitSHA}
+			var policy []byte
 			if policyFile != "" {
-				if opts.Compliance, err = files.ReadCapped(policyFile, 1<<20); err != nil {
+				if policy, err = files.ReadCapped(policyFile, 1<<20); err != nil {
 					return usageError{err}
 				}
-				opts.ComplianceName = policyFile
 			}
-			res, err := attest.Verify(bundle, v, opts)
-			if err != nil {
+			notVerified := func(err error) error {
 				*code = 1
 				fmt.Fprintf(c.ErrOrStderr(), "NOT VERIFIED: %v\n", err)
 				return nil
+			}
+			if artifact != "" && (commitSHA != "" || htmlFile != "") {
+				return usagef("--commit and --html are for a run attestation: not with --artifact")
+			}
+			if artifact != "" {
+				rep, err := report.VerifyArtifact(report.ArtifactQuery{Artifact: artifact, Provenance: args[0], Compliance: policy, ComplianceName: policyFile}, v)
+				if err != nil {
+					return notVerified(err)
+				}
+				return report.WriteArtifactVerified(c.OutOrStdout(), rep, asJSON)
+			}
+			res, err := report.VerifyFile(args[0], v, attest.VerifyOptions{Commit: commitSHA, Compliance: policy, ComplianceName: policyFile})
+			if err != nil {
+				return notVerified(err)
 			}
 			if htmlFile != "" {
 				if err := attest.WriteHTMLFile(htmlFile, res, true, "signature verified with "+keyFile); err != nil {
@@ -70,6 +77,7 @@ or --json. Exit status 0: verified; 1: not verified (the reason is printed).`,
 	cmd.Flags().StringVar(&commitSHA, "commit", "", "the subject must be this commit")
 	cmd.Flags().StringVar(&policyFile, "policy", "", "CUE compliance policy over the field predicate")
 	cmd.Flags().StringVar(&htmlFile, "html", "", "also write the HTML report to this file")
+	cmd.Flags().StringVar(&artifact, "artifact", "", "check this file against its job's provenance (BUNDLE or DIR)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the verified subject and predicate as JSON")
 	return cmd
 }
@@ -81,18 +89,7 @@ func newReportCmd() *cobra.Command {
 		Short: "Render an attestation bundle as a self-contained HTML page",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			bundle, err := files.ReadCapped(args[0], attest.MaxBundleSize)
-			var v *attest.Verified
-			var ver signature.Verifier
-			status := "SIGNATURE NOT CHECKED (give --key)"
-			if err == nil && keyFile != "" {
-				if ver, err = attest.LoadVerifierFile(keyFile); err == nil {
-					v, err = attest.Verify(bundle, ver, attest.VerifyOptions{})
-					status = "signature verified with " + keyFile
-				}
-			} else if err == nil {
-				v, err = attest.Inspect(bundle)
-			}
+			v, status, err := report.ReadForReport(args[0], keyFile)
 			if err != nil {
 				return usageError{err}
 			}
