@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -184,7 +185,7 @@ func TestVerifyArtifact(t *testing.T) {
 		{"the provenance alone", agentJob.prov, nil, artifactBytes, agentJob.verifier, nil, ""},
 		{"with its run attestation", agentJob.prov, agentJob.run, artifactBytes, agentJob.verifier, nil, ""},
 		{"a tampered artifact", agentJob.prov, nil, append([]byte("x"), artifactBytes...), agentJob.verifier, nil, "none of the provenance's subjects (2)"},
-		{"a provenance changed after signing", tampered, nil, artifactBytes, agentJob.verifier, nil, "not verified"},
+		{"a provenance changed after signing", tampered, nil, artifactBytes, agentJob.verifier, nil, "not a Sigstore bundle"},
 		{"the wrong key", otherKey.prov, nil, artifactBytes, agentJob.verifier, nil, "signature"},
 		{"another job's run attestation", agentJob.prov, humanJob.run, artifactBytes, agentJob.verifier, nil, "not this job's run attestation"},
 		{"a run attestation for the provenance", agentJob.run, nil, artifactBytes, agentJob.verifier, nil, "predicate type"},
@@ -234,5 +235,68 @@ func TestProvenanceStrict(t *testing.T) {
 	v, _ := LoadVerifier(k.pub)
 	if _, err := VerifyProvenance(signed.Bundle, v); err == nil || !strings.Contains(err.Error(), "extra") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// A signed provenance with a key twice (exactly, or in another case,
+// which encoding/json would read as the same field) is not verified,
+// and is not taken for another statement type that may be passed over.
+func TestProvenanceDuplicateKey(t *testing.T) {
+	k := keyFiles(t)["ecdsa"]
+	p := predicate(0, 0, 0)
+	stmt, _ := ProvenanceStatement(provenanceOf(statement(t, commitA, p), p))
+	s, _ := LoadSigner(context.Background(), k.ref, nil)
+	v, _ := LoadVerifier(k.pub)
+	for name, extra := range map[string]string{
+		"exactly":         `"predicateType":"https://slsa.dev/provenance/v1",`,
+		"in another case": `"PREDICATETYPE":"https://github.com/airlock-ci/airlock/attest/run/v1",`,
+	} {
+		b := strings.Replace(string(stmt), `{"_type"`, `{`+extra+`"_type"`, 1)
+		if name == "in another case" {
+			// Last, where encoding/json takes it as the value.
+			b = strings.TrimSuffix(string(stmt), "}") + `,` + strings.TrimSuffix(extra, ",") + `}`
+		}
+		signed, err := Sign(s, []byte(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = VerifyProvenance(signed.Bundle, v)
+		if !errors.Is(err, ErrNotVerified) || errors.Is(err, ErrNotProvenance) || errors.Is(err, ErrNotSigned) || !strings.Contains(err.Error(), "appears twice") {
+			t.Errorf("%s: err = %v", name, err)
+		}
+	}
+}
+
+// A provenance bound to a repository, a commit and a run: each that
+// differs is not verified; a run's URL takes its attempts' jobs, and
+// not another run whose id it begins.
+func TestProvenanceBind(t *testing.T) {
+	job := signJob(t, keyFiles(t)["ecdsa"], predicate(0, 0, 0))
+	prov, err := VerifyProvenance(job.prov, job.verifier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext := prov.Provenance.BuildDefinition.ExternalParameters
+	for _, tc := range []struct {
+		b    Binding
+		want string // "" bound
+	}{
+		{Binding{Repository: ext.Repository, Commit: ext.Ref, Invocation: "https://github.com/acme/app/actions/runs/9"}, ""},
+		{Binding{Invocation: "https://github.com/acme/app/actions/runs/9/attempts/1"}, ""},
+		{Binding{Invocation: "https://github.com/acme/app/actions/runs/9/attempts/1#job-1"}, ""},
+		{Binding{Invocation: "https://github.com/acme/app/actions/runs/9/"}, ""},
+		{Binding{Invocation: "https://github.com/acme/app/actions/runs/"}, ""},
+		{Binding{Invocation: "https://github.com/acme/app/actions/runs/90"}, "--run"},
+		{Binding{Invocation: "https://github.com/acme/app/actions/runs/9/attempts/2"}, "--run"},
+		{Binding{Invocation: "https://github.com/acme/app/actions/runs/9/attempts/1#job-10"}, "--run"},
+		{Binding{Repository: "https://github.com/acme/ap"}, "--repository"},
+		{Binding{Commit: commitA[:39]}, "--commit"},
+	} {
+		if err := prov.Bind(tc.b); tc.want == "" && err != nil || tc.want != "" && (!errors.Is(err, ErrNotVerified) || !strings.Contains(fmt.Sprint(err), tc.want)) {
+			t.Errorf("%+v: err = %v, want %q", tc.b, err, tc.want)
+		}
+	}
+	if _, err := VerifyArtifact(job.prov, job.verifier, ArtifactOptions{SHA256: sha256Hex(artifactBytes), Binding: Binding{Repository: "https://github.com/evil/app"}}); !errors.Is(err, ErrNotVerified) {
+		t.Errorf("VerifyArtifact does not bind: %v", err)
 	}
 }

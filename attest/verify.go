@@ -25,8 +25,30 @@ const (
 	maxJSONDepth  = 64
 )
 
-// ErrNotVerified is wrapped by every verification failure.
+// ErrNotVerified is matched (errors.Is) by every verification failure;
+// its text is not repeated in theirs, which a caller prints after its
+// own "NOT VERIFIED:".
 var ErrNotVerified = errors.New("not verified")
+
+// ErrNotSigned is matched, besides ErrNotVerified, by a failure before
+// the payload is read: not a Sigstore bundle of airlock's shape, or its
+// signature does not verify with the key. Nothing in such a bundle can
+// be attributed to the key's holder.
+var ErrNotSigned = errors.New("not signed with the key")
+
+// notVerified is a verification failure: it matches ErrNotVerified, and
+// whatever its own text wraps (%w).
+// notSigned: it matches ErrNotSigned too.
+type notVerified struct {
+	err       error
+	notSigned bool
+}
+
+func (e notVerified) Error() string { return e.err.Error() }
+func (e notVerified) Unwrap() error { return e.err }
+func (e notVerified) Is(target error) bool {
+	return target == ErrNotVerified || e.notSigned && target == ErrNotSigned
+}
 
 // VerifyOptions says what a bundle must match besides the signature.
 type VerifyOptions struct {
@@ -54,8 +76,20 @@ type SubjectInfo struct {
 	Digest map[string]string `json:"digest"`
 }
 
+// fail is a verification failure (ErrNotVerified) saying why; its
+// format may wrap errors with %w.
 func fail(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrNotVerified}, args...)...)
+	return notVerified{err: fmt.Errorf(format, args...)}
+}
+
+// NotVerifiedf is a verification failure of a caller of this package
+// (it matches ErrNotVerified; format may wrap errors with %w), its text
+// not prefixed with "not verified".
+func NotVerifiedf(format string, args ...any) error { return fail(format, args...) }
+
+// unsigned is a failure of signedPayload: ErrNotVerified and ErrNotSigned.
+func unsigned(format string, args ...any) error {
+	return notVerified{err: fmt.Errorf(format, args...), notSigned: true}
 }
 
 // Verify checks a Sigstore bundle: size and shape first, then the DSSE
@@ -68,7 +102,7 @@ func Verify(bundle []byte, v signature.Verifier, opts VerifyOptions) (*Verified,
 	if err != nil {
 		return nil, err
 	}
-	if predicateTypeOf(payload) == ProvenanceType {
+	if pt, _ := predicateTypeOf(payload); pt == ProvenanceType {
 		return nil, fail("a provenance statement (%s), not a run attestation: check an artifact against it (verify --artifact)", ProvenanceType)
 	}
 	var st statementJSON
@@ -117,13 +151,16 @@ func Verify(bundle []byte, v signature.Verifier, opts VerifyOptions) (*Verified,
 }
 
 // predicateTypeOf peeks at a signed statement's predicate type, for a
-// failure that names what it is instead of its first unknown field.
-func predicateTypeOf(payload []byte) string {
+// failure that names what it is instead of its first unknown field. It
+// is a hint only: the caller checks the strictly decoded type too.
+func predicateTypeOf(payload []byte) (string, error) {
 	var head struct {
 		PredicateType string `json:"predicateType"`
 	}
-	json.Unmarshal(payload, &head)
-	return head.PredicateType
+	if err := json.Unmarshal(payload, &head); err != nil {
+		return "", err
+	}
+	return head.PredicateType, nil
 }
 
 // signedPayload checks a Sigstore bundle up to its signature: its size
@@ -133,31 +170,31 @@ func predicateTypeOf(payload []byte) string {
 // caller to parse. Every airlock statement is checked here.
 func signedPayload(bundle []byte, v signature.Verifier) ([]byte, error) {
 	if len(bundle) > MaxBundleSize {
-		return nil, fail("the bundle is %d bytes, more than the %d a verifier reads", len(bundle), MaxBundleSize)
+		return nil, unsigned("the bundle is %d bytes, more than the %d a verifier reads", len(bundle), MaxBundleSize)
 	}
 	if err := checkDepth(bundle, maxJSONDepth); err != nil {
-		return nil, fail("%v", err)
+		return nil, unsigned("%v", err)
 	}
 	var b protobundle.Bundle
 	if err := (protojson.UnmarshalOptions{}).Unmarshal(bundle, &b); err != nil {
-		return nil, fail("not a Sigstore bundle: %v", err)
+		return nil, unsigned("not a Sigstore bundle: %v", err)
 	}
 	if b.GetMediaType() != BundleMediaType {
-		return nil, fail("bundle media type %q, want %q", b.GetMediaType(), BundleMediaType)
+		return nil, unsigned("bundle media type %q, want %q", b.GetMediaType(), BundleMediaType)
 	}
 	env := b.GetDsseEnvelope()
 	if env == nil {
-		return nil, fail("the bundle holds no DSSE envelope")
+		return nil, unsigned("the bundle holds no DSSE envelope")
 	}
 	if env.GetPayloadType() != PayloadType {
-		return nil, fail("payload type %q, want %q", env.GetPayloadType(), PayloadType)
+		return nil, unsigned("payload type %q, want %q", env.GetPayloadType(), PayloadType)
 	}
 	if n := len(env.GetSignatures()); n != 1 {
-		return nil, fail("the envelope has %d signatures; airlock bundles have exactly one", n)
+		return nil, unsigned("the envelope has %d signatures; airlock bundles have exactly one", n)
 	}
 	pae := dsse.PAE(env.GetPayloadType(), env.GetPayload())
 	if err := v.VerifySignature(bytes.NewReader(env.GetSignatures()[0].GetSig()), bytes.NewReader(pae)); err != nil {
-		return nil, fail("signature: %v (wrong key, or the bundle was changed)", err)
+		return nil, unsigned("signature: %v: the bundle was not signed with this key, or it was changed since (check that --key is the public key of the runner's attest.key)", err)
 	}
 	return env.GetPayload(), nil
 }

@@ -52,7 +52,7 @@ func TestAttestationRoundTrip(t *testing.T) {
 		want   string
 	}{
 		{"verified", "predicate: steps: [...{name: string}]\n", 0, "VERIFIED"},
-		{"failed job fails compliance", "predicate: verdict: passed: true\n", 1, "NOT VERIFIED: not verified: compliance"},
+		{"failed job fails compliance", "predicate: verdict: passed: true\n", 1, "NOT VERIFIED: compliance"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			os.WriteFile(policy, []byte(tc.policy), 0o644)

@@ -65,6 +65,10 @@ func TestVerifyArtifactCommand(t *testing.T) {
 	}
 	policy := "../../testdata/compliance/artifacts.cue"
 	pub := prefix + ".pub"
+	otherPub := filepath.Join(keys, "other.pub")
+	if err := attest.WriteKeyPair(filepath.Join(keys, "other"), nil); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -74,15 +78,25 @@ func TestVerifyArtifactCommand(t *testing.T) {
 		{"a human's artifact, by directory", []string{"--artifact", file(human), dir}, 0, "agent: no (as the test says)"},
 		{"an agent's, by bundle", []string{"--artifact", file(agent), filepath.Join(dir, "job-bb.provenance.sigstore.json")}, 0, "agent: YES"},
 		{"as JSON", []string{"--json", "--artifact", file(human), dir}, 0, `"name": "dist.zip"`},
-		{"a tampered artifact", []string{"--artifact", file(append(human, '!')), dir}, 1, "NOT VERIFIED: not verified: sha256 "},
+		{"a tampered artifact", []string{"--artifact", file(append(human, '!')), dir}, 1, "NOT VERIFIED: sha256 "},
 		{"compliance: a human's", []string{"--policy", policy, "--artifact", file(human), dir}, 0, "run attestation: job-aa.sigstore.json verified"},
 		{"compliance: an agent's refused egress", []string{"--policy", policy, "--artifact", file(agent), dir}, 1, "compliance: predicate.egress.summary.0.denied"},
-		{"--commit is for a run attestation", []string{"--commit", "abc", "--artifact", file(human), dir}, exitUsage, "not with --artifact"},
+		{"--html is for a run attestation", []string{"--html", "r.html", "--artifact", file(human), dir}, exitUsage, "not with --artifact"},
+		{"--repository is for an artifact", []string{"--repository", "https://github.com/acme/app", dir}, exitUsage, "with --artifact"},
+		{"bound to its repository and commit", []string{"--repository", "https://github.com/acme/app", "--commit", strings.Repeat("c", 40), "--artifact", file(human), dir}, 0, "agent: no"},
+		{"another repository's", []string{"--repository", "https://github.com/acme/fork", "--artifact", file(human), dir}, 1, `NOT VERIFIED: provenance ` + filepath.Join(dir, "job-aa.provenance.sigstore.json") + `: the provenance is of repository "https://github.com/acme/app", not "https://github.com/acme/fork" (--repository)`},
+		{"another commit's", []string{"--commit", strings.Repeat("d", 40), "--artifact", file(human), dir}, 1, "(--commit): a job of another commit made it"},
+		{"another run's", []string{"--run", "https://github.com/acme/app/actions/runs/1", "--artifact", file(human), dir}, 1, `not within "https://github.com/acme/app/actions/runs/1" (--run)`},
+		{"the wrong key", []string{"--artifact", file(human), filepath.Join(dir, "job-aa.provenance.sigstore.json")}, 1, "check that --key is the public key"},
 		{"a provenance as a run attestation", []string{filepath.Join(dir, "job-aa.provenance.sigstore.json")}, 1, "verify --artifact"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
-			code := execute(append([]string{"verify", "--key", pub}, tc.args...), &out, &errb)
+			key := pub
+			if tc.name == "the wrong key" {
+				key = otherPub
+			}
+			code := execute(append([]string{"verify", "--key", key}, tc.args...), &out, &errb)
 			if code != tc.code || !strings.Contains(out.String()+errb.String(), tc.want) {
 				t.Fatalf("exit %d (want %d), want %q in:\n%s%s", code, tc.code, tc.want, out.String(), errb.String())
 			}

@@ -26,15 +26,33 @@ func WriteArtifactVerified(out io.Writer, r *ArtifactReport, asJSON bool) error 
 		enc.SetIndent("", "  ")
 		return enc.Encode(r)
 	}
-	w := textsafe.Writer(out)
+	w := &errWriter{w: textsafe.Writer(out)}
 	for _, j := range r.Jobs {
 		fmt.Fprintf(w, "VERIFIED: %s (sha256 %s) is %q of %s\n", r.Artifact, r.SHA256, j.Subject.Name, filepath.Base(j.Bundle))
 		writeJob(w, j)
 	}
 	for _, u := range r.Unverified {
-		fmt.Fprintf(w, "not verified, ignored: %s\n", u)
+		fmt.Fprintf(w, "left out (not signed with the key, or not a provenance): %s\n", u)
+	}
+	if w.err != nil {
+		return fmt.Errorf("write the report: %w", w.err)
 	}
 	return nil
+}
+
+// errWriter keeps the first write error, and writes nothing after it.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
 }
 
 // writeJob says what one job that made the artifact did.
@@ -79,6 +97,9 @@ func jobContext(ext attest.ExternalParameters) string {
 	return b.String()
 }
 
+// prNumber is a pull request's number as jobContext prints it: "" for
+// none (0, or a negative number no pull request has), so that its part
+// is left out.
 func prNumber(n int) string {
 	if n <= 0 {
 		return ""
@@ -115,7 +136,11 @@ func writeSummaryLists(w io.Writer, s attest.RunSummary) {
 // writeRunCheck says whether the run attestation was verified with it.
 func writeRunCheck(w io.Writer, j ArtifactJob) {
 	if j.Run == nil {
-		fmt.Fprintf(w, "  run attestation: %s not found next to the provenance; what is above is the provenance's summary of it\n", j.Provenance.Run().Name)
+		where := "the provenance names no file next to it to look for"
+		if j.RunExpected != "" {
+			where = "not found at " + j.RunExpected
+		}
+		fmt.Fprintf(w, "  run attestation: %s %s; what is above is the provenance's summary of it\n", j.Provenance.Run().Name, where)
 		return
 	}
 	fmt.Fprintf(w, "  run attestation: %s verified, and its statement is the provenance's byproduct (sha256 %s)\n", filepath.Base(j.RunBundle), j.Provenance.Run().Digest["sha256"])

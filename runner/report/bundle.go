@@ -1,8 +1,6 @@
 package report
 
 import (
-	"fmt"
-
 	"github.com/sigstore/sigstore/pkg/signature"
 
 	"github.com/airlock-ci/airlock/attest"
@@ -15,7 +13,7 @@ import (
 func VerifyFile(path string, v signature.Verifier, opts attest.VerifyOptions) (*attest.Verified, error) {
 	b, err := files.ReadCapped(path, attest.MaxBundleSize)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", attest.ErrNotVerified, err)
+		return nil, attest.NotVerifiedf("%w", err)
 	}
 	return attest.Verify(b, v, opts)
 }
