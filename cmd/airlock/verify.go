@@ -14,21 +14,17 @@ import (
 )
 
 func newVerifyCmd(code *int) *cobra.Command {
-	var keyFile, commitSHA, policyFile, htmlFile, artifact, repository, runURL string
+	var keyFile, commitSHA, policyFile, htmlFile, artifact string
+	var bind attest.Binding
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "verify --key PUB [--commit SHA] [--policy compliance.cue] BUNDLE | verify --key PUB --artifact FILE [--repository URL] [--commit SHA] [--run URL] [--policy compliance.cue] BUNDLE|DIR",
 		Short: "Verify an airlock attestation bundle, or an artifact against its job's provenance, offline, and check it against a compliance policy",
-		Long: `verify checks the bundle's signature with the public key, then its payload:
-an in-toto statement with airlock's predicate, the subject (--commit), the
-predicate's shape, and a CUE compliance policy (--policy) over the field
-"predicate". It prints what ran, the egress table and the trust findings,
-or --json. With --artifact FILE it checks FILE's sha256 against a job's
-provenance (BUNDLE, or each *.provenance.sigstore.json of DIR) and the run
-attestation of the same job id next to it (--policy needs it), and prints
-what that job did; --repository, --commit and --run bind the provenance to
-the run the artifact is expected from (a provenance of another one is not
-verified). Exit 0: verified; 1: not verified (the reason printed).`,
+		Long: `verify checks the bundle's signature with the public key, then its payload (airlock's
+predicate, the subject --commit, a CUE --policy over "predicate"), and prints what ran, its
+egress and trust findings, or --json. --artifact FILE checks FILE's sha256 against a job's
+provenance (BUNDLE, or DIR's *.provenance.sigstore.json) bound to --repository, --commit and
+--run, and the run attestation beside it. Exit 0: verified; 1: not verified (why printed).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			if keyFile == "" {
@@ -49,16 +45,14 @@ verified). Exit 0: verified; 1: not verified (the reason printed).`,
 				fmt.Fprintf(c.ErrOrStderr(), "NOT VERIFIED: %v\n", err)
 				return nil
 			}
-			if artifact == "" && (repository != "" || runURL != "") {
+			switch {
+			case artifact == "" && (bind.Repository != "" || bind.Invocation != ""):
 				return usagef("--repository and --run are for an artifact's provenance: with --artifact")
-			}
-			if artifact != "" && htmlFile != "" {
+			case artifact != "" && htmlFile != "":
 				return usagef("--html is for a run attestation: not with --artifact")
-			}
-			if artifact != "" {
-				q := report.ArtifactQuery{Artifact: artifact, Provenance: args[0], Compliance: policy, ComplianceName: policyFile,
-					Binding: attest.Binding{Repository: repository, Commit: commitSHA, Invocation: runURL}}
-				rep, err := report.VerifyArtifact(q, v)
+			case artifact != "":
+				bind.Commit = commitSHA
+				rep, err := report.VerifyArtifact(report.ArtifactQuery{Artifact: artifact, Provenance: args[0], Compliance: policy, ComplianceName: policyFile, Binding: bind}, v)
 				if err != nil {
 					return notVerified(err)
 				}
@@ -82,8 +76,8 @@ verified). Exit 0: verified; 1: not verified (the reason printed).`,
 	}
 	cmd.Flags().StringVar(&keyFile, "key", "", "public key (PEM) of the signer")
 	cmd.Flags().StringVar(&commitSHA, "commit", "", "the subject must be this commit (with --artifact: the commit the job built)")
-	cmd.Flags().StringVar(&repository, "repository", "", "with --artifact: the job's repository must be this (its URL)")
-	cmd.Flags().StringVar(&runURL, "run", "", "with --artifact: the provenance's invocation id must be this run's URL, or start with it")
+	cmd.Flags().StringVar(&bind.Repository, "repository", "", "with --artifact: the job's repository must be this (its URL)")
+	cmd.Flags().StringVar(&bind.Invocation, "run", "", "with --artifact: the provenance's invocation id must be this run's URL, or start with it")
 	cmd.Flags().StringVar(&policyFile, "policy", "", "CUE compliance policy over the field predicate")
 	cmd.Flags().StringVar(&htmlFile, "html", "", "also write the HTML report to this file")
 	cmd.Flags().StringVar(&artifact, "artifact", "", "check this file against its job's provenance (BUNDLE or DIR)")
