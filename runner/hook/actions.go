@@ -3,6 +3,7 @@ package hook
 import (
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/internal/files"
+	"github.com/airlock-ci/airlock/policies"
 )
 
 // The actions a job runs are part of what built its artifacts: the
@@ -69,35 +71,132 @@ func actionAt(hostActions, p string) (owner, repo, ref, dir string, ok bool) {
 }
 
 // recordActions adds the actions a step runs to the job's attestation
-// config, each once per job, digested before the step runs. What cannot
-// be digested is recorded with the reason, never left out.
+// config, each once per job, digested before the step runs. At the
+// job's first step, every action the runner downloaded for it (each
+// directory with a .completed mark: the workflow's actions and those
+// the composite actions among them use, which the runner fetches in
+// "Set up job") is recorded first (recordDownloaded); then the action
+// directories the step names, and a local action (uses: ./…, in the
+// workspace) its GITHUB_ACTION_PATH names. What cannot be digested is
+// recorded with the reason, never left out.
 func (d *job) recordActions(args []string, env map[string]string, stderr io.Writer) {
 	hostActions, ok := d.mounts.Host(containerActions)
-	if !ok {
+	if ok {
+		d.recordDownloaded(hostActions, stderr)
+		for _, p := range actionDirs(args, env) {
+			if owner, repo, ref, dir, ok := actionAt(hostActions, p); ok {
+				d.recordAction(hostActions, owner, repo, ref, dir, stderr)
+			}
+		}
+	}
+	d.recordLocalAction(env, stderr)
+}
+
+// Bounds on the walk of the actions directory for download marks.
+const (
+	maxActionDepth = 12 // owner/repo/ref components
+	maxActionMarks = 1000
+)
+
+// walkedKey marks in actionsSeen that the actions directory was walked.
+const walkedKey = "\x00downloaded"
+
+// recordDownloaded records, once per job, every action directory below
+// hostActions that has the runner's download mark beside it
+// (OWNER/REPO/REF.completed, REF possibly with slashes), in path order;
+// the walk follows no symlink and does not descend into an action's
+// own files, so a file named *.completed inside one is no action.
+func (d *job) recordDownloaded(hostActions string, stderr io.Writer) {
+	if d.actionsSeen[walkedKey] {
 		return
 	}
-	for _, p := range actionDirs(args, env) {
-		owner, repo, ref, dir, ok := actionAt(hostActions, p)
-		if !ok || d.actionsSeen[dir] {
-			continue
-		}
-		if d.actionsSeen == nil {
-			d.actionsSeen = map[string]bool{}
-		}
-		d.actionsSeen[dir] = true
-		a := attest.Descriptor{
-			Name: owner + "/" + repo + "@" + ref, URI: "git+" + d.serverURL() + "/" + owner + "/" + repo + "@" + ref,
-			Annotations: map[string]string{"path": containerActions + "/" + dir},
-		}
-		sum, err := actionDigest(hostActions, dir)
-		if err != nil {
-			a.Annotations["digest"] = "not taken: " + err.Error()
-			fmt.Fprintf(stderr, "airlock: action %s: no digest for the provenance: %v\n", a.Name, err)
-		} else {
-			a.Digest = map[string]string{attest.TreeDigestAlg: sum}
-		}
-		d.attest.Actions = append(d.attest.Actions, a)
+	if d.actionsSeen == nil {
+		d.actionsSeen = map[string]bool{}
 	}
+	d.actionsSeen[walkedKey] = true
+	marks := 0
+	filepath.WalkDir(hostActions, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || p == hostActions {
+			return nil
+		}
+		rel, _ := filepath.Rel(hostActions, p)
+		parts := strings.Split(filepath.ToSlash(rel), "/")
+		isDir := e.IsDir()
+		if !isDir && e.Type()&fs.ModeSymlink == 0 || strings.HasSuffix(rel, ".completed") {
+			return nil
+		}
+		if len(parts) >= 3 {
+			if fi, err := os.Lstat(p + ".completed"); err == nil && fi.Mode().IsRegular() {
+				if marks++; marks > maxActionMarks {
+					fmt.Fprintf(stderr, "airlock: more than %d downloaded actions: those after %s are recorded only when a step names them\n", maxActionMarks, rel)
+					return filepath.SkipAll
+				}
+				d.recordAction(hostActions, parts[0], parts[1], strings.Join(parts[2:], "/"), filepath.ToSlash(rel), stderr)
+				if isDir {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+		}
+		if isDir && len(parts) >= maxActionDepth {
+			return filepath.SkipDir
+		}
+		return nil
+	})
+}
+
+// recordAction adds the action at dir (below hostActions) once.
+func (d *job) recordAction(hostActions, owner, repo, ref, dir string, stderr io.Writer) {
+	if d.actionsSeen[dir] {
+		return
+	}
+	if d.actionsSeen == nil {
+		d.actionsSeen = map[string]bool{}
+	}
+	d.actionsSeen[dir] = true
+	a := attest.Descriptor{
+		Name: owner + "/" + repo + "@" + ref, URI: "git+" + d.serverURL() + "/" + owner + "/" + repo + "@" + ref,
+		Annotations: map[string]string{"path": containerActions + "/" + dir},
+	}
+	d.digestInto(&a, hostActions, dir, stderr)
+	d.attest.Actions = append(d.attest.Actions, a)
+}
+
+// digestInto sets a's tree digest of dir below base, or says in its
+// annotations why there is none.
+func (d *job) digestInto(a *attest.Descriptor, base, dir string, stderr io.Writer) {
+	sum, err := actionDigest(base, dir)
+	if err != nil {
+		a.Annotations["digest"] = "not taken: " + err.Error()
+		fmt.Fprintf(stderr, "airlock: action %s: no digest for the provenance: %v\n", a.Name, err)
+		return
+	}
+	a.Digest = map[string]string{attest.TreeDigestAlg: sum}
+}
+
+// recordLocalAction records the local action (uses: ./PATH) a step's
+// GITHUB_ACTION_PATH names when it lies in the job's workspace
+// (GITHUB_WORKSPACE): name ./PATH, digested before the step like a
+// downloaded action. The workspace is the job's to write, so the digest
+// is of what the directory held when the step began (which an earlier
+// step may have changed from the commit).
+func (d *job) recordLocalAction(env map[string]string, stderr io.Writer) {
+	ws, ap := path.Clean(env["GITHUB_WORKSPACE"]), path.Clean(env["GITHUB_ACTION_PATH"])
+	rel := strings.TrimPrefix(ap, ws+"/")
+	if env["GITHUB_WORKSPACE"] == "" || env["GITHUB_ACTION_PATH"] == "" || rel == ap || !filepath.IsLocal(rel) || !strings.HasPrefix(ws, containerWork+"/") {
+		return
+	}
+	hostWS, ok := d.mounts.Host(ws)
+	if !ok || d.actionsSeen["./"+rel] {
+		return
+	}
+	if d.actionsSeen == nil {
+		d.actionsSeen = map[string]bool{}
+	}
+	d.actionsSeen["./"+rel] = true
+	a := attest.Descriptor{Name: "./" + rel, Annotations: map[string]string{"path": ap, "source": "a local action, in the workspace: digested before the step that runs it"}}
+	d.digestInto(&a, hostWS, rel, stderr)
+	d.attest.Actions = append(d.attest.Actions, a)
 }
 
 // actionDigest is the tree digest of dir below hostActions, reached
@@ -113,8 +212,11 @@ func actionDigest(hostActions, dir string) (string, error) {
 }
 
 // recordImage adds the image of a Docker action to the job's attestation
-// config, each once: as the workflow named it, with its digest when the
-// reference pins one.
+// config, each once. What ran is the image directory the policy maps the
+// reference to (sandbox.images), which is not digested: the descriptor
+// has no digest of its own, its uri is that directory, and the
+// reference as the workflow wrote it, with the digest it pins if any,
+// is in its annotations (reference, referenceDigest).
 func (d *job) recordImage(image string) {
 	ref := "docker://" + strings.TrimPrefix(image, "docker://")
 	if image == "" || d.actionsSeen[ref] {
@@ -124,9 +226,15 @@ func (d *job) recordImage(image string) {
 		d.actionsSeen = map[string]bool{}
 	}
 	d.actionsSeen[ref] = true
-	a := attest.Descriptor{Name: ref, URI: ref, Annotations: map[string]string{"note": "a Docker action's image, run on the root the policy maps it to (sandbox.images)"}}
+	a := attest.Descriptor{Name: ref, Annotations: map[string]string{
+		"reference": ref,
+		"digest":    "not taken: the image directory the policy maps the reference to (sandbox.images) ran, and it is not digested",
+	}}
+	if dir, ok := policies.ImageRoot(d.images, strings.TrimPrefix(image, "docker://")); ok {
+		a.URI = "file://" + dir
+	}
 	if _, sum, ok := strings.Cut(image, "@sha256:"); ok && attest.IsSHA256(sum) {
-		a.Digest = map[string]string{"sha256": sum}
+		a.Annotations["referenceDigest"] = "sha256:" + sum
 	}
 	d.attest.Actions = append(d.attest.Actions, a)
 }

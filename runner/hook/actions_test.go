@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/internal/files"
 )
 
@@ -23,11 +24,16 @@ func TestRecordActions(t *testing.T) {
 		"acme/tools/release/v2":       "lint/action.yml",
 		"acme/nomark/main":            "index.js",
 		"acme/linked/v1-target/inner": "index.js",
+		"acme/nested/v3":              "action.yml",
 	} {
 		os.MkdirAll(filepath.Join(actions, dir, filepath.Dir(file)), 0o755)
 		os.WriteFile(filepath.Join(actions, dir, file), []byte("code of "+dir), 0o644)
 	}
-	for _, mark := range []string{"actions/checkout/v4", "acme/tools/release/v2", "acme/linked/v1"} {
+	os.MkdirAll(filepath.Join(work, "repo/repo/.github/actions/local"), 0o755)
+	os.WriteFile(filepath.Join(work, "repo/repo/.github/actions/local/action.yml"), []byte("runs: {using: composite}"), 0o644)
+	// A file of an action's own named like a mark is no action.
+	os.WriteFile(filepath.Join(actions, "actions/checkout/v4/dist.completed"), nil, 0o644)
+	for _, mark := range []string{"actions/checkout/v4", "acme/tools/release/v2", "acme/linked/v1", "acme/nested/v3"} {
 		os.WriteFile(filepath.Join(actions, mark+".completed"), []byte("2026-12-01"), 0o644)
 	}
 	// The runner's action cache, linked in place of the directory.
@@ -44,6 +50,8 @@ func TestRecordActions(t *testing.T) {
 		{[]string{"'/__w/_actions/acme/nomark/main/index.js'"}, nil},
 		{[]string{"/__w/_actions/acme/linked/v1/inner/index.js"}, nil},
 		{[]string{"/__w/_actions/../../etc/passwd", "/__w/_actions/x"}, nil},
+		{[]string{"-e", "/__w/_temp/y.sh"}, map[string]string{"GITHUB_WORKSPACE": "/__w/repo/repo", "GITHUB_ACTION_PATH": "/__w/repo/repo/.github/actions/local"}},
+		{[]string{"-e", "/__w/_temp/z.sh"}, map[string]string{"GITHUB_WORKSPACE": "/__w/repo/repo", "GITHUB_ACTION_PATH": "/__w/repo/repo/../../_actions/acme/nomark/main"}},
 	}
 	for _, s := range steps {
 		d.recordActions(s.args, s.env, io.Discard)
@@ -52,14 +60,20 @@ func TestRecordActions(t *testing.T) {
 	for _, a := range d.attest.Actions {
 		names = append(names, a.Name)
 	}
-	want := []string{"actions/checkout@v4", "acme/tools@release/v2", "acme/nomark@main", "acme/linked@v1"}
+	// The downloaded ones at the first step, in path order (a nested
+	// composite action's too, which no step names), then as named.
+	want := []string{"acme/linked@v1", "acme/nested@v3", "acme/tools@release/v2", "actions/checkout@v4", "acme/nomark@main", "./.github/actions/local"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("actions %q, want %q", names, want)
+	}
+	byName := map[string]attest.Descriptor{}
+	for _, a := range d.attest.Actions {
+		byName[a.Name] = a
 	}
 	root, _ := os.OpenRoot(filepath.Join(actions, "actions/checkout/v4"))
 	defer root.Close()
 	sum, _ := files.TreeDigest(root)
-	a := d.attest.Actions
+	a := []attest.Descriptor{byName["actions/checkout@v4"], byName["acme/tools@release/v2"], byName["acme/nomark@main"], byName["acme/linked@v1"]}
 	if a[0].Digest["airlockTreeV1"] != sum || a[0].URI != "git+https://ghe.example.com/actions/checkout@v4" || a[0].Annotations["path"] != "/__w/_actions/actions/checkout/v4" {
 		t.Errorf("checkout: %+v (digest want %s)", a[0], sum)
 	}
@@ -69,9 +83,16 @@ func TestRecordActions(t *testing.T) {
 	if len(a[3].Digest) != 0 || !strings.Contains(a[3].Annotations["digest"], "not taken") {
 		t.Errorf("a symlinked action directory was digested: %+v", a[3])
 	}
+	if l := byName["./.github/actions/local"]; len(l.Digest) != 1 || l.Annotations["path"] != "/__w/repo/repo/.github/actions/local" {
+		t.Errorf("a local action: %+v", l)
+	}
+	// What ran is the mapped directory, not digested: the reference's
+	// digest is an annotation, not the dependency's.
+	d.images = map[string]string{"alpine@sha256:" + strings.Repeat("ab", 32): "/srv/images/alpine"}
 	d.recordImage("docker://alpine@sha256:" + strings.Repeat("ab", 32))
 	d.recordImage("alpine@sha256:" + strings.Repeat("ab", 32))
-	if img := d.attest.Actions[len(d.attest.Actions)-1]; len(d.attest.Actions) != 5 || img.Digest["sha256"] != strings.Repeat("ab", 32) || img.URI != "docker://alpine@sha256:"+strings.Repeat("ab", 32) {
-		t.Errorf("image: %+v", d.attest.Actions)
+	n := len(d.attest.Actions)
+	if img := d.attest.Actions[n-1]; n != len(want)+1 || len(img.Digest) != 0 || img.Annotations["referenceDigest"] != "sha256:"+strings.Repeat("ab", 32) || img.URI != "file:///srv/images/alpine" || img.Name != "docker://alpine@sha256:"+strings.Repeat("ab", 32) {
+		t.Errorf("image: %+v", d.attest.Actions[n-1])
 	}
 }

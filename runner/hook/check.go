@@ -83,7 +83,9 @@ func checkReport(res runner.Result, att *report.Attestation, fails []string) git
 // fits: the hook's cleanup runs after the job's last step, so no step can
 // upload it, and a consumer (a workflow_run workflow, docs/provenance.md)
 // takes it from here for airlock verify or cosign anywhere. Each bundle
-// is one line of JSON inside a block whose summary names its file.
+// is one line of JSON inside a block whose summary names its file; one
+// left out (over maxCheckBundle, or past maxCheckText with what came
+// before it) is named with why.
 func publishBundle(text *strings.Builder, what, path string) {
 	if path == "" {
 		return
@@ -93,8 +95,14 @@ func publishBundle(text *strings.Builder, what, path string) {
 		return
 	}
 	fmt.Fprintf(text, "%s: `%s`, sha256 `%x`.\n", what, filepath.Base(path), sha256.Sum256(b))
-	fits := len(b) <= maxCheckBundle && text.Len()+len(b)+200 <= maxCheckText
-	if fits && json.Valid(b) && !bytes.ContainsAny(b, "`\n") {
+	switch {
+	case len(b) > maxCheckBundle:
+		fmt.Fprintf(text, "The %s bundle is not included: it is %d bytes, more than the %d a check run carries of one bundle; take it from the runner's attestation directory.\n\n", strings.ToLower(what), len(b), maxCheckBundle)
+	case text.Len()+len(b)+200 > maxCheckText:
+		fmt.Fprintf(text, "The %s bundle is not included: its %d bytes would take the check run's text past %d; take it from the runner's attestation directory.\n\n", strings.ToLower(what), len(b), maxCheckText)
+	case !json.Valid(b) || bytes.ContainsAny(b, "`\n"):
+		fmt.Fprintf(text, "The %s bundle is not included: it is not one line of JSON.\n\n", strings.ToLower(what))
+	default:
 		fmt.Fprintf(text, "\n<details><summary>%s bundle (Sigstore): %s</summary>\n\n```json\n%s\n```\n</details>\n\n", what, filepath.Base(path), b)
 	}
 }

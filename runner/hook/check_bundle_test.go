@@ -12,7 +12,8 @@ import (
 
 // The check run publishes the provenance and the run attestation, each
 // on one line in a block named for its file, for a workflow_run consumer
-// to take out; a bundle too large is named with its digest only.
+// to take out; a bundle too large is named with its digest, and the
+// text says it was left out and why.
 func TestCheckReportPublishesBundles(t *testing.T) {
 	dir := t.TempDir()
 	prov := filepath.Join(dir, "job-1.provenance.sigstore.json")
@@ -25,6 +26,7 @@ func TestCheckReportPublishesBundles(t *testing.T) {
 		"Provenance: `job-1.provenance.sigstore.json`, sha256 `",
 		"<details><summary>Provenance bundle (Sigstore): job-1.provenance.sigstore.json</summary>\n\n```json\n{\"mediaType\":\"application/vnd.dev.sigstore.bundle.v0.3+json\",\"p\":1}\n```",
 		"Attestation: `job-1.sigstore.json`, sha256 `",
+		"The attestation bundle is not included: it is 49220 bytes, more than the 49152 a check run carries of one bundle",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the check run's text lacks %q:\n%.600s", want, text)

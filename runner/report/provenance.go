@@ -107,18 +107,23 @@ func uploadSubjects(eg *egress.Report) ([]attest.SubjectInfo, []attest.UploadRec
 	if eg == nil {
 		return subjects, refused, notes
 	}
+	// Past a bound, the rest are counted, not dropped from the count: a
+	// refused upload after the 500th finalized one is still on record.
+	droppedSubjects, droppedRefused, firstDropped := 0, 0, ""
 	for _, u := range eg.Uploads {
 		name := clip(u.Name, 256)
 		if u.Status == uploads.Finalized && attest.IsSHA256(u.SHA256) {
 			if len(subjects) == maxUploadSubjects {
-				notes = append(notes, fmt.Sprintf("more than %d uploads: upload %q and those after it are not subjects", maxUploadSubjects, name))
-				break
+				if droppedSubjects++; droppedSubjects == 1 {
+					firstDropped = name
+				}
+				continue
 			}
 			subjects = append(subjects, attest.SubjectInfo{Name: name + ".zip", Digest: map[string]string{"sha256": u.SHA256}})
 			continue
 		}
 		if len(refused) == maxRefusedUploads {
-			notes = append(notes, fmt.Sprintf("more than %d uploads that are not subjects: the rest are not listed", maxRefusedUploads))
+			droppedRefused++
 			continue
 		}
 		r := attest.UploadRecord{Name: name, Status: clip(u.Status, 32), Reason: clip(u.Reason, 512), Size: u.Size}
@@ -128,6 +133,12 @@ func uploadSubjects(eg *egress.Report) ([]attest.SubjectInfo, []attest.UploadRec
 			r.Reason = "finalized without a digest of its bytes"
 		}
 		refused = append(refused, r)
+	}
+	if droppedSubjects > 0 {
+		notes = append(notes, fmt.Sprintf("more than %d finalized uploads: %d are not subjects, from upload %q on", maxUploadSubjects, droppedSubjects, firstDropped))
+	}
+	if droppedRefused > 0 {
+		notes = append(notes, fmt.Sprintf("%d upload(s) that are not subjects are not listed: more than %d", droppedRefused, maxRefusedUploads))
 	}
 	return subjects, refused, notes
 }

@@ -67,9 +67,15 @@ func dependencies(p attest.Predicate, subject attest.SubjectInfo, rootfs string,
 	}
 	out = append(out, root)
 	if img := strings.TrimPrefix(p.Job.ContainerImage, "docker://"); img != "" {
-		d := attest.Descriptor{Name: "containerImage", URI: "docker://" + img, Annotations: map[string]string{"note": "as the workflow named it; the sandbox ran on rootfs"}}
+		// What ran is rootfs (the directory the policy maps the image
+		// to), not the reference: its digest is the reference's, an
+		// annotation, and the dependency has none of its own.
+		d := attest.Descriptor{Name: "containerImage", URI: root.URI, Annotations: map[string]string{
+			"reference": "docker://" + img,
+			"digest":    "not taken: the sandbox ran on rootfs, which is not digested; the reference is as the workflow wrote it",
+		}}
 		if _, sum, ok := strings.Cut(img, "@sha256:"); ok && attest.IsSHA256(sum) {
-			d.Digest = map[string]string{"sha256": sum}
+			d.Annotations["referenceDigest"] = "sha256:" + sum
 		}
 		out = append(out, d)
 	}

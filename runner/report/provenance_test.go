@@ -205,15 +205,23 @@ func checkSignedProvenance(t *testing.T, att *Attestation, key testKey, zipSum, 
 }
 
 // What the job names its uploads is bounded, and an upload finalized
-// without a digest of its bytes is no subject.
+// without a digest of its bytes is no subject; a refused upload after
+// the last subject is still on record, and what is not is counted.
 func TestUploadSubjectsBounded(t *testing.T) {
 	many := []uploads.Upload{{Name: strings.Repeat("n", 1000), Status: uploads.Finalized}}
 	for range maxUploadSubjects + 5 {
 		many = append(many, upload("a", []byte("x")))
 	}
+	many = append(many, uploads.Upload{Name: "late", Status: uploads.Refused, Reason: "the claimed hash is not the bytes'"})
 	subjects, refused, notes := uploadSubjects(&egress.Report{Uploads: many})
-	if len(subjects) != maxUploadSubjects || len(refused) != 1 || len(notes) != 1 {
+	if len(subjects) != maxUploadSubjects || len(refused) != 2 || refused[1].Name != "late" || len(notes) != 1 || !strings.Contains(notes[0], "5 are not subjects") {
 		t.Fatalf("%d subjects, %d refused, notes %q", len(subjects), len(refused), notes)
+	}
+	for range maxRefusedUploads + 2 {
+		many = append(many, uploads.Upload{Name: "r", Status: uploads.Refused})
+	}
+	if _, refused, notes := uploadSubjects(&egress.Report{Uploads: many}); len(refused) != maxRefusedUploads || len(notes) != 2 || !strings.Contains(notes[1], "4 upload(s) that are not subjects are not listed") {
+		t.Fatalf("%d refused, notes %q", len(refused), notes)
 	}
 	if r := refused[0]; len(r.Name) > 260 || !strings.Contains(r.Reason, "without a digest") {
 		t.Errorf("refused %+v", r)
@@ -226,4 +234,16 @@ func TestUploadSubjectsBounded(t *testing.T) {
 func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// The job container's descriptor describes what ran (the mapped root):
+// the digest of the reference the workflow wrote is an annotation.
+func TestContainerImageDependency(t *testing.T) {
+	var p attest.Predicate
+	p.Job.ContainerImage = "node@sha256:" + strings.Repeat("ab", 32)
+	deps := dependencies(p, attest.SubjectInfo{}, "/srv/images/node", nil)
+	d := deps[len(deps)-1]
+	if d.Name != "containerImage" || len(d.Digest) != 0 || d.URI != "file:///srv/images/node" || d.Annotations["referenceDigest"] != "sha256:"+strings.Repeat("ab", 32) || d.Annotations["reference"] != "docker://"+p.Job.ContainerImage {
+		t.Errorf("containerImage: %+v", d)
+	}
 }
