@@ -104,19 +104,21 @@ func actionVerifies(t *testing.T, script string) {
 	finishedJob(t, dir, filepath.Join(keys, "k.key"), "job-cc", true, zip)
 	policy, _ := filepath.Abs("../../testdata/compliance/artifacts.cue")
 	for _, tc := range []struct {
-		name, policy string
-		artifact     []byte
-		ok           bool
+		name, policy, repo string
+		artifact           []byte
+		ok                 bool
 	}{
-		{"verified", "", zip, true},
-		{"a changed artifact", "", append(zip, '!'), false},
-		{"an agent's job refused egress", policy, zip, false},
+		{"verified", "", "", zip, true},
+		{"verified, of its repository", "", "https://github.com/acme/app", zip, true},
+		{"another repository's", "", "https://github.com/acme/fork", zip, false},
+		{"a changed artifact", "", "", append(zip, '!'), false},
+		{"an agent's job refused egress", policy, "", zip, false},
 	} {
 		art := filepath.Join(t.TempDir(), "dist.zip")
 		os.WriteFile(art, tc.artifact, 0o644)
 		cmd := exec.Command("bash", "-c", script)
 		cmd.Env = append(os.Environ(), cliEnv+"=1", "AIRLOCK_BIN="+exe, "AIRLOCK_VERIFY_ARTIFACT="+art,
-			"AIRLOCK_VERIFY_KEY="+filepath.Join(keys, "k.pub"), "AIRLOCK_VERIFY_PROVENANCE="+dir, "AIRLOCK_VERIFY_POLICY="+tc.policy)
+			"AIRLOCK_VERIFY_KEY="+filepath.Join(keys, "k.pub"), "AIRLOCK_VERIFY_PROVENANCE="+dir, "AIRLOCK_VERIFY_POLICY="+tc.policy, "AIRLOCK_VERIFY_REPOSITORY="+tc.repo)
 		out, err := cmd.CombinedOutput()
 		want := "NOT VERIFIED: "
 		if tc.ok {
@@ -124,6 +126,36 @@ func actionVerifies(t *testing.T, script string) {
 		}
 		if (err == nil) != tc.ok || !strings.Contains(string(out), want) {
 			t.Errorf("%s: %v\n%s", tc.name, err, out)
+		}
+	}
+}
+
+// The action runs a script or verifies an artifact: neither, or both,
+// fails the step with exit 64 and says so, before airlock runs.
+func TestActionModes(t *testing.T) {
+	b, err := os.ReadFile("../../action.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var action struct {
+		Runs struct{ Steps []struct{ ID, Run string } }
+	}
+	if err := yaml.Unmarshal(b, &action); err != nil || len(action.Runs.Steps) != 2 {
+		t.Fatalf("action.yml: %v", err)
+	}
+	for _, tc := range []struct {
+		name, script string
+		env          []string
+		want         string
+	}{
+		{"neither", action.Runs.Steps[0].Run, []string{"AIRLOCK_STEP_SCRIPT="}, "neither was given"},
+		{"both", action.Runs.Steps[1].Run, []string{"AIRLOCK_STEP_SCRIPT=make test", "AIRLOCK_VERIFY_ARTIFACT=dist.zip"}, "not both"},
+	} {
+		cmd := exec.Command("bash", "-c", tc.script)
+		cmd.Env = append(os.Environ(), append(tc.env, "AIRLOCK_BIN=/nonexistent/airlock")...)
+		out, err := cmd.CombinedOutput()
+		if cmd.ProcessState.ExitCode() != 64 || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s: %v, want exit 64 and %q:\n%s", tc.name, err, tc.want, out)
 		}
 	}
 }
