@@ -128,9 +128,16 @@ type Binding struct {
 	Invocation string `json:"invocation,omitempty"`
 }
 
-// Bind checks the provenance against b (ErrNotVerified when it does
-// not match).
+// ErrNotBound is matched (with ErrNotVerified) by a provenance that is
+// not of the repository, commit or run a Binding expects.
+var ErrNotBound = errors.New("not of the expected run")
+
+// Bind checks the provenance against b (ErrNotVerified and ErrNotBound
+// when it does not match).
 func (p *VerifiedProvenance) Bind(b Binding) error {
+	fail := func(format string, args ...any) error {
+		return notVerified{err: fmt.Errorf(format, args...), also: ErrNotBound}
+	}
 	ext := p.Provenance.BuildDefinition.ExternalParameters
 	if want := strings.TrimSuffix(b.Repository, "/"); want != "" && strings.TrimSuffix(ext.Repository, "/") != want {
 		return fail("the provenance is of repository %q, not %q (--repository): another repository's job made it", ext.Repository, b.Repository)

@@ -38,16 +38,16 @@ var ErrNotSigned = errors.New("not signed with the key")
 
 // notVerified is a verification failure: it matches ErrNotVerified, and
 // whatever its own text wraps (%w).
-// notSigned: it matches ErrNotSigned too.
+// also: another sentinel it matches (ErrNotSigned, ErrNotBound), or nil.
 type notVerified struct {
-	err       error
-	notSigned bool
+	err  error
+	also error
 }
 
 func (e notVerified) Error() string { return e.err.Error() }
 func (e notVerified) Unwrap() error { return e.err }
 func (e notVerified) Is(target error) bool {
-	return target == ErrNotVerified || e.notSigned && target == ErrNotSigned
+	return target == ErrNotVerified || e.also != nil && target == e.also
 }
 
 // VerifyOptions says what a bundle must match besides the signature.
@@ -89,7 +89,7 @@ func NotVerifiedf(format string, args ...any) error { return fail(format, args..
 
 // unsigned is a failure of signedPayload: ErrNotVerified and ErrNotSigned.
 func unsigned(format string, args ...any) error {
-	return notVerified{err: fmt.Errorf(format, args...), notSigned: true}
+	return notVerified{err: fmt.Errorf(format, args...), also: ErrNotSigned}
 }
 
 // Verify checks a Sigstore bundle: size and shape first, then the DSSE

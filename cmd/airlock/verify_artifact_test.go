@@ -84,7 +84,7 @@ func TestVerifyArtifactCommand(t *testing.T) {
 		{"--html is for a run attestation", []string{"--html", "r.html", "--artifact", file(human), dir}, exitUsage, "not with --artifact"},
 		{"--repository is for an artifact", []string{"--repository", "https://github.com/acme/app", dir}, exitUsage, "with --artifact"},
 		{"bound to its repository and commit", []string{"--repository", "https://github.com/acme/app", "--commit", strings.Repeat("c", 40), "--artifact", file(human), dir}, 0, "agent: no"},
-		{"another repository's", []string{"--repository", "https://github.com/acme/fork", "--artifact", file(human), dir}, 1, `NOT VERIFIED: provenance ` + filepath.Join(dir, "job-aa.provenance.sigstore.json") + `: the provenance is of repository "https://github.com/acme/app", not "https://github.com/acme/fork" (--repository)`},
+		{"another repository's", []string{"--repository", "https://github.com/acme/fork", "--artifact", file(human), dir}, 1, `(provenance ` + filepath.Join(dir, "job-aa.provenance.sigstore.json") + `: the provenance is of repository "https://github.com/acme/app", not "https://github.com/acme/fork" (--repository)`},
 		{"another commit's", []string{"--commit", strings.Repeat("d", 40), "--artifact", file(human), dir}, 1, "(--commit): a job of another commit made it"},
 		{"another run's", []string{"--run", "https://github.com/acme/app/actions/runs/1", "--artifact", file(human), dir}, 1, `not within "https://github.com/acme/app/actions/runs/1" (--run)`},
 		{"the wrong key", []string{"--artifact", file(human), filepath.Join(dir, "job-aa.provenance.sigstore.json")}, 1, "check that --key is the public key"},

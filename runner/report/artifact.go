@@ -43,8 +43,9 @@ type ArtifactQuery struct {
 // ArtifactReport is what VerifyArtifact found: every verified
 // provenance that names the artifact (its job), and the bundles of a
 // directory that were left out because no key's holder vouches for them
-// (their signature does not verify with the key) or they are not
-// provenances (a run attestation).
+// (their signature does not verify with the key), they are not
+// provenances (a run attestation), or they are of another repository,
+// commit or run than the query's Binding.
 type ArtifactReport struct {
 	Artifact   string        `json:"artifact"`
 	SHA256     string        `json:"sha256"`
@@ -67,7 +68,10 @@ type ArtifactJob struct {
 // each provenance bundle of that directory, where every one that names
 // the artifact must pass (another job that made the same bytes is
 // checked too), and so must every one signed with the key (fail closed:
-// a signed bundle whose content is not valid is not passed over). The
+// a signed bundle whose content is not valid is not passed over); one
+// that names it but is of another repository, commit or run than
+// q.Binding is left out (another run's: not what the consumer asks
+// about), and listed. The
 // run attestation next to the provenance (runAttestationPath) is
 // verified with it when it is there, and must be when q.Compliance is
 // set. Every failure matches attest.ErrNotVerified.
@@ -100,7 +104,7 @@ func VerifyArtifact(q ArtifactQuery, v signature.Verifier) (*ArtifactReport, err
 			rep.Jobs = append(rep.Jobs, job)
 		case errors.Is(err, attest.ErrNotASubject):
 			// another job's artifacts
-		case errors.Is(err, attest.ErrNotSigned), errors.Is(err, attest.ErrNotProvenance):
+		case errors.Is(err, attest.ErrNotSigned), errors.Is(err, attest.ErrNotProvenance), errors.Is(err, attest.ErrNotBound):
 			rep.Unverified = append(rep.Unverified, err.Error())
 		default:
 			return nil, err // signed with the key, and fails
@@ -109,9 +113,9 @@ func VerifyArtifact(q ArtifactQuery, v signature.Verifier) (*ArtifactReport, err
 	if len(rep.Jobs) == 0 {
 		why := ""
 		if n := len(rep.Unverified); n > 0 {
-			why = fmt.Sprintf("; %d were left out, not signed with the key or not provenances (%s): check --key", n, rep.Unverified[0])
+			why = fmt.Sprintf("; %d were left out: not signed with the key, not provenances, or of another repository, commit or run than --repository, --commit and --run (%s): check --key", n, rep.Unverified[0])
 		}
-		return nil, attest.NotVerifiedf("sha256 %s is a subject of none of the %d provenance bundles in %s%s; fetch the provenance bundles of the run that uploaded %s", sum, len(bundles), q.Provenance, why, q.Artifact)
+		return nil, attest.NotVerifiedf("sha256 %s is a subject of none of the %d provenance bundles in %s that were checked%s; fetch the provenance bundles of the run that uploaded %s", sum, len(bundles), q.Provenance, why, q.Artifact)
 	}
 	return rep, nil
 }

@@ -64,8 +64,8 @@ func TestVerifyArtifactFiles(t *testing.T) {
 		{"a bundle", artifact("dist.zip", zips["job-a1"]), prov("job-a1"), nil, "", "job-a1"},
 		{"a directory of several jobs", artifact("dist.zip", zips["job-c3"]), dir, nil, "", "job-c3"},
 		{"a tampered artifact", artifact("dist.zip", append(zips["job-a1"], ' ')), prov("job-a1"), nil, "none of the provenance's subjects", ""},
-		{"a tampered artifact, in a directory", artifact("dist.zip", append(zips["job-a1"], ' ')), dir, nil, "a subject of none of the 4 provenance bundles", ""},
-		{"another key's job, in a directory", artifact("dist.zip", zips["job-d4"]), dir, nil, "1 were left out, not signed with the key", ""},
+		{"a tampered artifact, in a directory", artifact("dist.zip", append(zips["job-a1"], ' ')), dir, nil, "a subject of none of the 4 provenance bundles in " + dir + " that were checked", ""},
+		{"another key's job, in a directory", artifact("dist.zip", zips["job-d4"]), dir, nil, "1 were left out: not signed with the key", ""},
 		{"a swapped run attestation", artifact("dist.zip", zips["job-a1"]), swapped, nil, "not this job's run attestation", ""},
 		{"compliance: a human's job", artifact("dist.zip", zips["job-a1"]), dir, noAgents, "", "job-a1"},
 		{"compliance: an agent's job", artifact("dist.zip", zips["job-b2"]), dir, noAgents, "compliance", ""},
@@ -264,6 +264,27 @@ func TestVerifyArtifactBinding(t *testing.T) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// In a directory, a provenance of another run that names the same
+// bytes (a re-run, or one replayed) is left out and listed; none of the
+// expected run is not verified, and says why.
+func TestVerifyArtifactBindingDirectory(t *testing.T) {
+	key := newTestKey(t)
+	zip := []byte("PK\x03\x04 run twice")
+	dir := t.TempDir()
+	for _, id := range []string{"job-a1", "job-b2"} {
+		finishJob(t, dir, key.key, t.TempDir(), nil, nil, jobResult(id, false, upload("dist", zip)))
+	}
+	art := filepath.Join(t.TempDir(), "dist.zip")
+	os.WriteFile(art, zip, 0o644)
+	rep, err := VerifyArtifact(ArtifactQuery{Artifact: art, Provenance: dir, Binding: attest.Binding{Invocation: "job-b2"}}, key.v)
+	if err != nil || len(rep.Jobs) != 1 || filepath.Base(rep.Jobs[0].Bundle) != "job-b2"+ProvenanceSuffix || len(rep.Unverified) != 1 || !strings.Contains(rep.Unverified[0], "(--run)") {
+		t.Fatalf("%+v, %v", rep, err)
+	}
+	if _, err := VerifyArtifact(ArtifactQuery{Artifact: art, Provenance: dir, Binding: attest.Binding{Invocation: "job-c3"}}, key.v); !errors.Is(err, attest.ErrNotVerified) || !strings.Contains(err.Error(), "2 were left out") || !strings.Contains(err.Error(), "(--run)") {
+		t.Fatalf("err = %v", err)
 	}
 }
 

@@ -32,7 +32,7 @@ func WriteArtifactVerified(out io.Writer, r *ArtifactReport, asJSON bool) error 
 		writeJob(w, j)
 	}
 	for _, u := range r.Unverified {
-		fmt.Fprintf(w, "left out (not signed with the key, or not a provenance): %s\n", u)
+		fmt.Fprintf(w, "left out (not signed with the key, not a provenance, or another run's): %s\n", u)
 	}
 	if w.err != nil {
 		return fmt.Errorf("write the report: %w", w.err)
