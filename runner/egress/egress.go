@@ -128,25 +128,8 @@ func Start(cfg Config) (_ *Egress, err error) {
 			e.Close()
 		}
 	}()
-	first := cfg.Pool.Masked().Addr().Next()
-	last := first
-	for i := 1; i < maxNames && cfg.Pool.Contains(last.Next()); i++ {
-		last = last.Next()
-	}
-	hosts := secretHosts(cfg.Policy)
-	var services rules.Services
-	if v := cfg.Credentials; v != nil {
-		// The job's Actions service hosts resolve and are reached once a
-		// step named them (each request then passes the credentials
-		// policy). They lie in the domains of the vault's CA hosts, so
-		// the job CA covers them and the gateway reads their requests.
-		services = v
-		for _, h := range v.CAHosts() {
-			if !slices.Contains(hosts, h) {
-				hosts = append(hosts, h)
-			}
-		}
-	}
+	first, last := poolRange(cfg.Pool)
+	hosts, services := caHosts(cfg)
 	decider := rules.NewDecider(cfg.Policy, services)
 	if e.book, err = dns.NewAllowlist(decider.NameAllowed, first, last); err != nil {
 		return nil, err
@@ -203,6 +186,38 @@ func Start(cfg Config) (_ *Egress, err error) {
 	e.dns = dns.New(e.book, cfg.DNSTTL, rules.NewLog(dns.MaxLog), pair.GatewayAddr, decider.NameWouldDeny)
 	e.dns.Serve(e.udp, e.gw.DNSListener())
 	return e, nil
+}
+
+// poolRange is the first and last address of the pool handed out for
+// names (at most maxNames).
+func poolRange(pool netip.Prefix) (first, last netip.Addr) {
+	first = pool.Masked().Addr().Next()
+	last = first
+	for i := 1; i < maxNames && pool.Contains(last.Next()); i++ {
+		last = last.Next()
+	}
+	return first, last
+}
+
+// caHosts are the domains the job CA must sign for (the secrets' hosts
+// and, with a vault, its CA hosts), and the vault as the Decider's
+// service hosts.
+func caHosts(cfg Config) ([]string, rules.Services) {
+	hosts := secretHosts(cfg.Policy)
+	v := cfg.Credentials
+	if v == nil {
+		return hosts, nil
+	}
+	// The job's Actions service hosts resolve and are reached once a
+	// step named them (each request then passes the credentials
+	// policy). They lie in the domains of the vault's CA hosts, so the
+	// job CA covers them and the gateway reads their requests.
+	for _, h := range v.CAHosts() {
+		if !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts, v
 }
 
 // NetNS is the sandbox's network namespace, for gvisor.Config.NetNS.

@@ -34,6 +34,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -133,7 +134,10 @@ type Gateway struct {
 	listeners []net.Listener
 	conns     map[net.Conn]struct{}
 	active    map[*rules.Decision]struct{}
-	wg        sync.WaitGroup
+	// spliced are the connections passed upstream unread, for
+	// endSplicedTo.
+	spliced map[*tunnel]struct{}
+	wg      sync.WaitGroup
 
 	// httpIn feeds connections found to carry plain HTTP (to a gateway
 	// address or inside a CONNECT tunnel) to one HTTP server; proxyIn
@@ -147,7 +151,10 @@ type Gateway struct {
 func New(cfg Config) *Gateway {
 	cfg.defaults()
 	ctx, stop := context.WithCancel(context.Background())
-	g := &Gateway{cfg: cfg, slots: make(chan struct{}, cfg.MaxConns), ctx: ctx, stop: stop, conns: map[net.Conn]struct{}{}, active: map[*rules.Decision]struct{}{}}
+	g := &Gateway{cfg: cfg, slots: make(chan struct{}, cfg.MaxConns), ctx: ctx, stop: stop, conns: map[net.Conn]struct{}{}, active: map[*rules.Decision]struct{}{}, spliced: map[*tunnel]struct{}{}}
+	if cfg.Uploads != nil {
+		cfg.Uploads.SetOnWatch(g.endSplicedTo)
+	}
 	g.httpIn, g.proxyIn, g.dnsIn = newConnQueue(), newConnQueue(), newConnQueue()
 	g.httpSrv = g.newHTTPServer(http.HandlerFunc(g.serveDirectHTTP))
 	g.proxySrv = g.newHTTPServer(http.HandlerFunc(g.serveProxy))
@@ -381,6 +388,8 @@ type tunnel struct {
 	cv   rules.Verdict
 	up   net.Conn
 	upR  *bufio.Reader
+	// ended: endSplicedTo closed it (under the gateway's lock).
+	ended bool
 }
 
 // classify sniffs what the client sends first. A silent client may speak
@@ -433,12 +442,48 @@ func (t *tunnel) splice() {
 	d.Upstream = t.up.RemoteAddr().String()
 	d.Apply(g.cfg.Decider.Passed(t.rule, t.cv, ""))
 	g.setActive(d, true)
+	g.mu.Lock()
+	g.spliced[t] = struct{}{}
+	g.mu.Unlock()
+	if g.cfg.Uploads.Host(d.Name) {
+		// The host began to hold an artifact's blob after this
+		// connection was found not to need reading.
+		g.endSplicedTo(d.Name)
+	}
 	out, in := pipe(t.c, t.br, t.up, t.upR, g.cfg.IdleTimeout, g.cfg.MaxDuration)
+	g.mu.Lock()
+	delete(g.spliced, t)
+	ended := t.ended
+	g.mu.Unlock()
 	g.setActive(d, false)
 	d.BytesOut, d.BytesIn = out, in
+	if ended {
+		d.Reason = strings.TrimPrefix(d.Reason+"; ended by the gateway: "+d.Name+" now holds an artifact's blob, whose writes the gateway must read", "; ")
+	}
 	t.up.Close()
 	t.c.Close()
 	g.finish(d)
+}
+
+// endSplicedTo ends the spliced connections to host: it has begun to
+// hold an artifact's blob (uploads.Recorder), and a connection opened
+// before could write it past the record. The job's client reconnects,
+// and the new connection is read.
+func (g *Gateway) endSplicedTo(host string) {
+	var end []*tunnel
+	g.mu.Lock()
+	for t := range g.spliced {
+		if strings.EqualFold(t.d.Name, host) && !t.ended {
+			t.ended = true
+			end = append(end, t)
+		}
+	}
+	g.mu.Unlock()
+	// Closed outside the lock: closing untracks, which takes it.
+	for _, t := range end {
+		t.c.Close()
+		t.up.Close()
+	}
 }
 
 // deny records a refusal and resets the client.

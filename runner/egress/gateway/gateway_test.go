@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner/egress/rules"
+	"github.com/airlock-ci/airlock/runner/egress/uploads"
 )
 
 // These tests run the gateway on loopback in the test's own namespace:
@@ -767,5 +769,42 @@ func TestSecretEchoVariantsAndAbort(t *testing.T) {
 	}
 	if d := h.last(t, seen); d.Path != "/abort" {
 		t.Fatalf("aborted request not recorded: %+v", d)
+	}
+}
+
+// A connection the gateway passed unread to a host that then begins to
+// hold an artifact's blob is ended: else a job could open one before
+// CreateArtifact and write the blob past the record.
+func TestSplicedToAnArtifactHostEnded(t *testing.T) {
+	ln := upstream(t, echo)
+	port := ln.Addr().(*net.TCPAddr).Port
+	ca, err := NewCA([]string{"up.test"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := uploads.New(filepath.Join(t.TempDir(), "spool"), 0)
+	h := newHarness(t, port, pinnedUp, nil, func(c *Config) { c.CA, c.Uploads = ca, rec })
+	c, err := net.Dial("tcp4", h.direct())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Not TLS and not HTTP: spliced, echoed.
+	msg := []byte{0x01, 'h', 'i'}
+	c.Write(msg)
+	buf := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, buf); err != nil {
+		t.Fatalf("the spliced connection does not echo: %v", err)
+	}
+	learnUpload(t, rec, "https://up.test:"+strconv.Itoa(port)+"/artifacts/run/job/a.zip?sig=x")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	c.Write(msg)
+	if n, err := c.Read(buf); err == nil {
+		t.Fatalf("the connection still carries bytes (%d) after its host began to hold an artifact's blob", n)
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("the connection was not ended")
+	}
+	if d := h.last(t, 0); !strings.Contains(d.Reason, "now holds an artifact's blob") {
+		t.Errorf("decision = %+v, want it to say why it was ended", d)
 	}
 }

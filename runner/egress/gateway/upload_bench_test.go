@@ -131,7 +131,7 @@ func BenchmarkArtifactUpload(b *testing.B) {
 
 // learnUpload shows the recorder a CreateArtifact and its answer, as the
 // gateway would on the artifact service's route.
-func learnUpload(b *testing.B, rec *uploads.Recorder, blobURL string) {
+func learnUpload(b testing.TB, rec *uploads.Recorder, blobURL string) {
 	req := httptest.NewRequest("POST", "https://results.test/twirp/github.actions.results.api.v1.ArtifactService/CreateArtifact",
 		strings.NewReader(`{"workflow_run_backend_id":"run","workflow_job_run_backend_id":"job","name":"a","version":4}`))
 	req.Header.Set("Content-Type", "application/json")

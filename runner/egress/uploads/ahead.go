@@ -55,7 +55,7 @@ func sortKey(id string) []byte {
 // hashAheadLocked starts hashing the next block in id order, when no
 // goroutine does (r.mu held).
 func (r *Recorder) hashAheadLocked(a *artifact) {
-	if a.ahead.busy || a.finalized {
+	if a.ahead.busy || a.finalized || r.closed {
 		return
 	}
 	next, ok := a.nextAhead()
@@ -63,6 +63,7 @@ func (r *Recorder) hashAheadLocked(a *artifact) {
 		return
 	}
 	a.ahead.busy = true
+	r.hashing.Add(1)
 	go r.hashNext(a, next)
 }
 
@@ -113,6 +114,7 @@ func (r *Recorder) hashNext(a *artifact, id string) {
 			ok = err == nil
 		}
 	}
+	defer r.hashing.Done()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	a.ahead.busy = false
@@ -122,7 +124,5 @@ func (r *Recorder) hashNext(a *artifact, id string) {
 			a.ahead.state, a.ahead.n = st, n+m
 		}
 	}
-	if !r.closed {
-		r.hashAheadLocked(a)
-	}
+	r.hashAheadLocked(a)
 }

@@ -29,12 +29,12 @@ func parseMessage(b []byte, fields ...string) (map[string]string, error) {
 	for dec.More() {
 		t, err := dec.Token()
 		if err != nil {
-			return nil, fmt.Errorf("not valid JSON: %v", err)
+			return nil, fmt.Errorf("not valid JSON: %w", err)
 		}
 		key, _ := t.(string)
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return nil, fmt.Errorf("not valid JSON: %v", err)
+			return nil, fmt.Errorf("not valid JSON: %w", err)
 		}
 		f, ok := names[key]
 		if !ok {
@@ -46,12 +46,12 @@ func parseMessage(b []byte, fields ...string) (map[string]string, error) {
 		seen[f] = true
 		v, err := scalar(raw)
 		if err != nil {
-			return nil, fmt.Errorf("field %s: %v", f, err)
+			return nil, fmt.Errorf("field %s: %w", f, err)
 		}
 		out[f] = v
 	}
 	if _, err := dec.Token(); err != nil {
-		return nil, fmt.Errorf("not valid JSON: %v", err)
+		return nil, fmt.Errorf("not valid JSON: %w", err)
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("more than one JSON value")

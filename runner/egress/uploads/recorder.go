@@ -28,8 +28,11 @@ const (
 
 // Bounds on what the recorder reads or keeps.
 const (
-	// maxMessage bounds a twirp message or a block list it parses.
-	maxMessage = 1 << 20
+	// maxMessage bounds a twirp message it parses (the artifact
+	// service's are a few hundred bytes); maxBlockList a block list
+	// (about 100 bytes a block).
+	maxMessage   = 64 << 10
+	maxBlockList = 1 << 20
 	// maxUploads bounds the artifacts of one job.
 	maxUploads = 1000
 	// DefaultMaxSpool bounds the staged blocks kept on disk at once.
@@ -48,8 +51,12 @@ type Recorder struct {
 	byBlob  map[string]*artifact // "host/path" of the signed upload URL
 	hosts   map[string]bool
 	spooled int64
-	seq     int
 	closed  bool
+	// onWatch is told of each host that starts holding an artifact's
+	// blob (SetOnWatch).
+	onWatch func(host string)
+	// hashing counts the goroutines hashing ahead, for Close.
+	hashing sync.WaitGroup
 }
 
 // artifact is one CreateArtifact and what followed it.
@@ -65,17 +72,26 @@ type artifact struct {
 	// committed is the blob's digest as last committed (Put Block List,
 	// Put Blob); nil before.
 	committed *digest
-	finalized bool
+	// uncertain: a commit ended without the storage's answer seen
+	// whole, so what the blob holds is not known (until the next).
+	uncertain bool
+	// writes counts the writes to the blob on their way; finalizing is
+	// set while FinalizeArtifact is.
+	writes     int
+	finalizing bool
+	finalized  bool
 	// ahead is the digest of the staged blocks hashed ahead of the
 	// block list (hashAhead).
 	ahead ahead
 }
 
+// block is a staged block's bytes, in a spool file.
 type block struct {
 	file string
 	size int64
 }
 
+// digest is a blob's sha256 and length.
 type digest struct {
 	sha256 string
 	size   int64
@@ -121,11 +137,26 @@ func (r *Recorder) Uploads() []Upload {
 	return out
 }
 
-// Close removes the spool. What was recorded stays readable.
+// SetOnWatch has f told of each host when it starts holding an
+// artifact's blob, before any request to it is watched: the gateway then
+// ends the connections to it that it passes unread (a job could
+// otherwise have opened one before, to write the blob past the record).
+func (r *Recorder) SetOnWatch(f func(host string)) {
+	r.mu.Lock()
+	r.onWatch = f
+	r.mu.Unlock()
+}
+
+// Close removes the spool, once no goroutine hashes from it. What was
+// recorded stays readable; nothing more is recorded.
 func (r *Recorder) Close() error {
+	if r == nil {
+		return nil
+	}
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
+	r.hashing.Wait()
 	return os.RemoveAll(r.dir)
 }
 
@@ -199,26 +230,28 @@ func (r *Recorder) Begin(route, host string, req *http.Request) (*Exchange, erro
 	return r.beginBlob(a, req)
 }
 
+// rpcOf is a twirp path's method name, in lower case.
 func rpcOf(p string) string {
 	i := strings.LastIndexByte(p, '/')
 	return strings.ToLower(p[i+1:])
 }
 
+// blobKey is how a blob URL is looked up: its host and its path.
 func blobKey(host, path string) string { return strings.ToLower(host) + path }
 
-// readBody reads a request's small body whole (at most maxMessage) and
-// puts the bytes back for the upstream.
-func readBody(req *http.Request) ([]byte, error) {
+// readBody reads a request's small body whole (at most limit bytes)
+// and puts the bytes back for the upstream.
+func readBody(req *http.Request, limit int) ([]byte, error) {
 	if req.Body == nil || req.Body == http.NoBody {
 		return nil, nil
 	}
-	b, err := io.ReadAll(io.LimitReader(req.Body, maxMessage+1))
+	b, err := io.ReadAll(io.LimitReader(req.Body, int64(limit)+1))
 	req.Body.Close()
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > maxMessage {
-		return nil, fmt.Errorf("more than %d bytes", maxMessage)
+	if len(b) > limit {
+		return nil, fmt.Errorf("more than %d bytes", limit)
 	}
 	req.Body = io.NopCloser(bytes.NewReader(b))
 	req.ContentLength = int64(len(b))
@@ -249,13 +282,26 @@ func isJSON(h http.Header) bool {
 	return strings.EqualFold(strings.TrimSpace(ct), "application/json")
 }
 
-func (r *Recorder) beginCreate(req *http.Request) (*Exchange, error) {
+// watchRPC prepares an artifact RPC for the recorder: JSON only, and
+// its answer unencoded, so that the recorder reads what the service
+// says (a compressed answer would be one it cannot).
+func watchRPC(rpc string, req *http.Request) ([]byte, error) {
 	if !isJSON(req.Header) {
-		return refuse("CreateArtifact in %q: airlock records artifact uploads and reads only twirp's JSON encoding, as actions/toolkit sends it", req.Header.Get("Content-Type"))
+		return nil, &Refusal{Reason: fmt.Sprintf("%s in %q: airlock records artifact uploads and reads only twirp's JSON encoding, as actions/toolkit sends it", rpc, req.Header.Get("Content-Type")), Suggest: asSent}
 	}
-	body, err := readBody(req)
+	req.Header.Set("Accept-Encoding", "identity")
+	body, err := readBody(req, maxMessage)
 	if err != nil {
-		return refuse("CreateArtifact: the request cannot be read: %v", err)
+		return nil, &Refusal{Reason: fmt.Sprintf("%s: the request cannot be read: %v", rpc, err), Suggest: asSent}
+	}
+	return body, nil
+}
+
+// beginCreate watches CreateArtifact: its answer names the blob URL.
+func (r *Recorder) beginCreate(req *http.Request) (*Exchange, error) {
+	body, err := watchRPC("CreateArtifact", req)
+	if err != nil {
+		return nil, err
 	}
 	m, err := parseMessage(body, "workflow_run_backend_id", "workflow_job_run_backend_id", "name")
 	if err != nil {
@@ -273,7 +319,12 @@ func (r *Recorder) beginCreate(req *http.Request) (*Exchange, error) {
 			return fmt.Errorf("CreateArtifact's response: %w", err)
 		}
 		out, err := parseMessage(b, "signed_upload_url", "ok")
-		if err != nil || out["signed_upload_url"] == "" {
+		switch {
+		case err != nil:
+			// An answer the recorder cannot read must not let an
+			// artifact be created unwatched.
+			return fmt.Errorf("CreateArtifact's response is not twirp's JSON: %w", err)
+		case out["ok"] != "true" || out["signed_upload_url"] == "":
 			return nil // not created: nothing to watch
 		}
 		return r.created(m, out["signed_upload_url"])
@@ -283,11 +334,17 @@ func (r *Recorder) beginCreate(req *http.Request) (*Exchange, error) {
 // created registers the artifact and the blob URL it is to be written to.
 func (r *Recorder) created(m map[string]string, signed string) error {
 	u, err := url.Parse(signed)
-	if err != nil || u.Host == "" {
-		return fmt.Errorf("CreateArtifact returned an upload URL airlock cannot read: %q", signed)
+	if err != nil {
+		return fmt.Errorf("CreateArtifact returned an upload URL airlock cannot read: %w", err)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("CreateArtifact returned an upload URL without a host: %q", signed)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed {
+		return errClosed
+	}
 	if len(r.arts) >= maxUploads {
 		return fmt.Errorf("more than %d artifacts in one job: airlock records no more", maxUploads)
 	}
@@ -298,17 +355,21 @@ func (r *Recorder) created(m map[string]string, signed string) error {
 	}
 	r.arts = append(r.arts, a)
 	r.byBlob[blobKey(a.host, a.path)] = a
-	r.hosts[a.host] = true
+	if !r.hosts[a.host] {
+		r.hosts[a.host] = true
+		if r.onWatch != nil {
+			r.onWatch(a.host)
+		}
+	}
 	return nil
 }
 
+// beginFinalize compares FinalizeArtifact's claim with the committed
+// blob, and records the artifact once the service finalized it.
 func (r *Recorder) beginFinalize(req *http.Request) (*Exchange, error) {
-	if !isJSON(req.Header) {
-		return refuse("FinalizeArtifact in %q: airlock records artifact uploads and reads only twirp's JSON encoding, as actions/toolkit sends it", req.Header.Get("Content-Type"))
-	}
-	body, err := readBody(req)
+	body, err := watchRPC("FinalizeArtifact", req)
 	if err != nil {
-		return refuse("FinalizeArtifact: the request cannot be read: %v", err)
+		return nil, err
 	}
 	m, err := parseMessage(body, "workflow_run_backend_id", "workflow_job_run_backend_id", "name", "size", "hash")
 	if err != nil {
@@ -322,8 +383,13 @@ func (r *Recorder) beginFinalize(req *http.Request) (*Exchange, error) {
 		// for, and nothing to compare.
 		return nil, nil
 	}
-	if a.finalized {
-		return refuse("FinalizeArtifact: artifact %q is finalized already", a.rec.Name)
+	switch {
+	case a.finalized || a.finalizing:
+		return refuse("FinalizeArtifact: artifact %q is finalized already, or being finalized", a.rec.Name)
+	case a.writes > 0:
+		return refuse("FinalizeArtifact: artifact %q still has %d write(s) to its blob on their way: finalize once they are answered", a.rec.Name, a.writes)
+	case a.uncertain:
+		return refuse("FinalizeArtifact: artifact %q's last commit ended without the storage's answer, so what its blob holds is not known: commit the blob again", a.rec.Name)
 	}
 	a.rec.Claimed = m["hash"]
 	if a.committed != nil && m["hash"] != "" && !strings.EqualFold(m["hash"], "sha256:"+a.committed.sha256) {
@@ -331,30 +397,46 @@ func (r *Recorder) beginFinalize(req *http.Request) (*Exchange, error) {
 		return nil, &Refusal{Reason: fmt.Sprintf("artifact %q: %s: refused, so that no artifact is published under a digest its bytes do not have", a.rec.Name, a.rec.Reason),
 			Suggest: "claim the sha256 of the bytes uploaded, as actions/upload-artifact does"}
 	}
-	return &Exchange{r: r, respond: func(resp *http.Response) error {
-		if resp.StatusCode != http.StatusOK {
+	// No write may start until the service answers: what is compared
+	// now is what is recorded.
+	a.finalizing = true
+	compared := a.committed
+	return &Exchange{r: r,
+		respond: func(resp *http.Response) error {
+			if resp.StatusCode != http.StatusOK {
+				return nil
+			}
+			b, err := readResponse(resp)
+			if err != nil {
+				return fmt.Errorf("FinalizeArtifact's response: %w", err)
+			}
+			out, _ := parseMessage(b, "ok", "artifact_id")
+			if out["ok"] != "true" {
+				return nil
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.finalizedLocked(a, compared, out["artifact_id"])
 			return nil
-		}
-		b, err := readResponse(resp)
-		if err != nil {
-			return fmt.Errorf("FinalizeArtifact's response: %w", err)
-		}
-		out, _ := parseMessage(b, "ok", "artifact_id")
-		if out["ok"] != "true" {
-			return nil
-		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		a.finalized = true
-		a.rec.Finalized, a.rec.ID = r.now().UTC(), out["artifact_id"]
-		if a.committed == nil {
-			a.rec.Status, a.rec.Reason = Unobserved, "finalized, but airlock saw no blob committed through the gateway: its digest is unknown, so it is no subject of the provenance"
-			return nil
-		}
-		a.rec.Status, a.rec.SHA256, a.rec.Size = Finalized, a.committed.sha256, a.committed.size
-		a.dropBlocks(r)
-		return nil
-	}}, nil
+		},
+		done: func() {
+			r.mu.Lock()
+			a.finalizing = false
+			r.mu.Unlock()
+		}}, nil
+}
+
+// finalizedLocked records that the service finalized a, whose blob was
+// last committed as d (nil: not through the gateway) (r.mu held).
+func (r *Recorder) finalizedLocked(a *artifact, d *digest, id string) {
+	a.finalized = true
+	a.rec.Finalized, a.rec.ID, a.rec.Reason = r.now().UTC(), id, ""
+	if d == nil {
+		a.rec.Status, a.rec.Reason = Unobserved, "finalized, but airlock saw no blob committed through the gateway: its digest is unknown, so it is no subject of the provenance"
+		return
+	}
+	a.rec.Status, a.rec.SHA256, a.rec.Size = Finalized, d.sha256, d.size
+	a.dropBlocks(r)
 }
 
 // find is the newest artifact of the run, job and name (r.mu held).
@@ -369,10 +451,8 @@ func (r *Recorder) find(m map[string]string) *artifact {
 
 // dropBlocks removes the artifact's spooled blocks (r.mu held).
 func (a *artifact) dropBlocks(r *Recorder) {
-	for id, b := range a.blocks {
-		os.Remove(b.file)
-		r.spooled -= b.size
-		delete(a.blocks, id)
+	for id := range a.blocks {
+		r.dropBlockLocked(a, id)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
@@ -48,14 +47,14 @@ func (s *storage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.blocks[r.URL.Query().Get("blockid")] = body
 		w.WriteHeader(http.StatusCreated)
 	case r.URL.Query().Get("comp") == "blocklist":
-		var list blockList
-		if err := xmlUnmarshal(body, &list); err != nil {
+		list, err := parseBlockList(body)
+		if err != nil {
 			http.Error(w, err.Error(), 400)
 			return
 		}
 		var blob []byte
-		for _, e := range list.Entries {
-			blob = append(blob, s.blocks[e.ID]...)
+		for _, e := range list {
+			blob = append(blob, s.blocks[e.id]...)
 		}
 		s.blob = blob
 		w.WriteHeader(http.StatusCreated)
@@ -261,6 +260,59 @@ func TestUploadAttacks(t *testing.T) {
 		{"the hash in protobuf", func(h *harness, parts [][]byte, all []byte) (int, string) {
 			return h.do("artifacts", "results.example.test", "POST", twirp+"FinalizeArtifact", "application/protobuf", strings.NewReader("\x0a\x03run"))
 		}, "reads only twirp's JSON", NotFinalized},
+		{"a block id in non-canonical base64", func(h *harness, parts [][]byte, all []byte) (int, string) {
+			return h.do("", "blob.example.test", "PUT", blobURL+"&comp=block&blockid=QUF%3D", "", strings.NewReader("x"))
+		}, "not canonical base64", NotFinalized},
+		{"a comment inside a block id", func(h *harness, parts [][]byte, all []byte) (int, string) {
+			h.stage(parts)
+			return h.do("", "blob.example.test", "PUT", blobURL+"&comp=blocklist", "", strings.NewReader("<BlockList><Latest>"+blockID(0)[:4]+"<!--c-->"+blockID(0)[4:]+"</Latest></BlockList>"))
+		}, "comment", NotFinalized},
+		{"a block named twice", func(h *harness, parts [][]byte, all []byte) (int, string) {
+			h.stage(parts)
+			return h.commit(blockID(0), blockID(0))
+		}, "named twice", NotFinalized},
+		{"a query Go and the storage read apart", func(h *harness, parts [][]byte, all []byte) (int, string) {
+			return h.do("", "blob.example.test", "PUT", blobURL+"&comp=blocklist;comp=block&blockid="+blockID(0), "", strings.NewReader("x"))
+		}, "does not parse", NotFinalized},
+		{"a second copy-source header after an empty one", func(h *harness, parts [][]byte, all []byte) (int, string) {
+			return h.doWithHeader("X-Ms-Copy-Source", "", blobURL+"&comp=block&blockid="+blockID(0), "https://evil.test/x")
+		}, "x-ms-copy-source", NotFinalized},
+		{"a block whose answer never came", func(h *harness, parts [][]byte, all []byte) (int, string) {
+			h.stage(parts)
+			// The job stages block 0 again and goes away before the
+			// storage answers: what the storage holds for it is unknown.
+			req := h.blobRequest("PUT", blobURL+"&comp=block&blockid="+url.QueryEscape(blockID(0)), []byte("other bytes"))
+			ex, err := h.rec.Begin("", "blob.example.test", req)
+			if err != nil {
+				h.t.Fatal(err)
+			}
+			io.ReadAll(req.Body)
+			ex.Done()
+			return h.commit(blockID(0), blockID(1))
+		}, "which was not staged through the gateway", NotFinalized},
+		{"a block list while a block is on its way", func(h *harness, parts [][]byte, all []byte) (int, string) {
+			h.stage(parts)
+			ex, _ := h.rec.Begin("", "blob.example.test", h.blobRequest("PUT", blobURL+"&comp=block&blockid="+url.QueryEscape(blockID(2)), []byte("late")))
+			defer ex.Done()
+			return h.commit(blockID(0), blockID(1))
+		}, "still on their way", NotFinalized},
+		{"a finalization while a Put Blob is on its way", func(h *harness, parts [][]byte, all []byte) (int, string) {
+			h.do("", "blob.example.test", "PUT", blobURL, "", bytes.NewReader(all))
+			ex, _ := h.rec.Begin("", "blob.example.test", h.blobRequest("PUT", blobURL, []byte("other")))
+			defer ex.Done()
+			return h.finalize("sha256:" + sum(all))
+		}, "still has 1 write(s)", NotFinalized},
+		{"a write while the artifact is being finalized", func(h *harness, parts [][]byte, all []byte) (int, string) {
+			h.do("", "blob.example.test", "PUT", blobURL, "", bytes.NewReader(all))
+			req := httptest.NewRequest("POST", twirp+"FinalizeArtifact", strings.NewReader(`{"workflow_run_backend_id":"run","workflow_job_run_backend_id":"job","name":"a","hash":"sha256:`+sum(all)+`"}`))
+			req.Header.Set("Content-Type", "application/json")
+			ex, err := h.rec.Begin("artifacts", "results.example.test", req)
+			if err != nil {
+				h.t.Fatal(err)
+			}
+			defer ex.Done()
+			return h.do("", "blob.example.test", "PUT", blobURL, "", strings.NewReader("swapped"))
+		}, "being finalized", NotFinalized},
 		{"finalized without a blob seen", func(h *harness, parts [][]byte, all []byte) (int, string) {
 			return h.finalize("sha256:" + sum(all))
 		}, "", Unobserved},
@@ -284,15 +336,39 @@ func TestUploadAttacks(t *testing.T) {
 	}
 }
 
-func (h *harness) doWithHeader(k, v, target string) (int, string) {
+func (h *harness) doWithHeader(k, v, target string, more ...string) (int, string) {
 	req := httptest.NewRequest("PUT", target, strings.NewReader("x"))
 	req.Header.Set(k, v)
+	for _, m := range more {
+		req.Header.Add(k, m)
+	}
 	_, err := h.rec.Begin("", "blob.example.test", req)
 	var refusal *Refusal
 	if errors.As(err, &refusal) {
 		return 403, refusal.Reason
 	}
 	return 200, ""
+}
+
+// blobRequest is a write to the blob as the storage's client sends it.
+func (h *harness) blobRequest(method, target string, body []byte) *http.Request {
+	req := httptest.NewRequest(method, target, bytes.NewReader(body))
+	req.Host = "blob.example.test"
+	req.Header.Set("X-Ms-Blob-Type", "BlockBlob")
+	return req
+}
+
+// TestOnWatch: the gateway hears of a blob host before the first
+// request to it is watched, once.
+func TestOnWatch(t *testing.T) {
+	h := newHarness(t, 0)
+	var told []string
+	h.rec.SetOnWatch(func(host string) { told = append(told, host) })
+	h.create()
+	h.create()
+	if len(told) != 1 || told[0] != "blob.example.test" {
+		t.Errorf("told %q, want blob.example.test once", told)
+	}
 }
 
 // TestSpoolBound: staged blocks past the bound fail the upload, and
@@ -345,5 +421,3 @@ func TestParseMessage(t *testing.T) {
 		}
 	}
 }
-
-func xmlUnmarshal(b []byte, v any) error { return xml.Unmarshal(b, v) }
