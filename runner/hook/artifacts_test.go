@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/internal/testhost"
+	"github.com/airlock-ci/airlock/runner/report"
 )
 
 // The artifacts a job uploads are recorded from the bytes that pass the
@@ -104,6 +106,44 @@ sandbox: mounts: [{source: %q, destination: "/opt/clients"}]
 	}
 	if raw := string(prov.Statement); strings.Contains(raw, "outside") {
 		t.Errorf("the provenance names the artifact uploaded from outside the sandbox")
+	}
+	verifyDownloaded(t, h, gh.Blob("honest"))
+}
+
+// verifyDownloaded checks the artifact as a workflow_run consumer does
+// (airlock verify --artifact FILE DIR): the zip as the storage holds it
+// is named by the job's provenance, with the job's run attestation
+// beside it; a tampered copy is not; and the example compliance policy
+// refuses it, since the agent's job was refused egress (the lying
+// FinalizeArtifact).
+func verifyDownloaded(t *testing.T, h *runnerHost, zip []byte) {
+	dir := filepath.Join(h.hooksRoot(), "attestations")
+	v, err := attest.LoadVerifierFile(h.keyPub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "honest.zip")
+	os.WriteFile(file, zip, 0o644)
+	rep, err := report.VerifyArtifact(report.ArtifactQuery{Artifact: file, Provenance: dir}, v)
+	if err != nil {
+		t.Fatalf("the downloaded artifact does not verify: %v", err)
+	}
+	if len(rep.Jobs) != 1 || rep.Jobs[0].Run == nil || !rep.Jobs[0].Provenance.Run().Annotations.Agent.Agent {
+		t.Errorf("verified %+v, want one agent job with its run attestation", rep.Jobs)
+	}
+	tampered := bytes.Clone(zip)
+	tampered[len(tampered)/2] ^= 1
+	os.WriteFile(file, tampered, 0o644)
+	if _, err := report.VerifyArtifact(report.ArtifactQuery{Artifact: file, Provenance: dir}, v); !errors.Is(err, attest.ErrNotVerified) {
+		t.Errorf("a tampered artifact: %v, want not verified", err)
+	}
+	os.WriteFile(file, zip, 0o644)
+	policy, err := os.ReadFile("../../testdata/compliance/artifacts.cue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := report.VerifyArtifact(report.ArtifactQuery{Artifact: file, Provenance: dir, Compliance: policy, ComplianceName: "artifacts.cue"}, v); !errors.Is(err, attest.ErrNotVerified) {
+		t.Errorf("the compliance policy passed an agent's job that was refused egress: %v", err)
 	}
 }
 
