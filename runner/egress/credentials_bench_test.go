@@ -23,6 +23,37 @@ import (
 // benchGitHubAddr is where the benchmark's fake GitHub listens (443).
 const benchGitHubAddr = "127.0.0.79"
 
+// benchGitHub starts the fake GitHub on addr (443) and compiles an
+// egress policy that reaches it (its names pinned to addr) and its blob
+// storage; it returns the fake, its CA (PEM and pool) and the policy.
+func benchGitHub(b *testing.B, addr string) (*testhost.GitHub, []byte, *x509.CertPool, *rules.Policy) {
+	origin, git := testhost.NewRepo(b)
+	os.WriteFile(filepath.Join(origin, "f"), []byte("x"), 0o644)
+	git("init", "-q")
+	git("add", "-A")
+	git("commit", "-q", "-m", "x")
+	gh := testhost.NewGitHub(b, addr, origin)
+	caPEM, err := os.ReadFile(gh.CAFile)
+	if err != nil {
+		b.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	resolve := map[string]string{}
+	for _, h := range testhost.GitHubHosts {
+		resolve[h] = addr
+	}
+	pol, err := rules.Compile(policies.Egress{
+		Allow:      []policies.EgressRule{{Host: "blob.github.test", Ports: []int{443}}},
+		Resolve:    resolve,
+		AllowCIDRs: []string{addr + "/32"},
+	}, os.LookupEnv)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return gh, caPEM, roots, pol
+}
+
 // BenchmarkCredentialInjection: what a step's client sees per request
 // when the gateway puts a credential back. curl in a real sandbox, a new
 // process and connection per request (DNS, CONNECT, TLS, the request),
@@ -49,27 +80,7 @@ func BenchmarkCredentialInjection(b *testing.B) {
 	if _, err := os.Stat("/usr/bin/curl"); err != nil {
 		b.Skip("needs /usr/bin/curl on the host root")
 	}
-	origin, git := testhost.NewRepo(b)
-	os.WriteFile(filepath.Join(origin, "f"), []byte("x"), 0o644)
-	git("init", "-q")
-	git("add", "-A")
-	git("commit", "-q", "-m", "x")
-	gh := testhost.NewGitHub(b, benchGitHubAddr, origin)
-	caPEM, _ := os.ReadFile(gh.CAFile)
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(caPEM)
-	resolve := map[string]string{}
-	for _, h := range testhost.GitHubHosts {
-		resolve[h] = benchGitHubAddr
-	}
-	pol, err := rules.Compile(policies.Egress{
-		Allow:      []policies.EgressRule{{Host: "blob.github.test", Ports: []int{443}}},
-		Resolve:    resolve,
-		AllowCIDRs: []string{benchGitHubAddr + "/32"},
-	}, os.LookupEnv)
-	if err != nil {
-		b.Fatal(err)
-	}
+	gh, caPEM, roots, pol := benchGitHub(b, benchGitHubAddr)
 	vault := credentials.NewVault(credentials.PolicyFor(policies.Credentials{Artifacts: true}, true), testhost.GitHubServerURL, testhost.GitHubAPIURL)
 	env := vault.Withhold(map[string]string{"ACTIONS_RUNTIME_TOKEN": gh.Runtime, "ACTIONS_RESULTS_URL": testhost.GitHubResults})
 	eg, err := Start(Config{Policy: pol, Credentials: vault, UpstreamRoots: roots})

@@ -61,7 +61,7 @@ func (r *recordingResolver) LookupNetIP(_ context.Context, _, host string) ([]ne
 // job CA in the root's bundle, resolv.conf), the host root, and a
 // workspace holding upstream-ca.pem, the upstream's CA. It is destroyed
 // when the test ends.
-func sandboxBehind(t testing.TB, eg *Egress, upstreamCA []byte) *gvisor.Sandbox {
+func sandboxBehind(t testing.TB, eg *Egress, upstreamCA []byte, mounts ...gvisor.Mount) *gvisor.Sandbox {
 	t.Helper()
 	files, err := eg.Files("/")
 	if err != nil {
@@ -72,7 +72,7 @@ func sandboxBehind(t testing.TB, eg *Egress, upstreamCA []byte) *gvisor.Sandbox 
 	os.WriteFile(filepath.Join(ws, "upstream-ca.pem"), upstreamCA, 0o644)
 	sb, err := gvisor.Create(context.Background(), gvisor.Config{
 		Workspace: ws, StateRoot: filepath.Join(testStateBase, filepath.Base(ws)), Limits: gvisor.DefaultLimits(),
-		NetNS: eg.NetNS(), Files: files,
+		NetNS: eg.NetNS(), Files: files, Mounts: mounts,
 	})
 	if err != nil {
 		t.Fatal(err)

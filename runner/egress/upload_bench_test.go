@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/x509"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,7 +17,6 @@ import (
 	"github.com/airlock-ci/airlock/internal/testhost"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner/credentials"
-	"github.com/airlock-ci/airlock/runner/egress/rules"
 )
 
 // benchUploadAddr is where this benchmark's fake GitHub listens (443).
@@ -46,26 +44,7 @@ func BenchmarkArtifactUploadInSandbox(b *testing.B) {
 	if err != nil || node.IsDir() {
 		b.Skip("needs /usr/bin/node on the host root")
 	}
-	origin, git := testhost.NewRepo(b)
-	os.WriteFile(filepath.Join(origin, "f"), []byte("x"), 0o644)
-	git("init", "-q")
-	git("add", "-A")
-	git("commit", "-q", "-m", "x")
-	gh := testhost.NewGitHub(b, benchUploadAddr, origin)
-	caPEM, _ := os.ReadFile(gh.CAFile)
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(caPEM)
-	resolve := map[string]string{}
-	for _, h := range testhost.GitHubHosts {
-		resolve[h] = benchUploadAddr
-	}
-	pol, err := rules.Compile(policies.Egress{
-		Allow:   []policies.EgressRule{{Host: "blob.github.test", Ports: []int{443}}},
-		Resolve: resolve, AllowCIDRs: []string{benchUploadAddr + "/32"},
-	}, os.LookupEnv)
-	if err != nil {
-		b.Fatal(err)
-	}
+	gh, caPEM, roots, pol := benchGitHub(b, benchUploadAddr)
 	type way struct {
 		name string
 		sb   *gvisor.Sandbox
@@ -85,7 +64,7 @@ func BenchmarkArtifactUploadInSandbox(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer eg.Close()
-		sb := sandboxWithClients(b, eg, caPEM, clients)
+		sb := sandboxBehind(b, eg, caPEM, gvisor.Mount{Source: clients, Destination: "/opt/clients", ReadOnly: true})
 		ways = append(ways, &way{name: w.name, sb: sb, eg: eg,
 			env: append(eg.Env(), "PATH=/usr/bin:/bin", "HOME=/tmp", "ACTIONS_RUNTIME_TOKEN="+env["ACTIONS_RUNTIME_TOKEN"], "ACTIONS_RESULTS_URL="+env["ACTIONS_RESULTS_URL"])})
 	}
@@ -131,28 +110,4 @@ NODE_EXTRA_CA_CERTS=/tmp/roots.pem node /opt/clients/upload-bench.js %s-%d /work
 		b.ReportMetric(float64(median(w.took).Milliseconds()), w.name+"-ms")
 	}
 	b.ReportMetric(float64(median(ways[0].took))/float64(median(ways[1].took)), "recorded/unrecorded")
-}
-
-// sandboxWithClients is sandboxBehind with the client packages at
-// /opt/clients.
-func sandboxWithClients(t testing.TB, eg *Egress, upstreamCA []byte, clients string) *gvisor.Sandbox {
-	t.Helper()
-	files, err := eg.Files("/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := t.TempDir()
-	os.Chown(ws, 1000, 1000)
-	os.WriteFile(filepath.Join(ws, "upstream-ca.pem"), upstreamCA, 0o644)
-	limits := gvisor.DefaultLimits()
-	limits.Workspace = 0
-	sb, err := gvisor.Create(context.Background(), gvisor.Config{
-		Workspace: ws, StateRoot: filepath.Join(testStateBase, filepath.Base(ws)), Limits: limits,
-		NetNS: eg.NetNS(), Files: files, Mounts: []gvisor.Mount{{Source: clients, Destination: "/opt/clients", ReadOnly: true}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sb.Destroy(context.Background()) })
-	return sb
 }

@@ -37,13 +37,7 @@ import (
 // sandbox (with the same runtime token, straight to GitHub) is not
 // recorded at all.
 func TestHookArtifactUploadsAreRecorded(t *testing.T) {
-	clients, err := filepath.Abs("../../testdata/clients")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(clients, "node_modules", "@actions", "artifact")); err != nil {
-		t.Fatal("the client packages are not installed: npm ci --prefix testdata/clients (.ci/run does)")
-	}
+	clients := clientPackages(t)
 	h := newRunnerHost(t)
 	os.WriteFile(filepath.Join(h.org, "clients.cue"), []byte(fmt.Sprintf(`package airlock
 sandbox: mounts: [{source: %q, destination: "/opt/clients"}]

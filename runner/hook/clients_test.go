@@ -20,13 +20,7 @@ import (
 // client would otherwise retry five times, about 28 s, and then blame
 // another job), a REST write and a GraphQL mutation with the job's token.
 func TestHookRealClientsAreRefusedInTheirProtocol(t *testing.T) {
-	clients, err := filepath.Abs("../../testdata/clients")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(clients, "node_modules", "@actions", "cache")); err != nil {
-		t.Fatal("the client packages are not installed: npm ci --prefix testdata/clients (.ci/run does)")
-	}
+	clients := clientPackages(t)
 	h := newRunnerHost(t)
 	// The packages where the job finds them, wherever the checkout is
 	// (the sandbox's /tmp is its own).
@@ -72,13 +66,7 @@ func TestHookRealClientsAreRefusedInTheirProtocol(t *testing.T) {
 // behind the signed URLs, through the gateway) and a REST write work,
 // and GitHub saw the real credentials.
 func TestHookRealClientsWorkForHumans(t *testing.T) {
-	clients, err := filepath.Abs("../../testdata/clients")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(clients, "node_modules", "@actions", "cache")); err != nil {
-		t.Fatal("the client packages are not installed: npm ci --prefix testdata/clients (.ci/run does)")
-	}
+	clients := clientPackages(t)
 	h := newRunnerHost(t)
 	h.humanPullRequest()
 	gh, env := h.fakeGitHub(t)
@@ -122,4 +110,20 @@ func (h *runnerHost) humanPullRequest() {
 	if err := os.WriteFile(filepath.Join(h.temp, "_github_workflow", "event.json"), eb, 0o644); err != nil {
 		h.t.Fatal(err)
 	}
+}
+
+// clientPackages is testdata/clients, where .ci/run installs the real
+// Actions client packages (npm ci).
+func clientPackages(t *testing.T) string {
+	t.Helper()
+	clients, err := filepath.Abs("../../testdata/clients")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pkg := range []string{"cache", "artifact", "github", "core"} {
+		if _, err := os.Stat(filepath.Join(clients, "node_modules", "@actions", pkg)); err != nil {
+			t.Fatal("the client packages are not installed: npm ci --prefix testdata/clients --ignore-scripts (.ci/run does)")
+		}
+	}
+	return clients
 }

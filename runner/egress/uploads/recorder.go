@@ -245,13 +245,9 @@ func readBody(req *http.Request, limit int) ([]byte, error) {
 	if req.Body == nil || req.Body == http.NoBody {
 		return nil, nil
 	}
-	b, err := io.ReadAll(io.LimitReader(req.Body, int64(limit)+1))
-	req.Body.Close()
+	b, err := readAllBounded(req.Body, limit)
 	if err != nil {
 		return nil, err
-	}
-	if len(b) > limit {
-		return nil, fmt.Errorf("more than %d bytes", limit)
 	}
 	req.Body = io.NopCloser(bytes.NewReader(b))
 	req.ContentLength = int64(len(b))
@@ -260,17 +256,26 @@ func readBody(req *http.Request, limit int) ([]byte, error) {
 
 // readResponse does the same for a response.
 func readResponse(resp *http.Response) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxMessage+1))
-	resp.Body.Close()
+	b, err := readAllBounded(resp.Body, maxMessage)
 	if err != nil {
 		return nil, err
-	}
-	if len(b) > maxMessage {
-		return nil, fmt.Errorf("more than %d bytes", maxMessage)
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(b))
 	resp.ContentLength = int64(len(b))
 	resp.Header.Del("Content-Length")
+	return b, nil
+}
+
+// readAllBounded reads and closes r, refusing more than limit bytes.
+func readAllBounded(r io.ReadCloser, limit int) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	r.Close()
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > limit {
+		return nil, fmt.Errorf("more than %d bytes", limit)
+	}
 	return b, nil
 }
 
