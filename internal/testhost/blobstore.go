@@ -69,6 +69,16 @@ type blob struct {
 	modified    time.Time
 }
 
+// forget drops the blob at path and what it held.
+func (s *blobStore) forget(path string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b := s.blobs[path]; b != nil {
+		s.used -= b.held()
+		delete(s.blobs, path)
+	}
+}
+
 func newBlobStore(limit int64) *blobStore {
 	return &blobStore{limit: limit, blobs: map[string]*blob{}}
 }

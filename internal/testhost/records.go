@@ -65,6 +65,20 @@ func (g *GitHub) Blob(name string) []byte {
 	return g.blobs.content(a.path)
 }
 
+// ForgetBlob drops the committed blob of the newest artifact named name
+// from the blob store, freeing what it held (as a storage's lifecycle
+// rule deletes old blobs): for benchmarks that upload more than the
+// store holds. The artifact's record stays; its blob reads as missing.
+func (g *GitHub) ForgetBlob(name string) {
+	s := g.results
+	s.mu.Lock()
+	a := s.artifact(runtimeRun, name, false)
+	s.mu.Unlock()
+	if a != nil {
+		g.blobs.forget(a.path)
+	}
+}
+
 // CacheEntries are the cache entries created so far, in creation order.
 func (g *GitHub) CacheEntries() []FakeCacheEntry {
 	s := g.results
