@@ -55,14 +55,22 @@ func (g *GitHub) Artifacts() []FakeArtifact {
 // Blob is the committed blob (a zip) of the newest artifact named name,
 // nil when there is none.
 func (g *GitHub) Blob(name string) []byte {
-	s := g.results
-	s.mu.Lock()
-	a := s.artifact(runtimeRun, name, false)
-	s.mu.Unlock()
-	if a == nil {
+	path, ok := g.artifactPath(name)
+	if !ok {
 		return nil
 	}
-	return g.blobs.content(a.path)
+	return g.blobs.content(path)
+}
+
+// artifactPath is the blob path of the newest artifact named name.
+func (g *GitHub) artifactPath(name string) (string, bool) {
+	s := g.results
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a := s.artifact(runtimeRun, name, false); a != nil {
+		return a.path, true
+	}
+	return "", false
 }
 
 // ForgetBlob drops the committed blob of the newest artifact named name
@@ -70,12 +78,8 @@ func (g *GitHub) Blob(name string) []byte {
 // rule deletes old blobs): for benchmarks that upload more than the
 // store holds. The artifact's record stays; its blob reads as missing.
 func (g *GitHub) ForgetBlob(name string) {
-	s := g.results
-	s.mu.Lock()
-	a := s.artifact(runtimeRun, name, false)
-	s.mu.Unlock()
-	if a != nil {
-		g.blobs.forget(a.path)
+	if path, ok := g.artifactPath(name); ok {
+		g.blobs.forget(path)
 	}
 }
 
