@@ -6,8 +6,6 @@ import (
 	"encoding"
 	"encoding/base64"
 	"hash"
-	"io"
-	"os"
 	"slices"
 )
 
@@ -33,12 +31,12 @@ type ahead struct {
 // start is where a digest of the blocks (ids, files) begins: a hash with
 // the first done blocks in it (n bytes), or a new hash.
 func (a *ahead) start(ids []string, files []*block) (hash.Hash, int, int64) {
-	h := sha256.New()
 	k := len(a.ids)
 	if k == 0 || k > len(ids) || !slices.Equal(a.ids, ids[:k]) || !slices.Equal(a.files, files[:k]) {
-		return h, 0, 0
+		return sha256.New(), 0, 0
 	}
-	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(a.state); err != nil {
+	h, ok := hashFrom(a.state)
+	if !ok {
 		return sha256.New(), 0, 0
 	}
 	return h, k, a.n
@@ -97,32 +95,35 @@ func (a *artifact) nextAhead() (string, bool) {
 // hashNext adds block id to a copy of the hash so far, outside the
 // lock, and keeps it if nothing changed meanwhile; then goes on.
 func (r *Recorder) hashNext(a *artifact, id string) {
+	defer r.hashing.Done()
 	r.mu.Lock()
 	b, gen, state, n := a.blocks[id], a.ahead.gen, a.ahead.state, a.ahead.n
 	r.mu.Unlock()
-	h := sha256.New()
-	ok := b != nil
-	if ok && state != nil {
-		ok = h.(encoding.BinaryUnmarshaler).UnmarshalBinary(state) == nil
+	h, ok := hashFrom(state)
+	var d digest
+	if ok && b != nil {
+		var err error
+		d, err = digestBlocks(h, n, []*block{b})
+		ok = err == nil
 	}
-	var m int64
-	if ok {
-		f, err := os.Open(b.file)
-		if ok = err == nil; ok {
-			m, err = io.Copy(h, f)
-			f.Close()
-			ok = err == nil
-		}
-	}
-	defer r.hashing.Done()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	a.ahead.busy = false
-	if ok && a.ahead.gen == gen && a.blocks[id] == b {
+	if ok && b != nil && a.ahead.gen == gen && a.blocks[id] == b {
 		if st, err := h.(encoding.BinaryMarshaler).MarshalBinary(); err == nil {
 			a.ahead.ids, a.ahead.files = append(a.ahead.ids, id), append(a.ahead.files, b)
-			a.ahead.state, a.ahead.n = st, n+m
+			a.ahead.state, a.ahead.n = st, d.size
 		}
 	}
 	r.hashAheadLocked(a)
+}
+
+// hashFrom is a sha256 resumed from state (MarshalBinary's), or a new
+// one for no state; false when state does not restore.
+func hashFrom(state []byte) (hash.Hash, bool) {
+	h := sha256.New()
+	if state == nil {
+		return h, true
+	}
+	return h, h.(encoding.BinaryUnmarshaler).UnmarshalBinary(state) == nil
 }
