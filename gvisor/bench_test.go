@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,6 +30,7 @@ func BenchmarkColdStart(b *testing.B) {
 	os.Chown(ws, 1000, 1000)
 	state := filepath.Join(testStateBase, "bench-cold")
 	defer os.RemoveAll(state)
+	firstJob(b, state, ws)
 	var native, runscDo, airlock time.Duration
 	for i := 0; i < b.N; i++ {
 		t := time.Now()
@@ -340,6 +342,7 @@ func BenchmarkWorkspaceLimit(b *testing.B) {
 	if out, err := exec.Command("/bin/sh", "-c", "cd $(dirname "+files+") && mkdir t && cd t && for d in $(seq 100); do mkdir d$d; for f in $(seq 200); do head -c 1024 /dev/urandom > d$d/f$f; done; done && tar cf "+files+" . && cd .. && rm -r t").CombinedOutput(); err != nil {
 		b.Fatalf("make the files: %v %s", err, out)
 	}
+	firstJob(b, filepath.Join(testStateBase, "bench-ws"), b.TempDir())
 	for _, w := range []struct {
 		name, script string
 		fill         func(ws string) error
@@ -383,4 +386,130 @@ func BenchmarkWorkspaceLimit(b *testing.B) {
 			b.ReportMetric(float64(took[1])/float64(took[0]), "bounded/unlimited")
 		})
 	}
+}
+
+// BenchmarkExecShim is what recording every process costs (issue 24):
+// sandboxes whose init and steps start through the exec shim, as every
+// sandbox's do, against sandboxes whose init and steps the control API
+// starts directly, where no trace point sees them (as before issue 24).
+// The step is `true` through Exec's whole path (pipes, limit detection,
+// the record). Cold: a fresh sandbox per step, as `airlock run -- true`,
+// the two in turn and in alternating order, with `runsc do true` beside
+// them for the cold-start ratio; warm: steps in turn in two sandboxes
+// that stay up, as a job's later steps. Medians of the pairs.
+func BenchmarkExecShim(b *testing.B) {
+	requireRootB(b)
+	ws := b.TempDir()
+	os.Chown(ws, 1000, 1000)
+	state := filepath.Join(testStateBase, "bench-shim")
+	defer os.RemoveAll(state)
+	firstJob(b, state, ws)
+	ctx := context.Background()
+	config := func(way int) Config {
+		return Config{ID: testJobID(), Workspace: ws, StateRoot: state, Limits: DefaultLimits(), unrecorded: way == 1}
+	}
+	step := func(sb *Sandbox) {
+		if res, err := sb.Exec(ctx, Step{Args: []string{"true"}}); err != nil || res.ExitCode != 0 {
+			b.Fatalf("exec: %v %+v", err, res)
+		}
+	}
+	cold := func(way int) time.Duration {
+		t := time.Now()
+		if _, err := Reap(ctx, state); err != nil {
+			b.Fatal(err)
+		}
+		sb, err := Create(ctx, config(way))
+		if err != nil {
+			b.Fatal(err)
+		}
+		step(sb)
+		if err := sb.Destroy(ctx); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t)
+	}
+	var coldShim, coldDirect, coldAdded, warmAdded []time.Duration
+	var shimRatio, directRatio, pairRatio, ratioAdded []float64
+	for i := 0; i < b.N; i++ {
+		t := time.Now()
+		cmd := exec.Command("/proc/self/exe", "--root="+b.TempDir(), "--shared-root="+sharedRoot, "--network=none", "--host-settings=ignore", "do", "true")
+		cmd.Args[0] = "runsc"
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("runsc do: %v %s", err, out)
+		}
+		runscDo := time.Since(t)
+		var took [2]time.Duration
+		for _, way := range []int{i % 2, 1 - i%2} {
+			took[way] = cold(way)
+		}
+		coldShim, coldDirect = append(coldShim, took[0]), append(coldDirect, took[1])
+		coldAdded = append(coldAdded, took[0]-took[1])
+		pairRatio = append(pairRatio, float64(took[0])/float64(took[1]))
+		ratioAdded = append(ratioAdded, float64(took[0]-took[1])/float64(runscDo))
+		shimRatio = append(shimRatio, float64(took[0])/float64(runscDo))
+		directRatio = append(directRatio, float64(took[1])/float64(runscDo))
+	}
+	var up [2]*Sandbox
+	for way := range up {
+		c := config(way)
+		c.Workspace = b.TempDir() // each sandbox bounds its own
+		os.Chown(c.Workspace, 1000, 1000)
+		sb, err := Create(ctx, c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sb.Destroy(ctx)
+		up[way] = sb
+	}
+	for i := 0; i < 10*b.N; i++ {
+		var took [2]time.Duration
+		for _, way := range []int{i % 2, 1 - i%2} {
+			t := time.Now()
+			step(up[way])
+			took[way] = time.Since(t)
+		}
+		warmAdded = append(warmAdded, took[0]-took[1])
+	}
+	for _, e := range up[1].Record().Execs {
+		if e.SHA256 != "" || e.PID != 1 {
+			b.Fatalf("the direct sandbox recorded %+v: it is not the baseline without the record", e)
+		}
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(median(coldShim)), "cold-shim-ms")
+	b.ReportMetric(ms(median(coldDirect)), "cold-direct-ms")
+	b.ReportMetric(ms(median(coldAdded)), "cold-added-ms")
+	b.ReportMetric(medianOf(pairRatio), "cold-shim/direct")
+	b.ReportMetric(medianOf(shimRatio), "shim/runsc-do")
+	b.ReportMetric(medianOf(directRatio), "direct/runsc-do")
+	b.ReportMetric(medianOf(ratioAdded), "ratio-added")
+	b.ReportMetric(ms(median(warmAdded)), "warm-added-ms")
+}
+
+// firstJob runs a job in state untimed, as a host's first: the platform
+// choice (a probe sandbox on a host with /dev/kvm, up to 20 s where KVM
+// does not boot) is kept for the jobs after it, which the cold-start
+// benchmarks time as a user's jobs.
+func firstJob(b *testing.B, state, ws string) {
+	ctx := context.Background()
+	sb, err := Create(ctx, Config{ID: testJobID(), Workspace: ws, StateRoot: state, Limits: DefaultLimits()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := sb.Destroy(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func medianOf(fs []float64) float64 {
+	s := slices.Clone(fs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

@@ -186,6 +186,11 @@ type Config struct {
 	// helperInit makes the airlock binary the container's init, as on
 	// architectures without the small reaper (reaper.go). Tests set it.
 	helperInit bool
+	// unrecorded starts the init and the steps as the control API makes
+	// them, without the exec shim, so that no trace point sees them: as
+	// before every process was on the record. Only BenchmarkExecShim
+	// sets it, to measure what the record costs.
+	unrecorded bool
 }
 
 // Errors that callers map to distinct exit codes and messages.

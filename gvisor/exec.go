@@ -125,7 +125,7 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 		dir = s.cfg.WorkspaceMount
 	}
 	proc := specs.Process{
-		Args:            viaShim(st.Args),
+		Args:            s.viaShim(st.Args),
 		Env:             mergeEnv(baseEnv(DefaultPath), st.Env),
 		Cwd:             dir,
 		User:            specs.User{UID: s.cfg.User.UID, GID: s.cfg.User.GID},
@@ -366,7 +366,7 @@ func (s *Sandbox) diskFull(ctx context.Context) bool {
 	}
 	defer r.Close()
 	proc := specs.Process{
-		Args: viaShim([]string{initPath, "statfs", "/", "/tmp"}), Env: baseEnv(DefaultPath), Cwd: "/",
+		Args: s.viaShim([]string{initPath, "statfs", "/", "/tmp"}), Env: baseEnv(DefaultPath), Cwd: "/",
 		User: specs.User{UID: s.cfg.User.UID, GID: s.cfg.User.GID}, Capabilities: capabilities(nil), NoNewPrivileges: true,
 	}
 	pid, err := s.startProcess(proc, w, w)

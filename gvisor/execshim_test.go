@@ -101,6 +101,34 @@ func TestStepsOwnProcessIsRecorded(t *testing.T) {
 	}
 }
 
+// The sandbox's init starts through the shim too: it is on record as
+// airlock's, pid 1, with the digest the sentry took of the reaper it
+// exec'd (where there is a reaper; elsewhere the airlock binary is the
+// init, started as it is, without a digest).
+func TestInitIsRecordedWithItsDigest(t *testing.T) {
+	elf := reaperELF()
+	if elf == nil {
+		t.Skip("no machine-code reaper and shim on " + runtime.GOARCH)
+	}
+	sb := newTestSandbox(t, nil)
+	sum := sha256.Sum256(elf)
+	want := hex.EncodeToString(sum[:])
+	var inits []monitor.Exec
+	for end := time.Now().Add(5 * time.Second); len(inits) == 0 && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		for _, e := range sb.Record().Execs {
+			if e.PID == 1 {
+				inits = append(inits, e)
+			}
+		}
+	}
+	if len(inits) != 1 {
+		t.Fatalf("want the init recorded once: %+v", inits)
+	}
+	if e := inits[0]; e.Binary != reaperPath || e.SHA256 != want || e.Source != monitor.SourceAirlock {
+		t.Errorf("init recorded as %+v; want %s, sha256 %s, source %s", e, reaperPath, want, monitor.SourceAirlock)
+	}
+}
+
 // A step whose program is swapped in the workspace while airlock asks
 // for it to run is recorded with the digest of what actually ran: the
 // program is now pwd, now id (the host's, copied in), each run's output

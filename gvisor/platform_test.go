@@ -73,6 +73,30 @@ func TestChoosePlatform(t *testing.T) {
 	}
 }
 
+// A failed probe's reason says what KVM's CPUID lacks of the host's,
+// when it lacks something; a passing probe's does not.
+func TestFailedProbeNamesCPUIDGaps(t *testing.T) {
+	const gaps = "KVM's CPUID lacks XSAVE (the host CPU has it)"
+	for _, tc := range []struct {
+		name  string
+		probe error
+		want  string
+	}{
+		{"probe fails", errors.New("error setting system registers"), "error setting system registers; " + gaps},
+		{"probe passes", nil, "a probe sandbox booted on kvm"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			probes := 0
+			j := fakeJudge(t.TempDir(), nil, tc.probe, &probes)
+			j.cpuidGaps = func() string { return gaps }
+			got, err := j.choose(context.Background(), "auto")
+			if err != nil || !strings.Contains(got.Reason, tc.want) || (tc.probe == nil) == strings.Contains(got.Reason, gaps) {
+				t.Fatalf("%+v, %v; want a reason with %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
 // A kept verdict is used only when root wrote it, for this key, whole:
 // any other file is ignored and the probe runs again (and replaces it).
 func TestVerdictCacheIgnoresUntrustedFiles(t *testing.T) {

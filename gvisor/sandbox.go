@@ -194,7 +194,7 @@ func (s *Sandbox) prepare(exe string) error {
 		plan.Files = append(plan.Files, reaperPath[1:])
 	}
 	shim := ""
-	if elf := execShimELF(); elf != nil {
+	if elf := execShimELF(); elf != nil && !s.cfg.unrecorded {
 		shim = filepath.Join(s.dir, "exec")
 		if err := os.WriteFile(shim, elf, 0o555); err != nil {
 			return fmt.Errorf("write the exec shim: %w", err)

@@ -92,6 +92,11 @@ func buildSpec(c Config, skeleton, exe, reaper, shim, emptyFile string) (*specs.
 			Destination: execShimPath, Type: "bind", Source: shim,
 			Options: []string{"bind", "ro", "nosuid", "nodev"},
 		})
+		// The init too starts through the shim: it is on record with
+		// its digest like every other process, and the sentry's first
+		// execve (its first digest, its first buffers) is paid while
+		// the sandbox starts, not by the job's first step.
+		spec.Process.Args = viaShim(spec.Process.Args)
 	}
 	// Masks inside the workspace must be sandbox mounts on top of the
 	// workspace mount; masks in the root are done in the skeleton.
