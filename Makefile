@@ -42,6 +42,7 @@ vet:
 bench:
 	go test -timeout 30m -run XXX -bench WholeProcess -benchtime 7x ./cmd/airlock/
 	go test -run XXX -bench 'ColdStart|IdleMemory|ContainerStep' -benchtime 20x ./gvisor/
+	go test -run XXX -bench ExecShim -benchtime 60x ./gvisor/
 	go test -run XXX -bench PlatformChoice -benchtime 2000x ./gvisor/
 	go test -run XXX -bench FirstProbe -benchtime 10x ./gvisor/
 	go test -run XXX -bench Workload -benchtime 1x ./gvisor/
