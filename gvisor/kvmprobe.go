@@ -83,6 +83,9 @@ func ProbePlatform(ctx context.Context, stateRoot, platform string) (time.Durati
 	log, panicLog := filepath.Join(dir, "runsc.log"), filepath.Join(dir, "panic.log")
 	cmd := exec.CommandContext(ctx, "/proc/self/exe",
 		"--root="+filepath.Join(dir, "runsc"),
+		// runsc do's own null network namespace would be a new mount
+		// under /tmp per probe, never removed.
+		"--shared-root="+sharedRoot,
 		"--platform="+platform,
 		"--network=none",
 		"--ignore-cgroups",

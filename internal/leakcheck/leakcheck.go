@@ -1,6 +1,7 @@
 // Package leakcheck finds what tests that start sandboxes left behind on
-// the host: processes, mounts, cgroups, job directories and bounded
-// workspaces (their overlays, images and loop devices). Test binaries
+// the host: processes, mounts, cgroups, job directories, bounded
+// workspaces (their overlays, images and loop devices) and the egress
+// gateway's upload spools. Test binaries
 // end TestMain with Run, which fails them when anything is left.
 //
 // Layer 0: the bottom, for tests only; imports nothing of airlock's.
@@ -12,12 +13,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Report lists leftovers of the sandboxes whose state lives under base:
 // processes whose command line names it, mounts below it, job directories
-// in it, and cgroups named airlock-<cgroupPrefix>... (only when the prefix
+// and upload spools in it, and cgroups named airlock-<cgroupPrefix>... (only when the prefix
 // is not empty: job ids are random unless the tests choose them). It
 // returns "" when nothing is left.
 func Report(base, cgroupPrefix string) string {
@@ -40,6 +43,11 @@ func Report(base, cgroupPrefix string) string {
 	more, _ := filepath.Glob(filepath.Join(base, "jobs", "*"))
 	for _, j := range append(jobs, more...) {
 		fmt.Fprintf(&b, "- job directory: %s\n", j)
+	}
+	spools, _ := filepath.Glob(filepath.Join(base, "*", "uploads", "p*"))
+	more, _ = filepath.Glob(filepath.Join(base, "uploads", "p*"))
+	for _, d := range append(spools, more...) {
+		fmt.Fprintf(&b, "- upload spool: %s\n", d)
 	}
 	writeVolumes(&b, base, cgroupPrefix)
 	if cgroupPrefix != "" {
@@ -98,13 +106,40 @@ func writeVolumes(b *strings.Builder, base, prefix string) {
 	}
 }
 
+// spoolRoot is where the gateway spools artifact blocks for jobs whose
+// state is in memory (gvisor.DiskDir(state, "uploads")): shared by every
+// airlock of the host, each spool named p<pid>-... by its process.
+const spoolRoot = "/var/lib/airlock/uploads"
+
+// sharedSpools lists the spools in spoolRoot made or changed since the
+// tests began whose process is this one or has exited: a spool nobody
+// will remove until the host's next job.
+func sharedSpools(since time.Time) string {
+	var b strings.Builder
+	dirs, _ := filepath.Glob(filepath.Join(spoolRoot, "p*-*"))
+	for _, d := range dirs {
+		pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), "p"), "-")
+		fi, err := os.Stat(d)
+		if err != nil || fi.ModTime().Before(since) {
+			continue
+		}
+		_, alive := os.Stat(filepath.Join("/proc", pid))
+		if pid == strconv.Itoa(os.Getpid()) || alive != nil {
+			fmt.Fprintf(&b, "- upload spool: %s\n", d)
+		}
+	}
+	return b.String()
+}
+
 // Run is the end of TestMain for packages whose tests start sandboxes:
 // it runs the tests, fails the binary if they left anything behind under
-// base (see Report), removes base and exits.
+// base (see Report) or in the host's shared upload spools, removes base
+// and exits.
 func Run(m interface{ Run() int }, base, cgroupPrefix string) {
+	start := time.Now()
 	code := m.Run()
 	if os.Geteuid() == 0 {
-		if left := Report(base, cgroupPrefix); left != "" {
+		if left := Report(base, cgroupPrefix) + sharedSpools(start); left != "" {
 			fmt.Fprintf(os.Stderr, "FAIL: the tests left resources behind:\n%s", left)
 			code = 1
 		}
