@@ -2,6 +2,7 @@ package gvisor
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -39,32 +40,8 @@ func BenchmarkColdStart(b *testing.B) {
 		}
 		native += time.Since(t)
 
-		t = time.Now()
-		root := b.TempDir()
-		cmd := exec.Command("/proc/self/exe", "--root="+root, "--shared-root="+sharedRoot, "--network=none", "--host-settings=ignore", "do", "true")
-		cmd.Args[0] = "runsc"
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("runsc do: %v %s", err, out)
-		}
-		runscDo += time.Since(t)
-
-		t = time.Now()
-		ctx := context.Background()
-		if _, err := Reap(ctx, state); err != nil {
-			b.Fatal(err)
-		}
-		sb, err := Create(ctx, Config{ID: testJobID(), Workspace: ws, StateRoot: state, Limits: DefaultLimits()})
-		if err != nil {
-			b.Fatal(err)
-		}
-		res, err := sb.Exec(ctx, Step{Args: []string{"true"}})
-		if err != nil || res.ExitCode != 0 {
-			b.Fatalf("exec: %v %+v", err, res)
-		}
-		if err := sb.Destroy(ctx); err != nil {
-			b.Fatal(err)
-		}
-		airlock += time.Since(t)
+		runscDo += runscDoTrue(b)
+		airlock += coldJob(b, Config{ID: testJobID(), Workspace: ws, StateRoot: state, Limits: DefaultLimits()})
 	}
 	n := float64(b.N)
 	b.ReportMetric(float64(native.Microseconds())/n/1000, "native-ms")
@@ -408,39 +385,13 @@ func BenchmarkExecShim(b *testing.B) {
 	config := func(way int) Config {
 		return Config{ID: testJobID(), Workspace: ws, StateRoot: state, Limits: DefaultLimits(), unrecorded: way == 1}
 	}
-	step := func(sb *Sandbox) {
-		if res, err := sb.Exec(ctx, Step{Args: []string{"true"}}); err != nil || res.ExitCode != 0 {
-			b.Fatalf("exec: %v %+v", err, res)
-		}
-	}
-	cold := func(way int) time.Duration {
-		t := time.Now()
-		if _, err := Reap(ctx, state); err != nil {
-			b.Fatal(err)
-		}
-		sb, err := Create(ctx, config(way))
-		if err != nil {
-			b.Fatal(err)
-		}
-		step(sb)
-		if err := sb.Destroy(ctx); err != nil {
-			b.Fatal(err)
-		}
-		return time.Since(t)
-	}
 	var coldShim, coldDirect, coldAdded, warmAdded []time.Duration
 	var shimRatio, directRatio, pairRatio, ratioAdded []float64
 	for i := 0; i < b.N; i++ {
-		t := time.Now()
-		cmd := exec.Command("/proc/self/exe", "--root="+b.TempDir(), "--shared-root="+sharedRoot, "--network=none", "--host-settings=ignore", "do", "true")
-		cmd.Args[0] = "runsc"
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("runsc do: %v %s", err, out)
-		}
-		runscDo := time.Since(t)
+		runscDo := runscDoTrue(b)
 		var took [2]time.Duration
 		for _, way := range []int{i % 2, 1 - i%2} {
-			took[way] = cold(way)
+			took[way] = coldJob(b, config(way))
 		}
 		coldShim, coldDirect = append(coldShim, took[0]), append(coldDirect, took[1])
 		coldAdded = append(coldAdded, took[0]-took[1])
@@ -465,7 +416,7 @@ func BenchmarkExecShim(b *testing.B) {
 		var took [2]time.Duration
 		for _, way := range []int{i % 2, 1 - i%2} {
 			t := time.Now()
-			step(up[way])
+			execTrue(b, up[way])
 			took[way] = time.Since(t)
 		}
 		warmAdded = append(warmAdded, took[0]-took[1])
@@ -479,10 +430,10 @@ func BenchmarkExecShim(b *testing.B) {
 	b.ReportMetric(ms(median(coldShim)), "cold-shim-ms")
 	b.ReportMetric(ms(median(coldDirect)), "cold-direct-ms")
 	b.ReportMetric(ms(median(coldAdded)), "cold-added-ms")
-	b.ReportMetric(medianOf(pairRatio), "cold-shim/direct")
-	b.ReportMetric(medianOf(shimRatio), "shim/runsc-do")
-	b.ReportMetric(medianOf(directRatio), "direct/runsc-do")
-	b.ReportMetric(medianOf(ratioAdded), "ratio-added")
+	b.ReportMetric(median(pairRatio), "cold-shim/direct")
+	b.ReportMetric(median(shimRatio), "shim/runsc-do")
+	b.ReportMetric(median(directRatio), "direct/runsc-do")
+	b.ReportMetric(median(ratioAdded), "ratio-added")
 	b.ReportMetric(ms(median(warmAdded)), "warm-added-ms")
 }
 
@@ -502,14 +453,46 @@ func firstJob(b *testing.B, state, ws string) {
 	b.ResetTimer()
 }
 
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
+// runscDoTrue times the embedded runsc's own `runsc do true`, the
+// baseline of the cold-start benchmarks.
+func runscDoTrue(b *testing.B) time.Duration {
+	t := time.Now()
+	cmd := exec.Command("/proc/self/exe", "--root="+b.TempDir(), "--shared-root="+sharedRoot, "--network=none", "--host-settings=ignore", "do", "true")
+	cmd.Args[0] = "runsc"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("runsc do: %v %s", err, out)
+	}
+	return time.Since(t)
 }
 
-func medianOf(fs []float64) float64 {
-	s := slices.Clone(fs)
+// coldJob times airlock's whole job cycle for `true` in a new sandbox
+// of cfg: reap, create, the step, destroy.
+func coldJob(b *testing.B, cfg Config) time.Duration {
+	t := time.Now()
+	ctx := context.Background()
+	if _, err := Reap(ctx, cfg.StateRoot); err != nil {
+		b.Fatal(err)
+	}
+	sb, err := Create(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	execTrue(b, sb)
+	if err := sb.Destroy(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(t)
+}
+
+// execTrue runs `true` as a step of sb.
+func execTrue(b *testing.B, sb *Sandbox) {
+	if res, err := sb.Exec(context.Background(), Step{Args: []string{"true"}}); err != nil || res.ExitCode != 0 {
+		b.Fatalf("exec: %v %+v", err, res)
+	}
+}
+
+func median[T cmp.Ordered](xs []T) T {
+	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[len(s)/2]
 }

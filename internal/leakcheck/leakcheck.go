@@ -39,14 +39,10 @@ func Report(base, cgroupPrefix string) string {
 			}
 		}
 	}
-	jobs, _ := filepath.Glob(filepath.Join(base, "*", "jobs", "*"))
-	more, _ := filepath.Glob(filepath.Join(base, "jobs", "*"))
-	for _, j := range append(jobs, more...) {
+	for _, j := range inStates(base, "jobs", "*") {
 		fmt.Fprintf(&b, "- job directory: %s\n", j)
 	}
-	spools, _ := filepath.Glob(filepath.Join(base, "*", "uploads", "p*"))
-	more, _ = filepath.Glob(filepath.Join(base, "uploads", "p*"))
-	for _, d := range append(spools, more...) {
+	for _, d := range inStates(base, "uploads", "p*") {
 		fmt.Fprintf(&b, "- upload spool: %s\n", d)
 	}
 	writeVolumes(&b, base, cgroupPrefix)
@@ -68,6 +64,14 @@ func Report(base, cgroupPrefix string) string {
 	return b.String()
 }
 
+// inStates matches pattern in the directory dir of base when base is a
+// state directory, and of each state directory in base.
+func inStates(base, dir, pattern string) []string {
+	nested, _ := filepath.Glob(filepath.Join(base, "*", dir, pattern))
+	own, _ := filepath.Glob(filepath.Join(base, dir, pattern))
+	return append(nested, own...)
+}
+
 // volumeRoot is gvisor.DefaultVolumeRoot, where jobs whose state is in
 // memory keep their workspace volumes (gvisor/quota).
 const volumeRoot = "/var/lib/airlock/volumes"
@@ -76,15 +80,14 @@ const volumeRoot = "/var/lib/airlock/volumes"
 // base (and, for jobs of the prefix, under volumeRoot), the overlays they
 // mount on workspaces, and the loop devices their images back.
 func writeVolumes(b *strings.Builder, base, prefix string) {
-	dirs, _ := filepath.Glob(filepath.Join(base, "*", "volumes", "*"))
-	more, _ := filepath.Glob(filepath.Join(base, "volumes", "*"))
+	dirs := inStates(base, "volumes", "*")
 	roots := []string{base + "/"}
 	if prefix != "" {
 		shared, _ := filepath.Glob(filepath.Join(volumeRoot, prefix+"*"))
-		more = append(more, shared...)
+		dirs = append(dirs, shared...)
 		roots = append(roots, filepath.Join(volumeRoot, prefix))
 	}
-	for _, d := range append(dirs, more...) {
+	for _, d := range dirs {
 		fmt.Fprintf(b, "- workspace volume: %s\n", d)
 	}
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
