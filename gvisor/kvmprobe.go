@@ -97,7 +97,10 @@ func ProbePlatform(ctx context.Context, stateRoot, platform string) (time.Durati
 		"--panic-log="+panicLog,
 		"do", "--quiet", "true")
 	cmd.Args[0] = "runsc"
-	cmd.Env = []string{"PATH=" + DefaultPath}
+	// runsc do makes its own directory in TMPDIR and removes it when it
+	// ends; a probe that does not answer is killed, so the directory is
+	// made in the probe's, which the cleanup above removes.
+	cmd.Env = []string{"PATH=" + DefaultPath, "TMPDIR=" + dir}
 	cmd.Dir = "/"
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
