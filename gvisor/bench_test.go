@@ -26,12 +26,7 @@ import (
 // create, exec, destroy) with the embedded runsc's own `runsc do true` and
 // with native `true`.
 func BenchmarkColdStart(b *testing.B) {
-	requireRootB(b)
-	ws := b.TempDir()
-	os.Chown(ws, 1000, 1000)
-	state := filepath.Join(testStateBase, "bench-cold")
-	defer os.RemoveAll(state)
-	firstJob(b, state, ws)
+	ws, state := coldStartState(b, "bench-cold")
 	var native, runscDo, airlock time.Duration
 	for i := 0; i < b.N; i++ {
 		t := time.Now()
@@ -375,12 +370,7 @@ func BenchmarkWorkspaceLimit(b *testing.B) {
 // them for the cold-start ratio; warm: steps in turn in two sandboxes
 // that stay up, as a job's later steps. Medians of the pairs.
 func BenchmarkExecShim(b *testing.B) {
-	requireRootB(b)
-	ws := b.TempDir()
-	os.Chown(ws, 1000, 1000)
-	state := filepath.Join(testStateBase, "bench-shim")
-	defer os.RemoveAll(state)
-	firstJob(b, state, ws)
+	ws, state := coldStartState(b, "bench-shim")
 	ctx := context.Background()
 	config := func(way int) Config {
 		return Config{ID: testJobID(), Workspace: ws, StateRoot: state, Limits: DefaultLimits(), unrecorded: way == 1}
@@ -435,6 +425,19 @@ func BenchmarkExecShim(b *testing.B) {
 	b.ReportMetric(median(directRatio), "direct/runsc-do")
 	b.ReportMetric(median(ratioAdded), "ratio-added")
 	b.ReportMetric(ms(median(warmAdded)), "warm-added-ms")
+}
+
+// coldStartState is a cold-start benchmark's workspace (owned by the
+// sandbox's user) and state directory (named name, removed at the end),
+// after the state's first job (firstJob).
+func coldStartState(b *testing.B, name string) (ws, state string) {
+	requireRootB(b)
+	ws = b.TempDir()
+	os.Chown(ws, 1000, 1000)
+	state = filepath.Join(testStateBase, name)
+	b.Cleanup(func() { os.RemoveAll(state) })
+	firstJob(b, state, ws)
+	return ws, state
 }
 
 // firstJob runs a job in state untimed, as a host's first: the platform
