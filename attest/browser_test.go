@@ -10,22 +10,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-ci/airlock/internal/testtool"
 )
 
 // chromium finds Debian's headless browser. CI installs it and sets
 // AIRLOCK_REQUIRE_CHROMIUM, so there the test never skips.
 func chromium(t *testing.T) string {
 	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("AIRLOCK_REQUIRE_CHROMIUM") != "" {
-		t.Fatal("chromium is required (AIRLOCK_REQUIRE_CHROMIUM) but not installed: apt-get install chromium")
-	}
-	t.Skip("chromium is not installed (apt-get install chromium): the report is not rendered in a browser")
-	return ""
+	return testtool.Path(t, testtool.Chromium, "the reviewer's HTML report is rendered in a real headless browser")
 }
 
 // headless runs chromium on a file:// page in a network namespace of its

@@ -9,24 +9,19 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock-ci/airlock/internal/testtool"
 )
 
-// cosignBinary finds cosign: $AIRLOCK_COSIGN, or cosign on PATH. CI sets
-// AIRLOCK_REQUIRE_COSIGN=1 after building it, so this test cannot be
-// skipped there without failing.
+// cosignBinary finds cosign: $AIRLOCK_COSIGN, or cosign on PATH. CI
+// installs it and sets AIRLOCK_REQUIRE_COSIGN, so there the test never
+// skips.
 func cosignBinary(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("AIRLOCK_COSIGN"); p != "" {
 		return p
 	}
-	if p, err := exec.LookPath("cosign"); err == nil {
-		return p
-	}
-	if os.Getenv("AIRLOCK_REQUIRE_COSIGN") != "" {
-		t.Fatal("AIRLOCK_REQUIRE_COSIGN is set but cosign is not found (set AIRLOCK_COSIGN or put cosign on PATH)")
-	}
-	t.Skip("cosign not found (go install github.com/sigstore/cosign/v3/cmd/cosign@v3.1.3; CI does)")
-	return ""
+	return testtool.Path(t, testtool.Cosign, "the attestation bundle is verified by cosign, independently of airlock (or set AIRLOCK_COSIGN to its path)")
 }
 
 // The bundle verifies offline with cosign, airlock not involved: against

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-ci/airlock/gvisor/monitor"
+	"github.com/airlock-ci/airlock/internal/testtool"
 )
 
 // The shim's bytes are what its source assembles to.
@@ -22,10 +23,8 @@ func TestExecShimIsItsSource(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skip("the machine-code shim is amd64's; elsewhere the airlock binary is the shim")
 	}
-	for _, tool := range []string{"as", "objcopy"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s (binutils) is not installed: cannot assemble testdata/execshim.S to compare", tool)
-		}
+	for _, tool := range []testtool.Tool{testtool.As, testtool.Objcopy} {
+		testtool.Path(t, tool, "testdata/execshim.S is assembled to compare with the shim's bytes")
 	}
 	dir := t.TempDir()
 	obj, bin := filepath.Join(dir, "execshim.o"), filepath.Join(dir, "execshim.bin")

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/testhost"
+	"github.com/airlock-ci/airlock/internal/testtool"
 )
 
 // fakeGitHubAddr is the loopback address of these tests' fake GitHub.
@@ -131,6 +133,7 @@ func TestRunTokenEveryStep(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
+	testtool.InSandbox(t, testtool.Curl, gvisor.DefaultPath, "each step calls the fake GitHub's API with curl")
 	ws := workspace(t)
 	origin, git := testhost.NewRepo(t) // what the fake GitHub serves
 	git("init", "-q")

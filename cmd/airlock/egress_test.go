@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/leakcheck"
+	"github.com/airlock-ci/airlock/internal/testtool"
 )
 
 // egressOrg writes an organisation policy that allows registry.test on
@@ -34,6 +36,7 @@ func TestRunEgressDecisions(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
+	testtool.InSandbox(t, testtool.Curl, gvisor.DefaultPath, "the job fetches through the egress gateway with curl")
 	port := upstream(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "module-zip") })
 
 	var out, errb bytes.Buffer

@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/testtool"
 )
 
 // onboardOrg writes an organisation policy in the given egress mode that
@@ -25,7 +28,7 @@ func onboardOrg(t *testing.T, mode string) string {
 `)
 }
 
-// Onboarding a repository as the README tells it: an audit run lets the
+// Onboarding a repository as docs/onboarding.md tells it: an audit run lets the
 // job reach what it needs and records it as would-deny; policy suggest
 // reads the signed attestation and writes the repository policy, which
 // passes policy vet; the enforced run under that policy passes the fetch
@@ -37,6 +40,7 @@ func TestOnboarding(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
+	testtool.InSandbox(t, testtool.Curl, gvisor.DefaultPath, "the job fetches through the egress gateway with curl")
 	port := upstream(t, func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "served %s%s", r.Host, r.URL.Path)
 	})

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/testtool"
 )
 
 // Real clients in the sandbox, refused by the gateway on a host they may
@@ -27,11 +29,15 @@ func TestClientsSeeRefusalsInTheirProtocol(t *testing.T) {
 }
 `, port))
 	base := fmt.Sprintf("http://registry.test:%d", port)
+	// needs is the client each case runs in the sandbox (which sees the
+	// host's root), when a minimal Debian with git and Go lacks it.
 	for _, tc := range []struct {
-		name, needs, script string
-		want                []string
+		name   string
+		needs  *testtool.Tool
+		script string
+		want   []string
 	}{
-		{"curl, a registry path", "curl", "curl -sS --fail-with-body " + base + "/v2/acme/app/manifests/latest",
+		{"curl, a registry path", &testtool.Curl, "curl -sS --fail-with-body " + base + "/v2/acme/app/manifests/latest",
 			[]string{`"code":"DENIED"`, `"message":"airlock: denied GET registry.test`}},
 		// go-containerregistry's transport.CheckError reads the OCI
 		// error body ("DENIED: <message>"), from the ping of /v2/. With
@@ -39,28 +45,28 @@ func TestClientsSeeRefusalsInTheirProtocol(t *testing.T) {
 		// retries the https one): those CONNECTs are refused too, for
 		// being TLS to a host whose rule has paths; the one HTTP
 		// request is refused once.
-		{"crane manifest", "crane", "crane manifest --insecure registry.test:" + fmt.Sprint(port) + "/acme/app:latest",
+		{"crane manifest", &testtool.Crane, "crane manifest --insecure registry.test:" + fmt.Sprint(port) + "/acme/app:latest",
 			[]string{"DENIED: airlock: denied GET registry.test"}},
 		// remote-curl.c's show_http_message: each line of a text/plain
 		// error body as "remote: ...".
-		{"git clone", "git", "git clone -q " + base + "/acme/app.git /tmp/app",
+		{"git clone", nil, "git clone -q " + base + "/acme/app.git /tmp/app",
 			[]string{"remote: airlock: denied GET registry.test", "/acme/app.git/info/refs", "remote: to allow it:"}},
 		// cmd/go's module fetcher prints a text/plain body as "server
 		// response: ...".
-		{"go mod download", "/usr/local/go/bin/go", "export HOME=/tmp GOPROXY=" + base + "/ GOSUMDB=off GOCACHE=/tmp/gocache GOMODCACHE=/tmp/gomod GOTOOLCHAIN=local; /usr/local/go/bin/go mod download example.com/x@v1.0.0",
+		{"go mod download", nil, "export HOME=/tmp GOPROXY=" + base + "/ GOSUMDB=off GOCACHE=/tmp/gocache GOMODCACHE=/tmp/gomod GOTOOLCHAIN=local; /usr/local/go/bin/go mod download example.com/x@v1.0.0",
 			[]string{"403 Forbidden", "server response:", "airlock: denied GET registry.test"}},
 		// pip shows requests' "403 Client Error: <the status line's
 		// reason> for url: ...", for an index page at -vv only (its
 		// _handle_get_simple_fail logs at debug).
-		{"pip download", "python3", "python3 -m pip download -vv --no-cache-dir --retries 0 --trusted-host registry.test --index-url " + base + "/simple/ -d /tmp/p requests",
+		{"pip download", &testtool.Pip, "python3 -m pip download -vv --no-cache-dir --retries 0 --trusted-host registry.test --index-url " + base + "/simple/ -d /tmp/p requests",
 			[]string{"403 Client Error: airlock: denied GET registry.test", "/simple/requests/"}},
 		// npm-registry-fetch's HttpErrorGeneral adds the body's "error".
-		{"npm view", "npm", "npm view left-pad --registry " + base + "/ --cache /tmp/npm-cache --fetch-retries 0 --update-notifier=false",
+		{"npm view", &testtool.NPM, "npm view left-pad --registry " + base + "/ --cache /tmp/npm-cache --fetch-retries 0 --update-notifier=false",
 			[]string{"403 Forbidden - GET " + base + "/left-pad - airlock: denied GET registry.test"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := exec.LookPath(tc.needs); err != nil {
-				t.Skipf("%s is not on this machine", tc.needs)
+			if tc.needs != nil {
+				testtool.InSandbox(t, *tc.needs, gvisor.DefaultPath, "the case runs this client in the sandbox to see airlock's refusal in its protocol")
 			}
 			var out, errb bytes.Buffer
 			code := execute([]string{"run", "-w", workspace(t), "--state-dir", stateDir(t), "--org", org, "--json", "--", "sh", "-c", tc.script}, &out, &errb)

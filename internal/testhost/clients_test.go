@@ -19,6 +19,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-ci/airlock/internal/testtool"
 )
 
 // nodeClients runs the real Actions client packages (testdata/clients,
@@ -32,32 +34,18 @@ type nodeClients struct {
 	ws, temp      string
 }
 
-// newNodeClients starts the fake for the clients. Without node, the
-// packages (npm ci --prefix testdata/clients --ignore-scripts) or root
-// (the fake listens on port 443) the test is skipped, or fails when
-// AIRLOCK_REQUIRE_CLIENTS=1.
+// newNodeClients starts the fake for the clients. Without root (the
+// fake listens on port 443) the test is skipped; without node or the
+// packages (make test installs them) it is skipped too, or fails when
+// AIRLOCK_REQUIRE_NODE or AIRLOCK_REQUIRE_CLIENTS is set (testtool).
 func newNodeClients(t *testing.T) *nodeClients {
 	t.Helper()
-	skip := t.Skipf
-	if os.Getenv("AIRLOCK_REQUIRE_CLIENTS") == "1" {
-		skip = t.Fatalf
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		skip("node is not installed: the real client tests need node 20")
-	}
-	modules, err := filepath.Abs("../../testdata/clients/node_modules")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{"@actions/artifact", "@actions/cache", "@azure/storage-blob"} {
-		if _, err := os.Stat(filepath.Join(modules, p, "package.json")); err != nil {
-			skip("the client packages are not installed: npm ci --prefix testdata/clients --ignore-scripts (%v)", err)
-		}
-	}
 	if os.Geteuid() != 0 {
-		skip("needs root: the fake GitHub listens on port 443")
+		t.Skip("needs root: the fake GitHub listens on port 443")
 	}
+	why := "the fake GitHub's artifact, cache and blob storage services are checked against the real Actions client packages"
+	node := testtool.Path(t, testtool.Node, why+", which run on node")
+	modules := filepath.Join(testtool.Clients(t, why), "node_modules")
 	return &nodeClients{node: node, modules: modules, g: loopbackGitHub(t), ws: t.TempDir(), temp: t.TempDir()}
 }
 

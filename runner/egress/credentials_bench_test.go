@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/testhost"
+	"github.com/airlock-ci/airlock/internal/testtool"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner/credentials"
 	"github.com/airlock-ci/airlock/runner/egress/rules"
@@ -77,9 +78,7 @@ func BenchmarkCredentialInjection(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root")
 	}
-	if _, err := os.Stat("/usr/bin/curl"); err != nil {
-		b.Skip("needs /usr/bin/curl on the host root")
-	}
+	testtool.InSandbox(b, testtool.Curl, sandboxPath, "the benchmark times curl's requests from the sandbox")
 	gh, caPEM, roots, pol := benchGitHub(b, benchGitHubAddr)
 	vault := credentials.NewVault(credentials.PolicyFor(policies.Credentials{Artifacts: true}, true), testhost.GitHubServerURL, testhost.GitHubAPIURL)
 	env := vault.Withhold(map[string]string{"ACTIONS_RUNTIME_TOKEN": gh.Runtime, "ACTIONS_RESULTS_URL": testhost.GitHubResults})
@@ -104,7 +103,7 @@ done
 	b.ResetTimer()
 	res, err := sb.Exec(context.Background(), gvisor.Step{
 		Args: []string{"/bin/bash", "-c", script}, Dir: "/workspace",
-		Env:    append(eg.Env(), "PATH=/usr/bin:/bin", "ACTIONS_RUNTIME_TOKEN="+env["ACTIONS_RUNTIME_TOKEN"], "ACTIONS_RESULTS_URL="+env["ACTIONS_RESULTS_URL"]),
+		Env:    append(eg.Env(), "PATH="+sandboxPath, "ACTIONS_RUNTIME_TOKEN="+env["ACTIONS_RUNTIME_TOKEN"], "ACTIONS_RESULTS_URL="+env["ACTIONS_RESULTS_URL"]),
 		Stdout: &out, Stderr: &out,
 	})
 	b.StopTimer()

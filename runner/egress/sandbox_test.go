@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/leakcheck"
 	"github.com/airlock-ci/airlock/internal/testhost"
+	"github.com/airlock-ci/airlock/internal/testtool"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner/egress/rules"
 )
@@ -196,6 +197,10 @@ for attempt in range(3):
         pass
 `
 
+// sandboxPath is the PATH of the tests' steps, in which they find their
+// clients (curl, python3, node) on the host's root the sandbox sees.
+const sandboxPath = "/usr/bin:/bin"
+
 // One job in a real sandbox on the job's own namespaces, with real
 // clients inside (curl, python) and upstream servers on loopback: every
 // egress claim is attacked and checked against what happened and what
@@ -204,11 +209,8 @@ func TestSandboxEgress(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	for _, bin := range []string{"/usr/bin/curl", "/usr/bin/python3"} {
-		if _, err := os.Stat(bin); err != nil {
-			t.Skipf("needs %s on the host root for the in-sandbox clients", bin)
-		}
-	}
+	testtool.InSandbox(t, testtool.Curl, sandboxPath, "the test's HTTP client in the sandbox")
+	testtool.InSandbox(t, testtool.Python3, sandboxPath, "the test's raw DNS and socket client in the sandbox is a Python script")
 	nsBefore := leakcheck.NetNamespaces()
 	fdsBefore := openFDs()
 
@@ -271,7 +273,7 @@ for n in private meta rebind; do curl -s --max-time 5 -o /dev/null -w "$n-status
 `, p1, p2, gw)
 	var out bytes.Buffer
 	mark, connects := eg.Mark(), sb.ConnectCount()
-	res, err := sb.Exec(context.Background(), gvisor.Step{Args: []string{"/bin/bash", "-c", script}, Env: append(eg.Env(), "PATH=/usr/bin:/bin"), Stdout: &out, Stderr: &out, Dir: "/workspace"})
+	res, err := sb.Exec(context.Background(), gvisor.Step{Args: []string{"/bin/bash", "-c", script}, Env: append(eg.Env(), "PATH="+sandboxPath), Stdout: &out, Stderr: &out, Dir: "/workspace"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +288,7 @@ for n in private meta rebind; do curl -s --max-time 5 -o /dev/null -w "$n-status
 		}
 	}
 	mark, connects = eg.Mark(), sb.ConnectCount()
-	if _, err := sb.Exec(context.Background(), gvisor.Step{Args: []string{"curl", "-sS", "--max-time", "5", "-o", "/dev/null", fmt.Sprintf("http://up.test:%d/", p1)}, Env: append(eg.Env(), "PATH=/usr/bin:/bin")}); err != nil {
+	if _, err := sb.Exec(context.Background(), gvisor.Step{Args: []string{"curl", "-sS", "--max-time", "5", "-o", "/dev/null", fmt.Sprintf("http://up.test:%d/", p1)}, Env: append(eg.Env(), "PATH="+sandboxPath)}); err != nil {
 		t.Fatal(err)
 	}
 	if again := eg.RefusalsSince(mark, sb.ConnectsFrom(connects)); len(again) != 0 {
@@ -469,9 +471,7 @@ func TestSandboxHTTPSSecret(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	if _, err := os.Stat("/usr/bin/curl"); err != nil {
-		t.Skip("needs /usr/bin/curl on the host root")
-	}
+	testtool.InSandbox(t, testtool.Curl, sandboxPath, "the test's HTTPS client in the sandbox")
 	const value = "Bearer tok-5ecret-9f1c"
 	var mu sync.Mutex
 	var got []string
@@ -519,7 +519,7 @@ echo "env-has-secret $(env | grep -c 5ecret)"
 echo "files-have-secret $(grep -rls 5ecret /etc/ssl /run /workspace 2>/dev/null | wc -l)"
 `, port)
 	var out bytes.Buffer
-	res, err := sb.Exec(context.Background(), gvisor.Step{Args: []string{"/bin/bash", "-c", script}, Env: append(eg.Env(), "PATH=/usr/bin:/bin"), Stdout: &out, Stderr: &out, Dir: "/workspace"})
+	res, err := sb.Exec(context.Background(), gvisor.Step{Args: []string{"/bin/bash", "-c", script}, Env: append(eg.Env(), "PATH="+sandboxPath), Stdout: &out, Stderr: &out, Dir: "/workspace"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -610,9 +610,7 @@ func TestSandboxAudit(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	if _, err := os.Stat("/usr/bin/curl"); err != nil {
-		t.Skip("needs /usr/bin/curl on the host root for the in-sandbox client")
-	}
+	testtool.InSandbox(t, testtool.Curl, sandboxPath, "the test's HTTP client in the sandbox")
 	p1, p2, caPEM := startUpstreams(t, "tls.other.test")
 	// open.test resolves (on the host, not pinned) into the range the
 	// organisation opened for its pinned names: audit must not open it
@@ -647,7 +645,7 @@ curl -sS --noproxy '*' --max-time 5 http://%s:$P1/ >/dev/null 2>&1; echo "direct
 `, p1, p2, upstreamAddr, upstreamAddr)
 	var out bytes.Buffer
 	mark, connects := eg.Mark(), sb.ConnectCount()
-	if _, err := sb.Exec(context.Background(), gvisor.Step{Args: []string{"/bin/bash", "-c", script}, Env: append(eg.Env(), "PATH=/usr/bin:/bin"), Stdout: &out, Stderr: &out, Dir: "/workspace"}); err != nil {
+	if _, err := sb.Exec(context.Background(), gvisor.Step{Args: []string{"/bin/bash", "-c", script}, Env: append(eg.Env(), "PATH="+sandboxPath), Stdout: &out, Stderr: &out, Dir: "/workspace"}); err != nil {
 		t.Fatal(err)
 	}
 	var block bytes.Buffer

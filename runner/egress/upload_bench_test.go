@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/testhost"
+	"github.com/airlock-ci/airlock/internal/testtool"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner/credentials"
 )
@@ -37,14 +38,8 @@ func BenchmarkArtifactUploadInSandbox(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root")
 	}
-	clients, _ := filepath.Abs("../../testdata/clients")
-	if _, err := os.Stat(filepath.Join(clients, "node_modules", "@actions", "artifact")); err != nil {
-		b.Skip("the client packages are not installed: npm ci --prefix testdata/clients --ignore-scripts")
-	}
-	node, err := os.Stat("/usr/bin/node")
-	if err != nil || node.IsDir() {
-		b.Skip("needs /usr/bin/node on the host root")
-	}
+	clients := testtool.Clients(b, "the upload is the real @actions/artifact client's")
+	testtool.InSandbox(b, testtool.Node, sandboxPath, "the upload in the sandbox runs the artifact client on node")
 	gh, caPEM, roots, pol := benchGitHub(b, benchUploadAddr)
 	type way struct {
 		name string
@@ -67,7 +62,7 @@ func BenchmarkArtifactUploadInSandbox(b *testing.B) {
 		defer eg.Close()
 		sb := sandboxBehind(b, eg, caPEM, gvisor.Mount{Source: clients, Destination: "/opt/clients", ReadOnly: true})
 		ways = append(ways, &way{name: w.name, sb: sb, eg: eg,
-			env: append(eg.Env(), "PATH=/usr/bin:/bin", "HOME=/tmp", "ACTIONS_RUNTIME_TOKEN="+env["ACTIONS_RUNTIME_TOKEN"], "ACTIONS_RESULTS_URL="+env["ACTIONS_RESULTS_URL"])})
+			env: append(eg.Env(), "PATH="+sandboxPath, "HOME=/tmp", "ACTIONS_RUNTIME_TOKEN="+env["ACTIONS_RUNTIME_TOKEN"], "ACTIONS_RESULTS_URL="+env["ACTIONS_RESULTS_URL"])})
 	}
 	data := make([]byte, 100<<20)
 	rand.Read(data)

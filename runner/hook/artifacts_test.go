@@ -37,8 +37,8 @@ import (
 // sandbox (with the same runtime token, straight to GitHub) is not
 // recorded at all.
 func TestHookArtifactUploadsAreRecorded(t *testing.T) {
-	clients := clientPackages(t)
 	h := newRunnerHost(t)
+	clients := clientPackages(t)
 	os.WriteFile(filepath.Join(h.org, "clients.cue"), []byte(fmt.Sprintf(`package airlock
 sandbox: mounts: [{source: %q, destination: "/opt/clients"}]
 `, clients)), 0o644)

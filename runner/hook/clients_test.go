@@ -11,17 +11,18 @@ import (
 	"testing"
 
 	"github.com/airlock-ci/airlock/internal/testhost"
+	"github.com/airlock-ci/airlock/internal/testtool"
 )
 
 // The real Actions client packages (testdata/clients, installed from npm
-// at pinned versions by .ci/run), run in an agent's job through the
+// at pinned versions by make test), run in an agent's job through the
 // hook: each refusal comes in its client's protocol, so the client stops
 // at once and shows airlock's reason: a cache save (twirp, which the
 // client would otherwise retry five times, about 28 s, and then blame
 // another job), a REST write and a GraphQL mutation with the job's token.
 func TestHookRealClientsAreRefusedInTheirProtocol(t *testing.T) {
-	clients := clientPackages(t)
 	h := newRunnerHost(t)
+	clients := clientPackages(t)
 	// The packages where the job finds them, wherever the checkout is
 	// (the sandbox's /tmp is its own).
 	os.WriteFile(filepath.Join(h.org, "clients.cue"), []byte(fmt.Sprintf("package airlock\nsandbox: mounts: [{source: %q, destination: \"/opt/clients\"}]\n", clients)), 0o644)
@@ -66,8 +67,8 @@ func TestHookRealClientsAreRefusedInTheirProtocol(t *testing.T) {
 // behind the signed URLs, through the gateway) and a REST write work,
 // and GitHub saw the real credentials.
 func TestHookRealClientsWorkForHumans(t *testing.T) {
-	clients := clientPackages(t)
 	h := newRunnerHost(t)
+	clients := clientPackages(t)
 	h.humanPullRequest()
 	gh, env := h.fakeGitHub(t)
 	h.allowBlobStorage()
@@ -112,18 +113,10 @@ func (h *runnerHost) humanPullRequest() {
 	}
 }
 
-// clientPackages is testdata/clients, where .ci/run installs the real
-// Actions client packages (npm ci).
+// clientPackages is testdata/clients, where make test installs the real
+// Actions client packages (npm ci); without them the test is skipped, or
+// fails under AIRLOCK_REQUIRE_CLIENTS, which CI sets.
 func clientPackages(t *testing.T) string {
 	t.Helper()
-	clients, err := filepath.Abs("../../testdata/clients")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, pkg := range []string{"cache", "artifact", "github", "core"} {
-		if _, err := os.Stat(filepath.Join(clients, "node_modules", "@actions", pkg)); err != nil {
-			t.Fatal("the client packages are not installed: npm ci --prefix testdata/clients --ignore-scripts (.ci/run does)")
-		}
-	}
-	return clients
+	return testtool.Clients(t, "the job runs the real Actions client packages (cache, artifact, REST and GraphQL) through the hook and its egress gateway")
 }

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/testhost"
+	"github.com/airlock-ci/airlock/internal/testtool"
 )
 
 // fakeGitHubAddr is the loopback address the fake GitHub listens on
@@ -60,6 +62,7 @@ credentials: oidc: audiences: ["sts.amazonaws.com"]
 // with no value, and redacts what the job masked.
 func TestHookCredentials(t *testing.T) {
 	h := newRunnerHost(t)
+	testtool.InSandbox(t, testtool.Curl, gvisor.DefaultPath, "the job's hostile step calls the cache, artifact, OIDC and REST services with curl")
 	gh, env := h.fakeGitHub(t)
 	state := h.prepare()
 	// The runner's own copy of the step's variables, as a file a

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/internal/testhost"
+	"github.com/airlock-ci/airlock/internal/testtool"
 	"github.com/airlock-ci/airlock/runner/report"
 )
 
@@ -146,13 +147,11 @@ func newRunnerHost(t testing.TB) *runnerHost {
 }
 
 // nodeBinary is the node the tests launch the hook with, as the runner
-// launches it with its own.
+// launches it with its own (skipped without node, or a failure under
+// AIRLOCK_REQUIRE_NODE, which CI sets).
 func nodeBinary(t testing.TB) string {
 	t.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatal("the hook's tests launch index.js with node, as the runner does: install Node.js (Debian: apt-get install nodejs; .ci/run does)")
-	}
+	node := testtool.Path(t, testtool.Node, "the hook's tests launch its index.js with node, as the runner does with its own")
 	real, err := filepath.EvalSymlinks(node)
 	if err != nil {
 		t.Fatal(err)

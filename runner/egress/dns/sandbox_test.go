@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/leakcheck"
+	"github.com/airlock-ci/airlock/internal/testtool"
 	"github.com/airlock-ci/airlock/runner/egress/netns"
 	"github.com/airlock-ci/airlock/runner/egress/rules"
 )
@@ -49,9 +50,7 @@ func TestSandboxResolvesThroughGateway(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("needs /usr/bin/python3 on the host root for the in-sandbox client")
-	}
+	testtool.InSandbox(t, testtool.Python3, "/usr/bin:/bin", "the test's DNS client in the sandbox is a Python script")
 	pair, err := netns.New(netip.MustParsePrefix("198.18.0.0/24"), netip.Prefix{})
 	if err != nil {
 		t.Fatal(err)
