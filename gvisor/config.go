@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-ci/airlock/gvisor/platform"
 	"github.com/airlock-ci/airlock/gvisor/quota"
 	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/internal/paths"
@@ -177,12 +178,13 @@ type Config struct {
 	// RunscFlags are extra global runsc flags (benchmarks and experiments).
 	RunscFlags []string
 
-	// SharedRoot keeps what outlives one job: the host's KVM verdict
-	// (platform/) and the logs of failed starts (logs/). Empty: StateRoot.
+	// SharedRoot keeps what outlives one job: the logs of failed starts
+	// (logs/), and the host's KVM verdict (platform/) where
+	// platform.HostDir cannot be had. Empty: StateRoot.
 	SharedRoot string
 
 	// judge decides about KVM; nil: this host's (hostJudge). Tests set it.
-	judge *kvmJudge
+	judge *platform.Judge
 	// helperInit makes the airlock binary the container's init, as on
 	// architectures without the small reaper (reaper.go). Tests set it.
 	helperInit bool

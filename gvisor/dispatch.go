@@ -11,11 +11,14 @@ import (
 
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/runsc/cli/maincli"
+
+	"github.com/airlock-ci/airlock/gvisor/platform"
 )
 
 // Dispatch hands the process to runsc when argv[0] names a runsc role
 // (runsc, runsc-sandbox, runsc-gofer, ...), or runs the in-sandbox init
-// helper when argv[0] is its mount path. A gofer of one of airlock's
+// helper when argv[0] is its mount path, or the platform's background
+// probe when argv[0] is platform.ProbeArgv0. A gofer of one of airlock's
 // bundles first builds its root skeleton (prepareGoferRoot). It returns
 // only when neither applies. Call it first thing in main, and in TestMain
 // of any test binary that starts sandboxes.
@@ -37,6 +40,8 @@ func Dispatch() {
 		os.Exit(0)
 	case os.Args[0] == initPath:
 		os.Exit(sandboxHelper(os.Args[1:]))
+	case os.Args[0] == platform.ProbeArgv0 && len(os.Args) == 2:
+		os.Exit(platform.RunBackground(os.Args[1], probeKVMIn, platform.KVMCPUIDGaps))
 	}
 	quietRunscLogs()
 }

@@ -25,10 +25,11 @@
 // asked, no_new_privs, environment from nothing); its image directory is
 // trusted to be what an administrator put there, and is never written.
 //
-// Platform: Create chooses it (platform.go). auto takes kvm only where a
-// probe sandbox has booted on it, a verdict kept under the shared root
-// per boot, binary and /dev/kvm (kvmprobe.go), written and believed only
-// when root alone could have written it; a sandbox that auto put on kvm
+// Platform: package platform decides it (see its doc); this package
+// hands it the host's seams (platform.go) and boots its probe sandboxes
+// (kvmprobe.go). auto takes kvm only where a probe sandbox has booted on
+// it, and never waits for the probe: the first job of a boot runs on
+// systrap while the probe runs beside it. A sandbox that auto put on kvm
 // and that does not boot is created again on systrap. kvm asked for
 // where it cannot boot is refused before anything is created. runsc's
 // logs of a failed start are kept under the shared root, never printed.

@@ -9,212 +9,97 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-ci/airlock/gvisor/platform"
+	"github.com/airlock-ci/airlock/internal/leakcheck"
 )
 
 // fakeJudge is a KVM judge whose device check and probe are given, and
-// whose verdicts are kept under stateRoot as the host's are; probes
-// counts the probes it ran.
-func fakeJudge(stateRoot string, device, probe error, probes *int) *kvmJudge {
-	return &kvmJudge{
-		device: func() error { return device },
-		key:    func() (string, error) { return "boot=test exe=1", nil },
-		probe: func(context.Context) error {
+// whose verdicts are kept under stateRoot; probes counts the probes it
+// ran. usable, when not nil, is a verdict kept before the first job.
+// Its background probe starts nothing.
+func fakeJudge(stateRoot string, device, probe error, probes *int, usable *bool) *platform.Judge {
+	j := &platform.Judge{
+		Device: func() error { return device },
+		Key:    func() (string, error) { return "boot=test gvisor=1", nil },
+		Probe: func(context.Context) error {
 			*probes++
 			return probe
 		},
-		verdicts: newVerdictCache(stateRoot),
+		Verdicts: platform.NewVerdicts(platformDir(stateRoot)),
 	}
+	if usable != nil {
+		j.Keep(*usable, "a probe sandbox booted on kvm (kept by the test)")
+	}
+	return j
 }
 
-// The decision: the platform a sandbox gets for what was asked, given
-// what the device check and the probe say.
-func TestChoosePlatform(t *testing.T) {
-	noDevice := errors.New("open /dev/kvm: no such file or directory")
-	panicked := errors.New("sandbox: error initializing vCPU(id=0) state: error setting system registers: invalid argument")
-	for _, tc := range []struct {
-		name          string
-		asked         string
-		device, probe error
-		want          string
-		reason        string // in the reason, or in the error
-		err           error
-		probes        int
-	}{
-		{"auto, probe passes", "", nil, nil, PlatformKVM, "auto: a probe sandbox booted on kvm", nil, 1},
-		{"auto by name, probe passes", "auto", nil, nil, PlatformKVM, "auto: a probe sandbox booted on kvm", nil, 1},
-		{"auto, probe fails", "auto", nil, panicked, PlatformSystrap, "kvm unusable: a probe sandbox did not boot on kvm", nil, 1},
-		{"auto, no device: no probe", "auto", noDevice, nil, PlatformSystrap, "kvm unusable: open /dev/kvm: no such file or directory", nil, 0},
-		{"systrap: no probe", "systrap", nil, nil, PlatformSystrap, "asked for", nil, 0},
-		{"kvm, probe passes", "kvm", nil, nil, PlatformKVM, "asked for; a probe sandbox booted on kvm", nil, 1},
-		{"kvm, probe fails", "kvm", nil, panicked, "", "error setting system registers: invalid argument; ask for platform auto", ErrPlatformUnusable, 1},
-		{"kvm, no device", "kvm", noDevice, nil, "", "platform kvm: open /dev/kvm: no such file or directory; ask for platform auto", ErrPlatformUnusable, 0},
-		{"unknown platform", "ptrace", nil, nil, "", `platform "ptrace": use auto, systrap or kvm`, ErrInvalidConfig, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			probes := 0
-			j := fakeJudge(t.TempDir(), tc.device, tc.probe, &probes)
-			got, err := j.choose(context.Background(), tc.asked)
-			if tc.err != nil {
-				if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), tc.reason) || strings.Contains(err.Error(), "\n") {
-					t.Fatalf("%v, want one line that is %v and says %q", err, tc.err, tc.reason)
-				}
-			} else if err != nil || got.Platform != tc.want || !strings.Contains(got.Reason, tc.reason) {
-				t.Fatalf("%+v, %v; want %s for %q", got, err, tc.want, tc.reason)
-			}
-			if probes != tc.probes {
-				t.Errorf("%d probes, want %d", probes, tc.probes)
-			}
-			// The verdict holds: asking again probes no more.
-			j.choose(context.Background(), tc.asked)
-			if probes != tc.probes {
-				t.Errorf("asked again: %d probes, want still %d", probes, tc.probes)
-			}
-		})
+// The first job on a host whose KVM probe hangs does not wait for it.
+// The probe here runs a runsc that never answers, in the background
+// process exactly as the host's judge starts it (the test binary, like
+// airlock, hands platform.ProbeArgv0 to the probe through Dispatch). The
+// probe still runs when the job has finished on systrap; the next job
+// starts no second probe; the probe ends by itself at its timeout,
+// keeps its verdict for the jobs after it, and leaves nothing behind.
+func TestFirstJobDoesNotWaitForTheProbe(t *testing.T) {
+	requireRoot(t)
+	cfg := testConfig(t)
+	dir := platformDir(cfg.StateRoot)
+	hang := filepath.Join(t.TempDir(), "runsc")
+	if err := os.WriteFile(hang, []byte("#!/bin/sh\nexec sleep 600\n"), 0o755); err != nil {
+		t.Fatal(err)
 	}
-}
-
-// A failed probe's reason says what KVM's CPUID lacks of the host's,
-// when it lacks something; a passing probe's does not.
-func TestFailedProbeNamesCPUIDGaps(t *testing.T) {
-	const gaps = "KVM's CPUID lacks XSAVE (the host CPU has it)"
-	for _, tc := range []struct {
-		name  string
-		probe error
-		want  string
-	}{
-		{"probe fails", errors.New("error setting system registers"), "error setting system registers; " + gaps},
-		{"probe passes", nil, "a probe sandbox booted on kvm"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			probes := 0
-			j := fakeJudge(t.TempDir(), nil, tc.probe, &probes)
-			j.cpuidGaps = func() string { return gaps }
-			got, err := j.choose(context.Background(), "auto")
-			if err != nil || !strings.Contains(got.Reason, tc.want) || (tc.probe == nil) == strings.Contains(got.Reason, gaps) {
-				t.Fatalf("%+v, %v; want a reason with %q", got, err, tc.want)
-			}
-		})
+	const timeout = 10 * time.Second
+	judge := &platform.Judge{
+		Device: func() error { return nil }, // as where /dev/kvm opens
+		Key:    func() (string, error) { return "boot=test hanging-probe", nil },
+		Probe: func(context.Context) error {
+			t.Error("a job waited for the probe")
+			return nil
+		},
+		Background: func(key string) string {
+			return platform.StartBackground(platform.BackgroundProbe{Dir: dir, Key: key, Runsc: hang, Timeout: timeout})
+		},
+		Verdicts: platform.NewVerdicts(dir),
 	}
-}
-
-// A kept verdict is used only when root wrote it, for this key, whole:
-// any other file is ignored and the probe runs again (and replaces it).
-func TestVerdictCacheIgnoresUntrustedFiles(t *testing.T) {
-	requireRoot(t) // chown
-	good := `{"key":"boot=test exe=1","usable":true,"reason":"a probe sandbox booted on kvm (cached)"}`
-	for _, tc := range []struct {
-		name    string
-		plant   func(path string) error
-		trusted bool
-	}{
-		{"root's, for this key", func(p string) error { return os.WriteFile(p, []byte(good), 0o600) }, true},
-		{"corrupt", func(p string) error { return os.WriteFile(p, []byte(`{"key":"boot=test exe=1","usable":tr`), 0o600) }, false},
-		{"unknown field", func(p string) error {
-			return os.WriteFile(p, []byte(`{"key":"boot=test exe=1","usable":true,"reason":"x","by":"me"}`), 0o600)
-		}, false},
-		{"another boot", func(p string) error {
-			return os.WriteFile(p, []byte(strings.Replace(good, "boot=test", "boot=other", 1)), 0o600)
-		}, false},
-		{"owned by someone else", func(p string) error {
-			if err := os.WriteFile(p, []byte(good), 0o600); err != nil {
-				return err
-			}
-			return os.Chown(p, 1000, 1000)
-		}, false},
-		{"others may write it", func(p string) error {
-			if err := os.WriteFile(p, []byte(good), 0o600); err != nil {
-				return err
-			}
-			return os.Chmod(p, 0o666)
-		}, false},
-		{"a symlink to root's file", func(p string) error {
-			real := filepath.Join(filepath.Dir(p), "elsewhere.json")
-			if err := os.WriteFile(real, []byte(good), 0o600); err != nil {
-				return err
-			}
-			return os.Symlink(real, p)
-		}, false},
-		{"a directory", func(p string) error { return os.Mkdir(p, 0o700) }, false},
-		{"too large", func(p string) error {
-			return os.WriteFile(p, []byte(strings.Replace(good, "(cached)", strings.Repeat("x", maxVerdict), 1)), 0o600)
-		}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			root := t.TempDir()
-			c := newVerdictCache(root)
-			if err := os.MkdirAll(c.dir, 0o700); err != nil {
-				t.Fatal(err)
-			}
-			if err := tc.plant(c.path()); err != nil {
-				t.Fatal(err)
-			}
-			probes := 0
-			j := fakeJudge(root, nil, errors.New("probe says no"), &probes)
-			usable, why := j.judge(context.Background())
-			if tc.trusted {
-				if !usable || probes != 0 || !strings.Contains(why, "(cached)") {
-					t.Fatalf("usable %v (%s) after %d probes: the kept verdict was not used", usable, why, probes)
-				}
-				return
-			}
-			if usable || probes != 1 {
-				t.Fatalf("usable %v (%s) after %d probes: the planted verdict was believed", usable, why, probes)
-			}
-			if fi, err := os.Lstat(c.path()); tc.name != "a directory" && (err != nil || !fi.Mode().IsRegular()) {
-				t.Fatalf("the probe's verdict did not replace the planted file: %v %v", fi, err)
-			}
-		})
-	}
-	// A state directory others may write: nothing in it is believed.
-	root := t.TempDir()
-	c := newVerdictCache(root)
-	os.MkdirAll(c.dir, 0o700)
-	os.WriteFile(c.path(), []byte(good), 0o600)
-	os.Chmod(c.dir, 0o777)
-	probes := 0
-	if usable, _ := fakeJudge(root, nil, errors.New("no"), &probes).judge(context.Background()); usable || probes != 1 {
-		t.Errorf("a verdict in a directory anyone may write was believed (usable %v, %d probes)", usable, probes)
-	}
-}
-
-// The host's key holds still within a boot and a binary, so a verdict
-// is found again.
-func TestHostKey(t *testing.T) {
-	if err := KVMDeviceUsable(); err != nil {
-		if _, err := hostKey(); err == nil {
-			t.Fatal("a key without /dev/kvm")
+	job := func(want string) {
+		t.Helper()
+		c := testConfig(t)
+		c.StateRoot, c.judge = cfg.StateRoot, judge
+		sb := startSandbox(t, c)
+		if _, out, res := sh(t, sb, "true"); res.ExitCode != 0 {
+			t.Fatalf("step: %+v %s", res, out)
 		}
-		t.Skipf("no /dev/kvm here (%v): its identity is not in a key; the rest of the key is tested where there is one", err)
-	}
-	a, err := hostKey()
-	b, _ := hostKey()
-	if err != nil || a != b || !strings.Contains(a, "boot=") {
-		t.Fatalf("%q, %q, %v", a, b, err)
-	}
-}
-
-// CPUID gaps: the CR4 features the host has and KVM does not offer.
-func TestCPUIDGaps(t *testing.T) {
-	host := map[string]bool{"xsave": true, "pcid": true, "fsgsbase": true, "smep": true, "smap": true}
-	full := []cpuidEntry{
-		{function: 1, regs: [4]uint32{0, 0, 1<<26 | 1<<17, 0}},
-		{function: 7, regs: [4]uint32{0, 1<<0 | 1<<7 | 1<<20, 0, 0}},
-	}
-	nested := []cpuidEntry{{function: 1}, {function: 7}, {function: 7, index: 1, regs: [4]uint32{0, ^uint32(0), 0, 0}}}
-	for _, tc := range []struct {
-		name string
-		host map[string]bool
-		kvm  []cpuidEntry
-		want string
-	}{
-		{"KVM offers all", host, full, ""},
-		{"nested KVM offers none", host, nested, "XSAVE PCID FSGSBASE SMEP SMAP"},
-		{"the host lacks them too", map[string]bool{"pcid": true}, nested, "PCID"},
-		{"no table", host, nil, "XSAVE PCID FSGSBASE SMEP SMAP"},
-	} {
-		if got := strings.Join(cpuidGaps(tc.host, tc.kvm), " "); got != tc.want {
-			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		if err := sb.Destroy(context.Background()); err != nil {
+			t.Fatal(err)
 		}
+		if p := sb.Platform(); p.Platform != PlatformSystrap || !strings.Contains(p.Reason, want) {
+			t.Fatalf("platform %s, want systrap because %q", p, want)
+		}
+	}
+	start := time.Now()
+	job("not judged yet on this host: this job runs on systrap; a probe sandbox boots on kvm beside it (pid ")
+	if !judge.Verdicts.Busy() {
+		t.Fatalf("the job is done (in %s) and the probe is not running: it was waited for, or never started", time.Since(start))
+	}
+	t.Logf("the first job took %s; the probe still runs", time.Since(start))
+	job("a probe sandbox is booting on kvm beside it, for the jobs after it")
+
+	for end := time.Now().Add(timeout + 30*time.Second); judge.Verdicts.Busy(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("the probe still runs %s after its timeout", 30*time.Second)
+		}
+	}
+	v, ok := judge.Verdicts.Read("boot=test hanging-probe")
+	if !ok || v.Usable || !strings.Contains(v.Reason, "no answer in "+timeout.String()) {
+		t.Fatalf("kept verdict %+v %v", v, ok)
+	}
+	job("kvm unusable: a probe sandbox did not boot on kvm")
+	if left := leakcheck.Report(dir, ""); left != "" {
+		t.Errorf("the probe left:\n%s", left)
+	}
+	if probes, _ := filepath.Glob(filepath.Join(dir, "probe-*")); len(probes) > 0 {
+		t.Errorf("the probe left its directories: %v", probes)
 	}
 }
 
@@ -272,8 +157,14 @@ func TestAutoPlatformOnThisHost(t *testing.T) {
 			t.Errorf("without /dev/kvm (%v): %s", err, p)
 		}
 	}
-	usable, why := hostJudge(sb.Config().StateRoot).judge(context.Background())
-	if usable != (p.Platform == PlatformKVM) {
+	// The kept verdict, waiting for the probe that the first job of the
+	// boot started beside it, if this was that job.
+	usable, why := hostJudge(sb.Config().StateRoot).Judge(context.Background())
+	if strings.Contains(p.Reason, "not judged yet") {
+		if p.Platform != PlatformSystrap {
+			t.Errorf("not judged yet, and on %s", p)
+		}
+	} else if usable != (p.Platform == PlatformKVM) {
 		t.Errorf("auto chose %s, the kept verdict says usable=%v (%s)", p.Platform, usable, why)
 	}
 	cfg := testConfig(t)
@@ -312,9 +203,9 @@ func checkRefusal(t *testing.T, cfg Config, err error) {
 // This runs on every kind of host: the probe is the fake one here.
 func TestAutoFallsBackToSystrap(t *testing.T) {
 	requireRoot(t)
-	probes := 0
+	probes, usable := 0, true
 	cfg := testConfig(t)
-	cfg.judge = fakeJudge(cfg.StateRoot, nil, nil, &probes)
+	cfg.judge = fakeJudge(cfg.StateRoot, nil, nil, &probes, &usable)
 	cfg.RunscFlags = []string{"--platform_device_path=/dev/null"}
 	sb := startSandbox(t, cfg)
 	p := sb.Platform()
@@ -345,8 +236,8 @@ func TestAutoFallsBackToSystrap(t *testing.T) {
 	if p := sb2.Platform(); p.Platform != PlatformSystrap || len(p.Attempts) != 1 || !strings.Contains(p.Reason, "a job's sandbox did not boot on kvm") {
 		t.Errorf("the next job: %+v", p)
 	}
-	if probes != 1 {
-		t.Errorf("%d probes, want 1", probes)
+	if probes != 0 {
+		t.Errorf("%d probes, want none (the verdict was kept)", probes)
 	}
 }
 
@@ -359,14 +250,14 @@ func TestKVMAskedForIsNotReplaced(t *testing.T) {
 	probes := 0
 	cfg := testConfig(t)
 	cfg.Platform = PlatformKVM
-	cfg.judge = fakeJudge(cfg.StateRoot, nil, errors.New("sandbox: error setting system registers: invalid argument"), &probes)
+	cfg.judge = fakeJudge(cfg.StateRoot, nil, errors.New("sandbox: error setting system registers: invalid argument"), &probes, nil)
 	_, err := Create(context.Background(), cfg)
 	checkRefusal(t, cfg, err)
 
 	cfg = testConfig(t)
 	cfg.StateRoot = filepath.Join(cfg.StateRoot, "probe-passed") // no verdict yet
 	cfg.Platform = PlatformKVM
-	cfg.judge = fakeJudge(cfg.StateRoot, nil, nil, &probes)
+	cfg.judge = fakeJudge(cfg.StateRoot, nil, nil, &probes, nil)
 	cfg.RunscFlags = []string{"--platform_device_path=/dev/null"}
 	_, err = Create(context.Background(), cfg)
 	if !errors.Is(err, ErrStartFailure) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "runsc's log: ") {

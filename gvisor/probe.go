@@ -20,12 +20,12 @@ func CheckHost() error { return checkHost() }
 // after a boot would, and returns it: whether auto will choose kvm.
 func JudgeKVM(ctx context.Context, stateRoot string) (usable bool, why string) {
 	j := hostJudge(stateRoot)
-	if err := j.device(); err != nil {
+	if err := j.Device(); err != nil {
 		return false, err.Error()
 	}
-	usable, why = j.probed(ctx)
+	usable, why = j.Probed(ctx)
 	if ctx.Err() == nil {
-		j.keep(usable, why)
+		j.Keep(usable, why)
 	}
 	return usable, why
 }

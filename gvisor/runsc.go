@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-ci/airlock/gvisor/platform"
+	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/internal/textsafe"
 )
 
@@ -97,14 +99,14 @@ func bootFailure(err error, dir string) string {
 	if cause != "" {
 		why += " (" + cause + ")"
 	}
-	return textsafe.Line(oneLine(why))
+	return textsafe.Line(platform.OneLine(why))
 }
 
 // logCause returns the first line of the panic log, else the first error
 // runsc logged that is not already in said, else "".
 func logCause(panicLog, log, said string) string {
 	if b, _ := readHead(panicLog); len(bytes.TrimSpace(b)) > 0 {
-		return oneLine(string(b))
+		return platform.OneLine(string(b))
 	}
 	b, _ := readHead(log)
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -114,7 +116,7 @@ func logCause(panicLog, log, said string) string {
 			return ""
 		}
 		if line.Level == "error" && line.Msg != "" && !strings.Contains(said, line.Msg) {
-			return oneLine(line.Msg)
+			return platform.OneLine(line.Msg)
 		}
 	}
 }
@@ -140,19 +142,19 @@ func keepStartLog(stateRoot, id, platform, dir string) string {
 
 // keepLog writes out and the given log files, each under a heading, to
 // path (mode 0600).
-func keepLog(path string, out []byte, files ...string) error {
+func keepLog(path string, out []byte, logs ...string) error {
 	var b bytes.Buffer
 	if out != nil {
 		b.WriteString("== output\n")
 		b.Write(out)
 	}
-	for _, l := range files {
+	for _, l := range logs {
 		if body, err := readHead(l); err == nil && len(body) > 0 {
 			fmt.Fprintf(&b, "\n== %s\n", filepath.Base(l))
 			b.Write(body)
 		}
 	}
-	return writeFileAtomic(path, b.Bytes())
+	return files.WriteAtomic(path, b.Bytes())
 }
 
 // pruneLogs removes all but the newest keep *.log files of dir.

@@ -17,6 +17,7 @@ import (
 	"gvisor.dev/gvisor/runsc/container"
 
 	"github.com/airlock-ci/airlock/gvisor/monitor"
+	"github.com/airlock-ci/airlock/gvisor/platform"
 	"github.com/airlock-ci/airlock/gvisor/quota"
 )
 
@@ -80,11 +81,14 @@ func Create(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
 	if c.judge != nil {
 		judge = *c.judge
 	}
-	platform, err := judge.choose(ctx, c.Platform)
+	choice, err := judge.Choose(ctx, c.Platform)
+	if errors.Is(err, platform.ErrUnknown) {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	if err != nil {
 		return nil, err
 	}
-	c.Platform = platform.Platform
+	c.Platform = choice.Platform
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("%w: locate own binary: %v", ErrNoSelfExe, err)
@@ -97,7 +101,7 @@ func Create(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create job directory %s (is job id %q already in use?): %w", dir, c.ID, err)
 	}
-	s := &Sandbox{cfg: c, platform: platform, dir: dir, runsc: newRunsc(c, dir), record: monitor.NewRecord()}
+	s := &Sandbox{cfg: c, platform: choice, dir: dir, runsc: newRunsc(c, dir), record: monitor.NewRecord()}
 	defer func() {
 		if err != nil && os.Getenv("AIRLOCK_KEEP_FAILED") == "" {
 			s.Destroy(context.Background())
@@ -244,10 +248,10 @@ func (s *Sandbox) prepare(exe string) error {
 // systrap: KVM is an acceleration, and a job never fails for want of it.
 // Both attempts are recorded, and the host's KVM verdict turns to
 // unusable, so that later jobs go straight to systrap.
-func (s *Sandbox) start(ctx context.Context, judge kvmJudge) error {
+func (s *Sandbox) start(ctx context.Context, judge platform.Judge) error {
 	err := s.startOnce()
 	s.platform.Attempts = append(s.platform.Attempts, attemptOf(s.cfg.Platform, err))
-	if err == nil || !s.platform.fallsBack() || ctx.Err() != nil {
+	if err == nil || !s.platform.FallsBack() || ctx.Err() != nil {
 		return err
 	}
 	why := s.platform.Attempts[0].Error
@@ -262,7 +266,7 @@ func (s *Sandbox) start(ctx context.Context, judge kvmJudge) error {
 		return err
 	}
 	// Only now is it KVM's fault: the same sandbox booted on systrap.
-	judge.failed(why)
+	judge.Failed(why)
 	s.platform.Platform = PlatformSystrap
 	s.platform.Reason = "the sandbox did not boot on kvm (" + why + "), so it was created again on systrap"
 	return nil

@@ -72,8 +72,9 @@ type Inputs struct {
 	Steps     []StepSpec
 	PolicyJob string
 	// Workspace is the host directory the job works in; StateRoot holds
-	// the sandbox's state; SharedRoot what outlives the job (the host's
-	// KVM verdict, failed starts' logs; empty: StateRoot).
+	// the sandbox's state; SharedRoot what outlives the job (failed
+	// starts' logs, and the KVM verdict where the host's directory cannot
+	// be had; empty: StateRoot).
 	Workspace, StateRoot, SharedRoot string
 	// WorkspaceMount, when set, is where the door must put the workspace
 	// (the runner's /__w): it wins over the policy's workspaceMount.

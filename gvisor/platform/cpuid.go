@@ -1,4 +1,4 @@
-package gvisor
+package platform
 
 import (
 	"bufio"
@@ -56,9 +56,9 @@ func cpuidGaps(host map[string]bool, kvm []cpuidEntry) []string {
 	return gaps
 }
 
-// kvmCPUIDGaps says, in a few words, which CR4 features the host CPU has
+// KVMCPUIDGaps says, in a few words, which CR4 features the host CPU has
 // and KVM does not offer ("" when none, or where this cannot be asked).
-func kvmCPUIDGaps() string {
+func KVMCPUIDGaps() string {
 	entries, err := kvmSupportedCPUID()
 	if err != nil || len(entries) == 0 {
 		return ""

@@ -1,4 +1,4 @@
-package gvisor
+package platform
 
 import (
 	"encoding/binary"
@@ -20,7 +20,7 @@ const (
 
 // kvmSupportedCPUID asks /dev/kvm which CPUID it offers its guests.
 func kvmSupportedCPUID() ([]cpuidEntry, error) {
-	f, err := os.OpenFile(kvmDevice, os.O_RDWR|unix.O_CLOEXEC, 0)
+	f, err := os.OpenFile(Device, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}

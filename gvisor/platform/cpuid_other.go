@@ -1,6 +1,6 @@
 //go:build !amd64
 
-package gvisor
+package platform
 
 import "errors"
 

@@ -1,6 +1,7 @@
 // Package files reads files whose size is not trusted, opens
 // directories a sandboxed job can rearrange, and digests a directory
-// tree without following its links (TreeDigest).
+// tree without following its links (TreeDigest), and replaces a file
+// whole (WriteAtomic).
 //
 // Layer 0: the bottom (see internal/layers); imports nothing of airlock's.
 package files
@@ -114,4 +115,25 @@ func OpenRegularBeneath(base, p string, flags int) (*os.File, error) {
 		return nil, fmt.Errorf("%s is not a regular file with one name", filepath.Base(p))
 	}
 	return os.OpenFile(FDPath(f), flags|unix.O_NONBLOCK, 0)
+}
+
+// WriteAtomic writes b to path through a temporary file in the same
+// directory, mode 0600: a reader sees the old file or the new one, never
+// a part.
+func WriteAtomic(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
 }

@@ -7,8 +7,8 @@
 // where they can: the platform checks boot probe sandboxes, the sandbox
 // check creates one with a job's limits and cgroups and runs `true` in
 // it, the network check makes a job's pair of namespaces with its veth.
-// They leave nothing behind but the KVM verdict that the next job would
-// have written (gvisor.JudgeKVM) and the probes' logs.
+// They leave nothing behind but the KVM verdict that a job's background
+// probe would have written (gvisor.JudgeKVM) and the probes' logs.
 //
 // Layer 3: above the leaves it checks (gvisor, policies, attest,
 // runner/egress/netns); it knows no job and is no door: cmd/airlock reads
@@ -246,8 +246,8 @@ func checkPlatforms(ctx context.Context, o Options) []Check {
 	} else {
 		out = append(out, ok("platform systrap", "a probe sandbox booted in %s", took.Round(time.Millisecond)))
 	}
-	// The verdict is kept where airlock run reads it; the hook's first
-	// job after a boot probes for the hook.
+	// The verdict is kept where every job reads it (the host's, shared by
+	// every state directory); doctor waits for its probe, a job never does.
 	if err := gvisor.KVMDeviceUsable(); errors.Is(err, fs.ErrNotExist) {
 		out = append(out, ok("platform kvm", "none (%v): auto runs jobs on systrap", err))
 	} else if usable, why := gvisor.JudgeKVM(ctx, o.StateRoot); usable {
@@ -263,7 +263,7 @@ func probeLog(root, platform string) string {
 	return filepath.Join(root, "platform", platform+"-probe.log")
 }
 
-// stateRoots are the directories whose KVM verdict the doors read:
+// stateRoots are the doors' state directories:
 // airlock run's state root and the hook's jobs root.
 func stateRoots(o Options) []string {
 	roots := []string{o.StateRoot}

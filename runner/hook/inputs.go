@@ -115,8 +115,8 @@ func planInputs(args PrepareArgs, event eventFile, host hostInputs) (jobInputs, 
 	user, in.userErr = optionsUser(c.CreateOptions)
 	in.inputs = runner.Inputs{
 		Name: "job", Workspace: work, WorkspaceMount: containerWork, StateRoot: filepath.Join(host.dir, "state"),
-		// The KVM verdict is the host's, kept across jobs: one probe per
-		// boot, not one per job.
+		// Failed starts' logs are the host's, kept across jobs (and the
+		// KVM verdict, where /run/airlock/platform cannot be had).
 		SharedRoot: host.cfg.JobsRoot,
 		Image:      c.Image, ContainerUser: user, Env: runner.EnvList(runnerWatermark(c.Env)), Mounts: mounts,
 		Masks: jobMasks(in.mounts, host.dir), WorkspaceKeep: runnersOwn(work, in.mounts), Services: jobServices(args.Services, in.serviceNames),
