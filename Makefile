@@ -6,6 +6,10 @@ GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 VERSION    ?= dev
 LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(GIT_COMMIT)
 
+# The real Actions client packages some tests drive (testdata/clients).
+CLIENTS := testdata/clients/node_modules/.package-lock.json
+NPM_CI  := npm ci --prefix testdata/clients --ignore-scripts --no-audit --no-fund --loglevel=error
+
 .PHONY: build sample onboard-sample test vm-test vet bench clean
 
 build:
@@ -15,15 +19,32 @@ build:
 sample:
 	sh testdata/run-sample.sh
 
-# Onboarding a repository (README): audit run, policy suggest, enforced run.
+# Onboarding a repository (docs/onboarding.md): audit run, policy suggest,
+# enforced run.
 onboard-sample:
 	sh testdata/onboard-sample.sh
 
 # The whole test suite (needs root: the tests start real sandboxes). One
 # package at a time: each starts many sandboxes, and on 2 cores the limit
 # tests (fork and memory bombs) are steadier without a neighbour.
-test:
+# GOTESTFLAGS (say -v) may come from the environment. A test whose tool
+# is missing skips and says how to install it (internal/testtool).
+test: $(CLIENTS)
 	go test -p 1 -count=1 -timeout 30m $(GOTESTFLAGS) ./...
+
+# The client packages, from npm at the lockfile's versions and integrity
+# hashes, without their install scripts; installed again whenever the
+# lockfile is newer than the install (npm ci writes
+# node_modules/.package-lock.json, touched after it so that its time is
+# the install's). Without npm, the tests that drive them skip (or fail
+# under AIRLOCK_REQUIRE_CLIENTS): a note, not an error.
+$(CLIENTS): testdata/clients/package-lock.json testdata/clients/package.json
+	@if command -v npm >/dev/null 2>&1; then \
+		echo "$(NPM_CI)"; \
+		$(NPM_CI) && touch $@ || { rm -f $@; exit 1; }; \
+	else \
+		echo "npm is not installed: the tests that drive the Actions client packages (testdata/clients) will skip; to run them: apt-get install npm, then make test"; \
+	fi
 
 # The cgroup v2 host test: a disposable VM (qemu, TCG) on Debian 12's
 # kernel with cgroup v1 off runs jobs in every layout users' hosts have
@@ -45,6 +66,7 @@ bench:
 	go test -run XXX -bench ExecShim -benchtime 60x ./gvisor/
 	go test -run XXX -bench PlatformChoice -benchtime 2000x ./gvisor/
 	go test -run XXX -bench FirstProbe -benchtime 10x ./gvisor/
+	go test -run XXX -bench FirstJobBesideAHangingProbe -benchtime 10x ./gvisor/
 	go test -run XXX -bench Workload -benchtime 1x ./gvisor/
 	go test -timeout 30m -run XXX -bench WorkspaceLimit -benchtime 3x ./gvisor/
 	go test -run XXX -bench ConnectionSetup -benchtime 2000x ./runner/egress/gateway/

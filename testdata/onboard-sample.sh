@@ -1,5 +1,5 @@
 #!/bin/sh
-# The README's "Onboarding a repository", end to end on the sample
+# docs/onboarding.md ("Onboarding a repository"), end to end on the sample
 # project: (1) an audit run of its fetch step under an organisation policy
 # in egress.mode "audit", signed; (2) airlock policy suggest turns the
 # signed attestation into the repository's .github/airlock.cue, vetted

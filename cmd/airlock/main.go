@@ -1,5 +1,5 @@
 // Command airlock runs the CI jobs of agent-authored pull requests inside
-// an embedded gVisor sandbox. See the README for usage and exit codes.
+// an embedded gVisor sandbox. See docs/run.md for usage and exit codes.
 //
 // This package is flags, wiring and printing only (at most 1,000 lines:
 // internal/layers): what a command does lives in runner, runner/report,
