@@ -109,9 +109,38 @@ type Job struct {
 	Author      string `json:"author"`
 	Event       string `json:"event"`
 	// ContainerImage is the job container's image as the workflow named
-	// it (runner hook), recorded only: the sandbox's root is the host's
-	// or the policy's.
+	// it (runner hook); what it resolved to, when it was pulled, is in
+	// Images.
 	ContainerImage string `json:"containerImage"`
+	// Images are the images the job pulled from registries (its
+	// container's, its services', its Docker actions'), each as written
+	// and as resolved; an image the organisation maps to a directory is
+	// not among them.
+	Images []Image `json:"images,omitempty"`
+}
+
+// Image is one image a job ran on: the reference as written, the digest
+// it resolved to in its registry (an index's for a multi-platform
+// image), the platform's image manifest that ran, the platform, the
+// policy rule that allowed it, and the signature that verified it when
+// the rule asked for one. A tag that moved between two jobs shows here
+// as two digests.
+type Image struct {
+	Ref         string          `json:"ref"`
+	Digest      string          `json:"digest"`
+	ImageDigest string          `json:"imageDigest"`
+	Platform    string          `json:"platform"`
+	Rule        string          `json:"rule"`
+	Signature   *ImageSignature `json:"signature,omitempty"`
+	Warnings    []string        `json:"warnings,omitempty"`
+}
+
+// ImageSignature names the signature that verified an image: its format
+// (cosign-legacy or sigstore-bundle) and the key's id (sha256 of the
+// public key's DER).
+type ImageSignature struct {
+	Format string `json:"format"`
+	KeyID  string `json:"keyId"`
 }
 
 // Step is one step of the job.

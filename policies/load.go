@@ -283,6 +283,7 @@ func orgOnly(eff *Effective) error {
 		{"sandbox.rootfs", hostPaths, o.Policy.Sandbox.RootFS, eff.Policy.Sandbox.RootFS},
 		{"sandbox.mounts", hostPaths, o.Policy.Sandbox.Mounts, eff.Policy.Sandbox.Mounts},
 		{"sandbox.images", hostPaths, o.Policy.Sandbox.Images, eff.Policy.Sandbox.Images},
+		{"images", "it decides which registries and images the runner pulls and what it checks of them, which only the organisation policy on the runner may choose", o.Policy.Images, eff.Policy.Images},
 		{"sandbox.platform", "it picks how the runner's host runs sandboxes", o.Policy.Sandbox.Platform, eff.Policy.Sandbox.Platform},
 		{"sandbox.user", privileges, o.Policy.Sandbox.User, eff.Policy.Sandbox.User},
 		{"sandbox.capabilities", privileges, o.Policy.Sandbox.Capabilities, eff.Policy.Sandbox.Capabilities},

@@ -14,9 +14,35 @@ type Policy struct {
 	Egress  Egress  `json:"egress"`
 	Trust   Trust   `json:"trust"`
 	// Credentials governs the job's own credentials (see schema.cue).
-	Credentials Credentials       `json:"credentials"`
-	Attest      Attest            `json:"attest"`
-	Steps       map[string][]Step `json:"steps"`
+	Credentials Credentials `json:"credentials"`
+	Attest      Attest      `json:"attest"`
+	// Images says which registry images may be pulled; nil: the section
+	// is absent (see schema.cue for what that allows).
+	Images *Images           `json:"images,omitempty"`
+	Steps  map[string][]Step `json:"steps"`
+}
+
+// Images is which images may be pulled from registries (schema.cue).
+type Images struct {
+	// Pull: false pulls nothing (only mapped images run).
+	Pull  bool        `json:"pull"`
+	Allow []ImageRule `json:"allow"`
+	// Mirrors: registry -> where its blobs and manifests are pulled from.
+	Mirrors  map[string]string `json:"mirrors"`
+	Insecure []string          `json:"insecure"`
+	// Cache bounds the runner's image cache, as a size ("20G").
+	Cache string `json:"cache"`
+}
+
+// ImageRule allows the images whose name matches Name.
+type ImageRule struct {
+	Name string `json:"name"`
+	// Digest is "agents", "always" or "never": when a reference must pin
+	// a digest.
+	Digest   string   `json:"digest"`
+	SignedBy []string `json:"signedBy"`
+	// Mode is "enforce" or "warn".
+	Mode string `json:"mode"`
 }
 
 // Agents decides which pull requests are an agent's.

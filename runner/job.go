@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-ci/airlock/gvisor/monitor"
 	"github.com/airlock-ci/airlock/runner/credentials"
 	"github.com/airlock-ci/airlock/runner/egress"
+	"github.com/airlock-ci/airlock/runner/images"
 	"github.com/airlock-ci/airlock/runner/trust"
 	"github.com/airlock-ci/airlock/runner/workspace"
 )
@@ -50,6 +51,12 @@ type Job struct {
 	// Credentials, when set, keeps the job's credentials out of the
 	// sandbox (see credentials.go); the gateway puts them back.
 	Credentials *credentials.Vault
+	// Images gives the job its images (NewPlan's ImageSource); the
+	// session holds what it pulled in the cache until it ends. Nil: none.
+	Images *ImageSource
+	// PullImage, when set, is the job's image to pull (not mapped): the
+	// sandbox's root, with its environment under the job's own.
+	PullImage string
 	// BeforeSteps, when set, is called by Run once the sandbox is up and
 	// before the first step: what the caller did meanwhile (airlock run
 	// resolves the attestation's subject while the sandbox starts) is
@@ -112,7 +119,11 @@ type Result struct {
 	// the limit, what it used, what was merged into the workspace.
 	WorkspaceVolume *WorkspaceVolume `json:"workspaceVolume,omitempty"`
 	Reaped          []gvisor.Reaped  `json:"reaped,omitempty"`
-	Policy          *PolicyInfo      `json:"policy,omitempty"`
+	// Images are the images the job pulled (or took from the cache):
+	// each reference as written, the digest it resolved to, the
+	// platform, the signature that verified it and the rule.
+	Images []images.Resolved `json:"images,omitempty"`
+	Policy *PolicyInfo       `json:"policy,omitempty"`
 	// Egress is every DNS query and connection attempt, when the job had
 	// a gateway.
 	Egress *egress.Report `json:"egress,omitempty"`
@@ -213,6 +224,18 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 
 	if job.Sandbox.Limits.JobTimeout > 0 {
 		s.ctx, s.cancel = context.WithTimeout(ctx, job.Sandbox.Limits.JobTimeout)
+	}
+	if job.PullImage != "" {
+		if job.Images.Log == nil {
+			job.Images.Log = job.Log
+		}
+		img, err := job.Images.Open(s.ctx, job.PullImage, "the job's image")
+		s.res.Images = job.Images.Resolved()
+		if err != nil {
+			return fail(err)
+		}
+		s.job.Sandbox.RootFS = img.RootFS
+		s.job.Env = append(slices.Clone(img.Env), s.job.Env...)
 	}
 	s.job.Env = withholdList(job.Credentials, s.job.Env)
 	if err := s.viewCheckoutToken(); err != nil {
@@ -484,6 +507,10 @@ func (s *Session) Close() Result {
 	if err := s.sb.Destroy(ctx); err != nil {
 		s.res.Error = joinMsg(s.res.Error, "destroy sandbox: "+err.Error())
 	}
+	if s.job.Images != nil {
+		s.res.Images = s.job.Images.Resolved()
+		s.job.Images.Close()
+	}
 	s.res.Processes = s.sb.Record()
 	if w := s.sb.Released(); w.Limit > 0 {
 		s.res.WorkspaceVolume = &w
@@ -561,6 +588,7 @@ func (s *Session) Abandon() Result {
 	s.closed = true
 	s.cancel()
 	s.removeViews()
+	s.job.Images.Close()
 	if s.gw != nil {
 		s.gw.Close()
 	}

@@ -143,8 +143,9 @@ type Service struct {
 type Plan struct {
 	Job    Job
 	Attest AttestConfig
-	// Images is the organisation's image map, for the job's containers.
-	Images map[string]string
+	// Images gives the job's containers their images: mapped by the
+	// organisation, or pulled under its policy (also Job.Images).
+	Images *ImageSource
 	// Hosts is the job's /etc/hosts (localhost, the sandbox's name, the
 	// services' names, at loopback), also given to every container of
 	// the job.
@@ -173,6 +174,7 @@ func inputf(format string, args ...any) error { return InputError{Err: fmt.Error
 // with none) the job is the inputs alone: the sandbox as requested,
 // loopback only, no trust checks.
 func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
+	var err0 error
 	p := Plan{Job: Job{Name: in.Name, Steps: in.Steps, Env: slices.Clone(in.Env)}}
 	p.Attest.Meta = attest.Meta{Repository: pr.Repository, BaseSHA: pr.Base, HeadSHA: pr.Head, ContainerImage: in.Image}
 	if ev := pr.Event; ev != nil {
@@ -181,6 +183,16 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	p.Attest.Key, p.Attest.PasswordFile = in.AttestKey, in.AttestPasswordFile
 	if eff == nil {
 		p.Job.Sandbox = requestedSandbox(in)
+		if p.Images, err0 = NewImageSource(nil, nil, nil, false); err0 != nil {
+			return p, PolicyError{err0}
+		}
+		p.Job.Images = p.Images
+		if in.Image != "" {
+			if err := p.Images.Check(in.Image, "the job's image"); err != nil {
+				return p, InputError{Err: err}
+			}
+			p.Job.PullImage = in.Image
+		}
 		p.Job.Sandbox.ExtraMasks = append(p.Job.Sandbox.ExtraMasks, hiddenPaths(nil, in, p.Attest, p.Job.Sandbox.WorkspaceMount)...)
 		p.addHosts(in.Services)
 		return p, nil
@@ -188,6 +200,15 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 	pol := eff.Policy
 	p.Job.Policy = &PolicyInfo{Digest: eff.Digest, Sources: eff.Sources, HeadChangesPolicy: pr.HeadChangesPolicy}
 	p.Job.Policy.Agent = agentDecision(eff, pr.Event)
+	org := eff.Org
+	if org == nil {
+		org = &eff.Policy
+	}
+	agent := p.Job.Policy.Agent != nil && p.Job.Policy.Agent.Agent
+	if p.Images, err0 = NewImageSource(pol.Sandbox.Images, &pol, org, agent); err0 != nil {
+		return p, PolicyError{err0}
+	}
+	p.Job.Images = p.Images
 	cfg, err := p.sandbox(pol.Sandbox, in)
 	if err != nil {
 		return p, err
@@ -265,10 +286,9 @@ func (p *Plan) sandbox(sb policies.Sandbox, in Inputs) (gvisor.Config, error) {
 	cfg.Mounts = append(slices.Clone(in.Mounts), cfg.Mounts...)
 	cfg.ExtraMasks = append(cfg.ExtraMasks, in.Masks...)
 	cfg.Files, cfg.WorkspaceKeep = slices.Clone(in.Files), slices.Clone(in.WorkspaceKeep)
-	if err := checkServices(sb, in.Services); err != nil {
+	if err := checkServices(sb, in.Services, p.Images); err != nil {
 		return cfg, InputError{Err: err}
 	}
-	p.Images = sb.Images
 	return cfg, nil
 }
 
@@ -401,14 +421,23 @@ func tighten(cfg *gvisor.Config, r Requests, imageMode bool) error {
 
 // image runs the job on the root filesystem the organisation maps its
 // image to, with the image's environment under the job's own (as in
-// Docker), and returns the image. Any other image is recorded but not
-// run, since there is no image store: the job gets the policy's root, and
-// a note says so.
+// Docker), and returns the image. Any other image is checked against the
+// policy now (a refused image fails the job before anything runs) and
+// pulled when the session opens (Job.PullImage); where the policy pulls
+// nothing (images.pull: false) the job runs on sandbox.rootfs, and a
+// note says so.
 func (p *Plan) image(cfg *gvisor.Config, sb policies.Sandbox, ref string) (*Image, error) {
 	dir, ok := policies.ImageRoot(sb.Images, ref)
 	if !ok {
+		if ref != "" && !p.Images.Pulls() {
+			p.Notes = append(p.Notes, fmt.Sprintf("the job's image %q is not mapped to a root filesystem (sandbox.images), and the policy pulls no images (images.pull: false): the job runs on sandbox.rootfs (%s)", ref, sb.RootFS))
+			return nil, nil
+		}
 		if ref != "" {
-			p.Notes = append(p.Notes, fmt.Sprintf("the job's image %q is not mapped to a root filesystem (sandbox.images): the job runs on sandbox.rootfs (%s)", ref, sb.RootFS))
+			if err := p.Images.Check(ref, "the job's image"); err != nil {
+				return nil, InputError{Err: err}
+			}
+			p.Job.PullImage = ref
 		}
 		return nil, nil
 	}
@@ -451,7 +480,7 @@ var serviceName = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,54}[A-Za-z0-9]
 
 // checkServices refuses the job's services unless the policy allows them
 // and maps each one's image; the error names every service refused.
-func checkServices(p policies.Sandbox, services []Service) error {
+func checkServices(p policies.Sandbox, services []Service, src *ImageSource) error {
 	if len(services) == 0 {
 		return nil
 	}
@@ -466,7 +495,7 @@ func checkServices(p policies.Sandbox, services []Service) error {
 		case !serviceName.MatchString(s.Name):
 			bad = append(bad, fmt.Sprintf("%q: not a valid host name for a service (letters, digits and '-', at most 56)", s.Name))
 		default:
-			if _, err := MappedImage(p.Images, s.Image, "service "+s.Name); err != nil {
+			if err := src.Check(s.Image, "service "+s.Name); err != nil {
 				bad = append(bad, err.Error())
 			}
 		}
@@ -499,14 +528,4 @@ func hostsFile(services []Service) gvisor.File {
 		fmt.Fprintf(&b, "127.0.0.1\t%s\n", s.Name)
 	}
 	return gvisor.File{Path: "/etc/hosts", Data: []byte(b.String())}
-}
-
-// MappedImage opens the image directory the policy maps ref to. what
-// names the image's user in errors ("service redis", "the action").
-func MappedImage(images map[string]string, ref, what string) (Image, error) {
-	dir, ok := policies.ImageRoot(images, ref)
-	if !ok {
-		return Image{}, fmt.Errorf("%s: image %q is not mapped to a local root filesystem by the organisation policy (sandbox.images), and airlock runs no other images (there is no image store in the sandbox)", what, ref)
-	}
-	return OpenImage(dir)
 }

@@ -221,18 +221,18 @@ steps: build: [{name: "vet", run: "go vet ./..."}]
 				if a := p.Attest; a.Key != "/host/key" || a.Meta.ContainerImage != "node:20" || a.Meta.Repository != "https://github.com/acme/app" || a.Meta.HeadSHA != "h" {
 					t.Errorf("attestation %+v", a)
 				}
-				if len(p.Images) != 2 {
-					t.Errorf("images %v", p.Images)
+				if _, ok := p.Images.Mapped("redis:7"); !ok {
+					t.Errorf("the organisation's image map is not the job's")
 				}
 			},
 		},
 		{
-			name: "an image the organisation does not map runs on its root, said in a note",
+			name: "an image the organisation does not map is pulled when the job opens",
 			org:  orgPolicy,
 			in:   Inputs{Image: "node:18"},
 			check: func(t *testing.T, p Plan) {
-				if p.Job.Sandbox.RootFS != "" || len(p.Notes) != 1 || !strings.Contains(p.Notes[0], `"node:18" is not mapped`) {
-					t.Errorf("rootfs %q notes %q", p.Job.Sandbox.RootFS, p.Notes)
+				if p.Job.Sandbox.RootFS != "" || p.Job.PullImage != "node:18" || p.Job.Images != p.Images || len(p.Notes) != 0 {
+					t.Errorf("rootfs %q, pull %q, notes %q", p.Job.Sandbox.RootFS, p.Job.PullImage, p.Notes)
 				}
 			},
 		},
@@ -301,13 +301,22 @@ func TestCheckServices(t *testing.T) {
 		{"allowed and mapped", allowed, []Service{{Name: "redis", Image: "docker.io/library/redis:7"}}, nil},
 		{"not allowed", policies.Sandbox{Images: allowed.Images}, []Service{{Name: "redis", Image: "redis:7"}, {Name: "pg", Image: "postgres"}},
 			[]string{"redis (redis:7): the policy does not allow services", "pg (postgres)"}},
-		{"not mapped", allowed, []Service{{Name: "pg", Image: "postgres:16"}}, []string{`service pg: image "postgres:16" is not mapped`}},
+		{"not mapped, pulled", allowed, []Service{{Name: "pg", Image: "postgres:16"}}, nil},
+		{"not mapped, refused by the images section", allowed, []Service{{Name: "pg", Image: "postgres:16"}, {Name: "cache", Image: "redis:7"}}, []string{"service pg: image refused by the policy: postgres:16: no rule allows docker.io/library/postgres"}},
 		{"hosts injection", allowed, []Service{{Name: "db\n10.0.0.1 github.com", Image: "redis:7"}}, []string{"not a valid host name"}},
 		{"odd name", allowed, []Service{{Name: "../x", Image: "redis:7"}}, []string{"not a valid host name"}},
 		{"too many", allowed, slices.Repeat([]Service{{Name: "db", Image: "redis:7"}}, maxServices+1), []string{"at most 8"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkServices(tc.policy, tc.services)
+			var org *policies.Policy
+			if strings.Contains(tc.name, "images section") {
+				org = &policies.Policy{Images: &policies.Images{Pull: true}} // deny by default
+			}
+			src, err := NewImageSource(tc.policy.Images, nil, org, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = checkServices(tc.policy, tc.services, src)
 			if tc.wantErr == nil {
 				if err != nil {
 					t.Fatal(err)

@@ -22,6 +22,9 @@ func TestHookCommand(t *testing.T) {
 	work := workspace(t)
 	os.MkdirAll(filepath.Join(work, "_temp"), 0o755)
 	org := t.TempDir()
+	// The job's image is not mapped, and nothing is pulled: this test
+	// dials no registry.
+	os.WriteFile(filepath.Join(org, "org.cue"), []byte("package airlock\nimages: pull: false\n"), 0o644)
 	env := []string{hook.JobsRootEnv + "=" + filepath.Join(stateDir(t), "hooks"), hook.OrgDirEnv + "=" + org, hook.AttestKeyEnv + "="}
 	call := func(input any) (int, string) {
 		b, _ := json.Marshal(input)

@@ -24,7 +24,7 @@ import (
 type runOptions struct {
 	workspace      string
 	workspaceMount string
-	rootfs         string
+	rootfs, image  string
 	platform       string
 	stepsFile      string
 	jobName        string
@@ -55,6 +55,7 @@ func (o *runOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVarP(&o.workspace, "workspace", "w", ".", "host directory mounted read-write in the sandbox")
 	f.StringVar(&o.workspaceMount, "workspace-mount", runner.DefaultWorkspaceMount, "where the workspace appears inside the sandbox")
 	f.StringVar(&o.rootfs, "rootfs", "", "directory to use as root filesystem (an unpacked image); default: the host's root, read-only")
+	f.StringVar(&o.image, "image", "", "image to run the job on (REF, e.g. node:20 or ghcr.io/org/img@sha256:...), pulled on the host under the policy's images section, unless sandbox.images maps it")
 	f.StringVar(&o.platform, "platform", "auto", "gVisor platform: auto (kvm where a probe sandbox boots on it, else systrap), systrap or kvm (see airlock doctor)")
 	f.StringVar(&o.stepsFile, "steps", "", "YAML or JSON file with the job's steps (name, run, env, working-directory, timeout)")
 	f.StringVar(&o.jobName, "job-name", "", "name of the job in output and results")
@@ -146,7 +147,7 @@ func (o *runOptions) plan(ctx context.Context, flags *pflag.FlagSet, args []stri
 // inputs turns the flags into the job's inputs.
 func (o *runOptions) inputs(flags *pflag.FlagSet, args []string) (runner.Inputs, error) {
 	in := runner.Inputs{
-		Name: o.jobName, PolicyJob: o.jobFromPolicy, Workspace: o.workspace, StateRoot: o.stateDir,
+		Name: o.jobName, PolicyJob: o.jobFromPolicy, Workspace: o.workspace, StateRoot: o.stateDir, Image: o.image,
 		Masks: o.masks, RunscFlags: o.runscFlags, AttestKey: o.attestKey, AttestPasswordFile: o.attestPasswordFile,
 		RunnerRoot: runner.FindRunnerRoot(os.Getpid()), GitHubServerURL: os.Getenv("GITHUB_SERVER_URL"), GitHubAPIURL: os.Getenv("GITHUB_API_URL"),
 		Requests: runner.Requests{RootFS: o.rootfs, Platform: o.platform, WorkspaceMount: o.workspaceMount, Capabilities: o.caps, Set: map[input.Name]bool{}},

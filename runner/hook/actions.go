@@ -12,7 +12,6 @@ import (
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/internal/files"
-	"github.com/airlock-ci/airlock/policies"
 )
 
 // The actions a job runs are part of what built its artifacts: the
@@ -230,8 +229,13 @@ func (d *job) recordImage(image string) {
 		"reference": ref,
 		"digest":    "not taken: the image directory the policy maps the reference to (sandbox.images) ran, and it is not digested",
 	}}
-	if dir, ok := policies.ImageRoot(d.images, strings.TrimPrefix(image, "docker://")); ok {
+	if dir, ok := d.images.Mapped(strings.TrimPrefix(image, "docker://")); ok {
 		a.URI = "file://" + dir
+	} else if r, ok := d.images.ResolvedFor(image); ok {
+		// Pulled: the image manifest that ran, by its digest.
+		a.Digest = map[string]string{"sha256": strings.TrimPrefix(r.ImageDigest, "sha256:")}
+		a.Annotations["digest"] = r.Digest
+		a.Annotations["platform"] = r.Platform
 	}
 	if _, sum, ok := strings.Cut(image, "@sha256:"); ok && attest.IsSHA256(sum) {
 		a.Annotations["referenceDigest"] = "sha256:" + sum

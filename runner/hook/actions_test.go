@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/internal/files"
+	"github.com/airlock-ci/airlock/runner"
 )
 
 // The actions a step runs are found in its arguments and
@@ -88,7 +89,10 @@ func TestRecordActions(t *testing.T) {
 	}
 	// What ran is the mapped directory, not digested: the reference's
 	// digest is an annotation, not the dependency's.
-	d.images = map[string]string{"alpine@sha256:" + strings.Repeat("ab", 32): "/srv/images/alpine"}
+	var err error
+	if d.images, err = runner.NewImageSource(map[string]string{"alpine@sha256:" + strings.Repeat("ab", 32): "/srv/images/alpine"}, nil, nil, false); err != nil {
+		t.Fatal(err)
+	}
 	d.recordImage("docker://alpine@sha256:" + strings.Repeat("ab", 32))
 	d.recordImage("alpine@sha256:" + strings.Repeat("ab", 32))
 	n := len(d.attest.Actions)

@@ -106,7 +106,7 @@ func (d *job) startServices(ctx context.Context, services []Container, names []s
 		if len(s.UserMountVolumes) > 0 {
 			fmt.Fprintf(os.Stderr, "airlock: %s: its own volumes are not mounted (%d): a workflow may not mount host paths into the sandbox\n", what, len(s.UserMountVolumes))
 		}
-		img, err := runner.MappedImage(d.images, s.Image, what)
+		img, err := d.images.Open(ctx, s.Image, what)
 		if err != nil {
 			return nil, err
 		}
@@ -134,17 +134,17 @@ func (d *job) startServices(ctx context.Context, services []Container, names []s
 	return out, nil
 }
 
-// ContainerStep runs a Docker action in a container of its own on the
-// image directory the policy maps its image to, with the image's PATH
+// ContainerStep runs a Docker action in a container of its own on its
+// image (mapped by the policy, or pulled under it), with the image's PATH
 // (the runner sends no prependPath for it).
 func (d *job) ContainerStep(ctx context.Context, a ContainerStepArgs, stdout, stderr io.Writer) (int, error) {
 	d.takeBaseline(stderr)
 	if a.Dockerfile != nil && *a.Dockerfile != "" {
 		return 1, fmt.Errorf("run_container_step: the action builds its image from %s, and airlock has no image builder in the sandbox: replace the action with run: steps or a JavaScript action, or ask the runner's administrators to map a prebuilt image (sandbox.images) and use it with docker://", *a.Dockerfile)
 	}
-	img, err := runner.MappedImage(d.images, a.Image, "run_container_step")
+	img, err := d.images.Open(ctx, a.Image, "run_container_step")
 	if err != nil {
-		return 1, fmt.Errorf("%w: replace the action with run: steps or a JavaScript action, or ask the runner's administrators to map the image", err)
+		return 1, fmt.Errorf("%w: replace the action with run: steps or a JavaScript action, or ask the runner's administrators to allow or map the image", err)
 	}
 	argv, err := command(a.EntryPoint, a.EntryPointArgs, img, "run_container_step")
 	if err != nil {

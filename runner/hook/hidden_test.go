@@ -26,7 +26,7 @@ func TestHookHidesWhatAirlockUses(t *testing.T) {
 	for _, d := range []string{org, keys, hooks, filepath.Join(install, "bin")} {
 		os.MkdirAll(d, 0o755)
 	}
-	os.WriteFile(filepath.Join(org, "org.cue"), []byte("package airlock\n// org-marker\negress: default: \"deny\"\nsandbox: user: {uid: 0, gid: 0}\n"), 0o644)
+	os.WriteFile(filepath.Join(org, "org.cue"), []byte("package airlock\n// org-marker\negress: default: \"deny\"\nsandbox: user: {uid: 0, gid: 0}\nimages: pull: false\n"), 0o644)
 	if err := attest.WriteKeyPair(filepath.Join(keys, "ci"), nil); err != nil {
 		t.Fatal(err)
 	}

@@ -53,10 +53,11 @@ type job struct {
 	owner, repo string
 	checkID     int64
 	jobTimeout  time.Duration
-	// images are the policy's image directories, for Docker actions;
-	// hosts is the job's /etc/hosts (the services' names, serviceNames,
-	// in the runner's order; the sandbox's own).
-	images       map[string]string
+	// images gives the job's services and Docker actions their images
+	// (mapped, or pulled under the policy); hosts is the job's
+	// /etc/hosts (the services' names, serviceNames, in the runner's
+	// order; the sandbox's own).
+	images       *runner.ImageSource
 	hosts        []gvisor.File
 	serviceNames []string
 	// user is who the job runs as.

@@ -140,7 +140,11 @@ func newRunnerHost(t testing.TB) *runnerHost {
 	h.keyPub = filepath.Join(dir, "k.pub")
 	h.org = filepath.Join(dir, "org")
 	os.MkdirAll(h.org, 0o755)
-	os.WriteFile(filepath.Join(h.org, "org.cue"), []byte("package airlock\negress: default: \"deny\"\n"), 0o644)
+	// The job's image (node:20, as the runner sends it) is not mapped,
+	// and nothing is pulled: the job runs on the host's root, and these
+	// tests dial no registry (the pulls are runner/images' and runner's
+	// tests, against a registry on loopback).
+	os.WriteFile(filepath.Join(h.org, "org.cue"), []byte("package airlock\negress: default: \"deny\"\nimages: pull: false\n"), 0o644)
 	h.env = []string{JobsRootEnv + "=" + filepath.Join(state, "hooks"), OrgDirEnv + "=" + h.org, AttestKeyEnv + "=" + filepath.Join(dir, "k.key")}
 	h.job = payload{Image: "node:20", RegistryPassword: "registry-secret-bar", Services: []servicePayload{}}
 	return h

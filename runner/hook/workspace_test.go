@@ -15,7 +15,7 @@ import (
 // nothing mounted, so the runner can remove its work directory.
 func TestHookWorkspaceLimit(t *testing.T) {
 	h := newRunnerHost(t)
-	os.WriteFile(filepath.Join(h.org, "org.cue"), []byte("package airlock\negress: default: \"deny\"\nsandbox: limits: workspace: \"64M\"\n"), 0o644)
+	os.WriteFile(filepath.Join(h.org, "org.cue"), []byte("package airlock\negress: default: \"deny\"\nsandbox: limits: workspace: \"64M\"\nimages: pull: false\n"), 0o644)
 	state := h.prepare()
 	if code, out := h.step(state, `echo made by the job > /__w/app/app/out.txt`); code != 0 {
 		t.Fatalf("step: exit %d: %s", code, out)

@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-ci/airlock/runner/credentials"
 	"github.com/airlock-ci/airlock/runner/egress"
 	"github.com/airlock-ci/airlock/runner/egress/rules"
+	"github.com/airlock-ci/airlock/runner/images"
 	"github.com/airlock-ci/airlock/runner/trust"
 )
 
@@ -47,6 +48,7 @@ func Predicate(res runner.Result, m attest.Meta) attest.Predicate {
 			p.Policy.Agent = &attest.AgentDecision{Agent: pi.Agent.Agent, Reason: pi.Agent.Reason}
 		}
 	}
+	addImages(&p, res.Images)
 	addSteps(&p, res.Steps)
 	addProcesses(&p, res.Processes) // after addSteps: each exec names its step
 	if res.Egress != nil {
@@ -292,3 +294,24 @@ func summarize(ds []rules.Decision) []attest.EgressSummary {
 // lines, with the mark on a line of its own.
 func clip(s string, n int) string     { return textsafe.Clip(s, n, "...") }
 func clipText(s string, n int) string { return textsafe.Clip(s, n, "\n... (cut)") }
+
+// maxImages bounds the images recorded (a job has a container, at most
+// eight services and its Docker actions).
+const maxImages = 64
+
+// addImages records what each pulled image resolved to.
+func addImages(p *attest.Predicate, imgs []images.Resolved) {
+	for i, r := range imgs {
+		if i == maxImages {
+			break
+		}
+		im := attest.Image{Ref: clip(r.Ref, 512), Digest: r.Digest, ImageDigest: r.ImageDigest, Platform: r.Platform, Rule: clip(r.Rule, 256)}
+		for _, w := range r.Warnings {
+			im.Warnings = append(im.Warnings, clip(w, 512))
+		}
+		if r.Signature != nil {
+			im.Signature = &attest.ImageSignature{Format: r.Signature.Format, KeyID: r.Signature.KeyID}
+		}
+		p.Job.Images = append(p.Job.Images, im)
+	}
+}

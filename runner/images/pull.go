@@ -1,0 +1,396 @@
+package images
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	ggcrtransport "github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-ci/airlock/internal/textsafe"
+)
+
+// Credentials are a registry's user name and password as the runner hands
+// them to the hook (container.credentials): used on the host only.
+type Credentials struct {
+	Registry           string
+	Username, Password string
+}
+
+// String never shows the password.
+func (c Credentials) String() string { return "credentials for " + c.Registry }
+
+// Puller pulls images into a Store.
+type Puller struct {
+	Store *Store
+	// Check says why an address may not be dialled; used where the
+	// decision asks (an agent's job).
+	Check AddressCheck
+	// Credentials the runner gave for a registry; the host's Docker
+	// config (DOCKER_CONFIG, ~/.docker/config.json) answers for the others.
+	Credentials []Credentials
+	// Progress, when set, gets a line per layer once a pull has taken
+	// longer than a second, as docker pull shows it.
+	Progress func(line string)
+	// Platform is the platform to pull; zero: linux and this binary's
+	// architecture.
+	Platform v1.Platform
+
+	// timeouts and backoff, when set, replace the defaults (tests).
+	timeouts *timeouts
+	backoff  *remote.Backoff
+}
+
+// Resolved says what a reference resolved to, for the record.
+type Resolved struct {
+	// Ref is the reference as written.
+	Ref string `json:"ref"`
+	// Digest is what the reference resolved to in its registry (an
+	// index's digest for a multi-platform image); ImageDigest the
+	// platform's image manifest, which the job ran.
+	Digest      string `json:"digest"`
+	ImageDigest string `json:"imageDigest"`
+	Platform    string `json:"platform"`
+	// Signature names the signature that verified it, when the policy
+	// asked for one.
+	Signature *Signature `json:"signature,omitempty"`
+	// Rule is the policy rule that allowed it; Warnings what a rule in
+	// mode warn let through.
+	Rule     string   `json:"rule"`
+	Warnings []string `json:"warnings,omitempty"`
+	// Pulled: the image was pulled now; false: the cache held it.
+	Pulled bool `json:"pulled"`
+}
+
+// retry is how often a transient failure (a reset, a 5xx, a 429) is
+// tried again: after 0.5, 1 and 2 s.
+var retry = remote.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 4}
+
+// Pull resolves ref under decision d (which must allow it), pulls what
+// the cache lacks, unpacks it once, and returns the image with a lease
+// that the caller holds while a job runs on it.
+func (p *Puller) Pull(ctx context.Context, ref Ref, d Decision) (Image, Resolved, *Lease, error) {
+	res := Resolved{Ref: ref.Written, Rule: d.Rule, Warnings: d.Warnings}
+	if !d.Allowed {
+		return Image{}, res, nil, d.Error(ref)
+	}
+	from, err := p.source(ref, d)
+	if err != nil {
+		return Image{}, res, nil, err
+	}
+	var check AddressCheck
+	if d.CheckAddresses {
+		check = p.Check
+	}
+	var insecure []string
+	if d.Insecure {
+		insecure = append(insecure, from.Context().RegistryStr())
+	}
+	plat := p.platform()
+	opts := []remote.Option{
+		remote.WithContext(ctx),
+		remote.WithTransport(newTransport(check, insecure, *cmpOr(p.timeouts, &defaultTimeouts))),
+		remote.WithAuthFromKeychain(p.keychain()),
+		remote.WithPlatform(plat),
+		remote.WithRetryBackoff(*cmpOr(p.backoff, &retry)),
+		remote.WithRetryStatusCodes(408, 429, 500, 502, 503, 504),
+		remote.WithUserAgent("airlock"),
+	}
+	desc, err := remote.Get(from, opts...)
+	if err != nil {
+		return Image{}, res, nil, p.failed(ref, from, err)
+	}
+	res.Digest = desc.Digest.String()
+	img, err := desc.Image()
+	if err != nil {
+		return Image{}, res, nil, p.failed(ref, from, err)
+	}
+	h, err := img.Digest()
+	if err != nil {
+		return Image{}, res, nil, p.failed(ref, from, err)
+	}
+	res.ImageDigest = h.String()
+	if len(d.Signers) > 0 {
+		sig, err := p.verify(ctx, from.Context(), desc.Digest, h, d.Signers, opts)
+		if err != nil && !d.Warn {
+			return Image{}, res, nil, fmt.Errorf("%s (%s): %w", ref.Written, d.Rule, err)
+		}
+		if err != nil {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("%s: %v (mode warn: pulled all the same)", d.Rule, err))
+		} else {
+			res.Signature = &sig
+		}
+	}
+	if cached, lease, ok, err := p.Store.use(h); err != nil {
+		return Image{}, res, nil, err
+	} else if ok {
+		res.Platform = cached.Platform
+		return cached, res, lease, nil
+	}
+	pulled, err := p.fetch(ctx, ref, img, h, plat)
+	if err != nil {
+		return Image{}, res, nil, err
+	}
+	res.Pulled = pulled
+	cached, lease, ok, err := p.Store.use(h)
+	if err != nil {
+		return Image{}, res, nil, err
+	}
+	if !ok {
+		return Image{}, res, nil, fmt.Errorf("image %s: removed from the cache as soon as it was pulled: the cache (%d bytes) is too small for it", ref.Written, p.Store.max)
+	}
+	res.Platform = cached.Platform
+	if _, err := p.Store.Prune(p.Store.max); err != nil {
+		lease.Close()
+		return Image{}, res, nil, err
+	}
+	return cached, res, lease, nil
+}
+
+func cmpOr[T any](p, def *T) *T {
+	if p != nil {
+		return p
+	}
+	return def
+}
+
+// source is where the reference's bytes come from: its registry, or the
+// mirror the policy names for it (same repository, tag and digest).
+func (p *Puller) source(ref Ref, d Decision) (name.Reference, error) {
+	if d.Mirror == "" {
+		return ref.ref, nil
+	}
+	s := d.Mirror + "/" + ref.Repository()
+	if dg := ref.Digest(); dg != "" {
+		s += "@" + dg
+	} else {
+		s += ":" + ref.Tag()
+	}
+	m, err := name.ParseReference(s)
+	if err != nil {
+		return nil, fmt.Errorf("mirror of %s (images.mirrors): %w", ref.Registry(), err)
+	}
+	return m, nil
+}
+
+func (p *Puller) platform() v1.Platform {
+	if p.Platform.OS != "" {
+		return p.Platform
+	}
+	return v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
+}
+
+// keychain answers with the runner's credentials for their registry,
+// else with the host's Docker config, as the runner's Docker would.
+func (p *Puller) keychain() authn.Keychain {
+	return authn.NewMultiKeychain(staticKeychain(p.Credentials), authn.DefaultKeychain)
+}
+
+type staticKeychain []Credentials
+
+func (k staticKeychain) Resolve(r authn.Resource) (authn.Authenticator, error) {
+	for _, c := range k {
+		reg := c.Registry
+		if reg == "docker.io" || reg == "" {
+			reg = name.DefaultRegistry
+		}
+		if reg == r.RegistryStr() {
+			return authn.FromConfig(authn.AuthConfig{Username: c.Username, Password: c.Password}), nil
+		}
+	}
+	return authn.Anonymous, nil
+}
+
+// failed words a registry failure for the job's log: what, from where,
+// and what to do. The registry's own words are kept (they never hold the
+// credentials: go-containerregistry sends those in headers).
+func (p *Puller) failed(ref Ref, from name.Reference, err error) error {
+	where := from.Context().RegistryStr()
+	err = registryWords{err}
+	var terr *ggcrtransport.Error
+	var nerr net.Error
+	switch {
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("pull %s from %s: %w", ref.Written, where, err)
+	case errors.As(err, &terr) && terr.StatusCode == http.StatusUnauthorized, errors.As(err, &terr) && terr.StatusCode == http.StatusForbidden:
+		return fmt.Errorf("pull %s: registry %s refused it (HTTP %d): %w; give the runner credentials for it (the workflow's container credentials, or the host's Docker config)", ref.Written, where, terr.StatusCode, err)
+	case errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound:
+		return fmt.Errorf("pull %s: registry %s has no such image (HTTP 404): %w", ref.Written, where, err)
+	case errors.As(err, &terr) && terr.StatusCode >= 500:
+		return fmt.Errorf("pull %s: registry %s answered HTTP %d, %d tries: %w; try again later, or check the registry", ref.Written, where, terr.StatusCode, retry.Steps, err)
+	case errors.As(err, &nerr), errors.Is(err, context.DeadlineExceeded), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET):
+		return fmt.Errorf("pull %s: registry %s did not answer, %d tries: %w; check that the registry is up and reachable from the runner", ref.Written, where, retry.Steps, err)
+	}
+	return fmt.Errorf("pull %s from %s: %w", ref.Written, where, err)
+}
+
+// registryWords is an error whose text came in part from a registry:
+// one line, bounded, as every error from outside is printed.
+type registryWords struct{ err error }
+
+func (r registryWords) Error() string {
+	return textsafe.Clip(textsafe.Line(strings.ReplaceAll(r.err.Error(), "\n", " ")), 1000, "...")
+}
+func (r registryWords) Unwrap() error { return r.err }
+
+// fetch brings image h into the cache unless another pull did meanwhile
+// (one pull per image at a time: the second waits and finds it), and
+// reports whether it pulled.
+func (p *Puller) fetch(ctx context.Context, ref Ref, img v1.Image, h v1.Hash, plat v1.Platform) (bool, error) {
+	lock, err := p.Store.lockFile("pull", h, unix.LOCK_EX)
+	if err != nil {
+		return false, err
+	}
+	defer lock.Close()
+	if _, ok := p.Store.root(h); ok {
+		return false, nil
+	}
+	p.Store.removeStaleTmp(h)
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return false, fmt.Errorf("pull %s: image config: %w", ref.Written, err)
+	}
+	if cfg.OS != plat.OS || cfg.Architecture != plat.Architecture {
+		return false, fmt.Errorf("%w: %s is an image for %s/%s, and this runner runs %s/%s: use a multi-platform image, or one built for %s/%s", ErrPlatform, ref.Written, cfg.OS, cfg.Architecture, plat.OS, plat.Architecture, plat.OS, plat.Architecture)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return false, fmt.Errorf("pull %s: %w", ref.Written, err)
+	}
+	if len(layers) != len(cfg.RootFS.DiffIDs) {
+		return false, fmt.Errorf("pull %s: %d layers, but its config lists %d: refused", ref.Written, len(layers), len(cfg.RootFS.DiffIDs))
+	}
+	rec := Image{Digest: h.String(), Platform: cfg.OS + "/" + cfg.Architecture, Env: cfg.Config.Env, Entrypoint: cfg.Config.Entrypoint, Cmd: cfg.Config.Cmd, WorkingDir: cfg.Config.WorkingDir, User: cfg.Config.User}
+	if cfg.Variant != "" {
+		rec.Platform += "/" + cfg.Variant
+	}
+	start := time.Now()
+	var streams []LayerStream
+	for i, l := range layers {
+		ld, err := l.Digest()
+		if err != nil {
+			return false, fmt.Errorf("pull %s: layer %d: %w", ref.Written, i+1, err)
+		}
+		rec.Layers = append(rec.Layers, ld.String())
+		if !p.Store.hasBlob(ld) {
+			if err := p.fetchBlob(ref, l, ld); err != nil {
+				return false, fmt.Errorf("pull %s: layer %d/%d %s: %w", ref.Written, i+1, len(layers), ld, err)
+			}
+		}
+		size, _ := l.Size()
+		p.progress(start, "%s: layer %d/%d %s (%s) ready", ref.Written, i+1, len(layers), ld.Hex[:12], humanBytes(size))
+		path := p.Store.blobPath(ld)
+		layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return os.Open(path) })
+		if err != nil {
+			return false, fmt.Errorf("pull %s: layer %d: %w", ref.Written, i+1, err)
+		}
+		streams = append(streams, LayerStream{DiffID: cfg.RootFS.DiffIDs[i].String(), Open: layer.Uncompressed})
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	tmp, err := os.MkdirTemp(filepath.Join(p.Store.dir, "tmp"), "pull-"+h.Hex+"-")
+	if err != nil {
+		return false, fmt.Errorf("image cache: %w", err)
+	}
+	defer os.RemoveAll(tmp) // a no-op once renamed
+	rootfs := filepath.Join(tmp, "rootfs")
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		return false, fmt.Errorf("image cache: %w", err)
+	}
+	stats, err := Unpack(rootfs, streams, Budget{Bytes: p.Store.max, Entries: maxEntries})
+	if err != nil {
+		return false, fmt.Errorf("unpack %s: %w", ref.Written, err)
+	}
+	rec.Size = stats.Bytes
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return false, err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "image.json"), b, 0o600); err != nil {
+		return false, fmt.Errorf("image cache: %w", err)
+	}
+	if err := os.Rename(tmp, p.Store.rootDir(h)); err != nil {
+		return false, fmt.Errorf("image cache: %w", err)
+	}
+	p.progress(start, "%s: %s unpacked (%d layers, %s)", ref.Written, h.Hex[:12], len(layers), humanBytes(stats.Bytes))
+	return true, nil
+}
+
+// maxEntries bounds the files of one image (an inode bomb).
+const maxEntries = 2_000_000
+
+// ErrPlatform: the image is for another platform than the runner's.
+var ErrPlatform = errors.New("image for another platform")
+
+// fetchBlob downloads layer l into the cache, verified against ld.
+func (p *Puller) fetchBlob(ref Ref, l v1.Layer, ld v1.Hash) error {
+	rc, err := l.Compressed()
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	_, err = p.Store.putBlob(ld, rc)
+	return err
+}
+
+// progress prints a line once the pull has taken longer than a second.
+func (p *Puller) progress(start time.Time, format string, args ...any) {
+	if p.Progress != nil && time.Since(start) > time.Second {
+		p.Progress(fmt.Sprintf(format, args...))
+	}
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// verify checks the signatures the decision asks for, on the digest the
+// reference resolved to (what `cosign sign REF` signs) and on the
+// platform's image manifest.
+func (p *Puller) verify(ctx context.Context, repo name.Repository, resolved, image v1.Hash, keys []string, opts []remote.Option) (Signature, error) {
+	var rules []SignatureRule
+	for _, k := range keys {
+		b, err := os.ReadFile(k)
+		if err != nil {
+			return Signature{}, fmt.Errorf("signing key %s (images.allow signedBy): %w", k, err)
+		}
+		r, err := ParsePublicKey(b)
+		if err != nil {
+			return Signature{}, fmt.Errorf("signing key %s (images.allow signedBy): %w", k, err)
+		}
+		rules = append(rules, r)
+	}
+	sig, err := VerifySignature(ctx, repo, resolved, rules, opts...)
+	if err == nil || resolved == image {
+		return sig, err
+	}
+	if sig, err2 := VerifySignature(ctx, repo, image, rules, opts...); err2 == nil {
+		return sig, nil
+	}
+	return Signature{}, err
+}
