@@ -38,6 +38,21 @@ func (e *Effective) WriteCUE(w io.Writer, change *PolicyChange) {
 	fmt.Fprint(w, e.CUE)
 }
 
+// VetFiles vets each file (VetFile), printing "ok FILE" to ok or
+// "FILE: why" to bad, and returns how many failed (`airlock policy vet`).
+func VetFiles(ctx context.Context, paths []string, org []Source, ok, bad io.Writer) int {
+	n := 0
+	for _, f := range paths {
+		if err := VetFile(ctx, f, org); err != nil {
+			n++
+			fmt.Fprintf(bad, "%s: %v\n", f, err)
+			continue
+		}
+		fmt.Fprintf(ok, "ok %s\n", f)
+	}
+	return n
+}
+
 // VetFile checks a repository policy file against the schema and, with
 // org, unified with the organisation's sources (`airlock policy vet`).
 func VetFile(ctx context.Context, path string, org []Source) error {

@@ -59,16 +59,7 @@ func newPolicyVetCmd(code *int) *cobra.Command {
 					return usageError{err}
 				}
 			}
-			bad := 0
-			for _, f := range args {
-				if err := policies.VetFile(cmd.Context(), f, org); err != nil {
-					bad++
-					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", f, err)
-					continue
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "ok %s\n", f)
-			}
-			if bad > 0 {
+			if policies.VetFiles(cmd.Context(), args, org, cmd.OutOrStdout(), cmd.ErrOrStderr()) > 0 {
 				*code = exitDataErr
 			}
 			return nil
