@@ -305,31 +305,37 @@ func (p *Puller) fetch(ctx context.Context, ref Ref, img v1.Image, h v1.Hash, pl
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
+	chains := chainIDs(cfg.RootFS.DiffIDs)
+	held, err := p.Store.buildSnapshots(chains, streams, Budget{Bytes: p.Store.max, Entries: maxEntries})
+	if err != nil {
+		return false, fmt.Errorf("unpack %s: %w", ref.Written, err)
+	}
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	for _, c := range chains {
+		rec.Chain = append(rec.Chain, c.Hex)
+		size, _ := p.Store.snapshotSize(c)
+		rec.Size += size
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return false, err
+	}
 	tmp, err := os.MkdirTemp(filepath.Join(p.Store.dir, "tmp"), "pull-"+h.Hex+"-")
 	if err != nil {
 		return false, fmt.Errorf("image cache: %w", err)
 	}
 	defer os.RemoveAll(tmp) // a no-op once renamed
-	rootfs := filepath.Join(tmp, "rootfs")
-	if err := os.Mkdir(rootfs, 0o755); err != nil {
-		return false, fmt.Errorf("image cache: %w", err)
-	}
-	stats, err := Unpack(rootfs, streams, Budget{Bytes: p.Store.max, Entries: maxEntries})
-	if err != nil {
-		return false, fmt.Errorf("unpack %s: %w", ref.Written, err)
-	}
-	rec.Size = stats.Bytes
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return false, err
-	}
 	if err := os.WriteFile(filepath.Join(tmp, "image.json"), b, 0o600); err != nil {
 		return false, fmt.Errorf("image cache: %w", err)
 	}
 	if err := os.Rename(tmp, p.Store.rootDir(h)); err != nil {
 		return false, fmt.Errorf("image cache: %w", err)
 	}
-	p.progress(start, "%s: %s unpacked (%d layers, %s)", ref.Written, h.Hex[:12], len(layers), humanBytes(stats.Bytes))
+	p.progress(start, "%s: %s unpacked (%d layers, %s)", ref.Written, h.Hex[:12], len(layers), humanBytes(rec.Size))
 	return true, nil
 }
 

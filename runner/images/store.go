@@ -30,15 +30,18 @@ const DefaultCacheSize = 20 << 30
 // job on the host:
 //
 //	blobs/sha256/<hex>     compressed layers, kept only once their sha256 matched
-//	roots/<hex>/rootfs     an image's unpacked root, by its manifest digest, read-only to jobs
-//	roots/<hex>/image.json what the image is (Image)
-//	locks/                 a pull lock per image (one pull at a time) and a use lock
+//	snapshots/<chain hex>/ the unpacked root of each prefix of an image's layers,
+//	                       shared by every image with that prefix (snapshot.go)
+//	roots/<hex>/image.json an image, by its manifest digest: its config and the chain
+//	                       of snapshots its root is (Image); read-only to jobs
+//	locks/                 a pull lock per image (one pull at a time), a use lock
 //	                       (shared by the jobs on it; prune takes it exclusively)
+//	                       and a lock per snapshot
 //	tmp/                   pulls and unpacks on their way; renamed into place whole
 //
-// A root exists only once whole (renamed from tmp/ after its unpack), so
-// a pull killed halfway leaves only tmp/ entries, which the next pull of
-// any image removes when no pull holds them.
+// An image or a snapshot exists only once whole (renamed from tmp/), so a
+// pull killed halfway leaves only tmp/ entries, which the next pull
+// removes when no pull holds them.
 type Store struct {
 	dir string
 	max int64
@@ -47,7 +50,7 @@ type Store struct {
 // OpenStore opens (making it) the cache in dir, bounded to max bytes.
 // dir must belong to root and be writable by root alone.
 func OpenStore(dir string, max int64) (*Store, error) {
-	for _, d := range []string{dir, filepath.Join(dir, "blobs", "sha256"), filepath.Join(dir, "roots"), filepath.Join(dir, "locks"), filepath.Join(dir, "tmp")} {
+	for _, d := range []string{dir, filepath.Join(dir, "blobs", "sha256"), filepath.Join(dir, "snapshots"), filepath.Join(dir, "roots"), filepath.Join(dir, "locks"), filepath.Join(dir, "tmp")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("image cache: %w", err)
 		}
@@ -118,15 +121,19 @@ type Image struct {
 	Digest string `json:"digest"`
 	// Platform is os/architecture[/variant].
 	Platform string `json:"platform"`
-	// Layers are the compressed layers' digests, in order.
+	// Layers are the compressed layers' digests, in order, and Chain the
+	// chain ids (hex) of the snapshots of their prefixes: the last is the
+	// image's root.
 	Layers []string `json:"layers"`
+	Chain  []string `json:"chain"`
 	// Env, Entrypoint, Cmd, WorkingDir and User are the image config's.
 	Env        []string `json:"env,omitempty"`
 	Entrypoint []string `json:"entrypoint,omitempty"`
 	Cmd        []string `json:"cmd,omitempty"`
 	WorkingDir string   `json:"workingDir,omitempty"`
 	User       string   `json:"user,omitempty"`
-	// Size is what the unpacked root holds, in bytes.
+	// Size is what the unpacked root holds, in bytes (some of it shared
+	// with other images of the same base).
 	Size int64 `json:"size"`
 	// RootFS is the unpacked root (not stored: where this cache keeps it).
 	RootFS string `json:"-"`
@@ -143,13 +150,17 @@ func (s *Store) root(h v1.Hash) (Image, bool) {
 		return Image{}, false
 	}
 	var img Image
-	if json.Unmarshal(b, &img) != nil || img.Digest != h.String() {
+	if json.Unmarshal(b, &img) != nil || img.Digest != h.String() || len(img.Chain) == 0 {
 		return Image{}, false
 	}
-	img.RootFS = filepath.Join(dir, "rootfs")
-	if fi, err := os.Lstat(img.RootFS); err != nil || !fi.IsDir() {
+	last, err := v1.NewHash("sha256:" + img.Chain[len(img.Chain)-1])
+	if err != nil {
 		return Image{}, false
 	}
+	if _, ok := s.snapshotSize(last); !ok {
+		return Image{}, false
+	}
+	img.RootFS = filepath.Join(s.snapDir(last), "rootfs")
 	return img, true
 }
 
@@ -248,20 +259,16 @@ func (s *Store) List() ([]Entry, error) {
 }
 
 // Prune removes the images used longest ago, never one in use, until the
-// cache's roots and blobs hold at most keep bytes; then the blobs that no
-// image left in the cache has. It returns what it removed.
+// cache holds at most keep bytes; with them go the snapshots that no image
+// left builds on and the blobs that no image left has. It returns the
+// images it removed.
 func (s *Store) Prune(keep int64) ([]Entry, error) {
 	list, err := s.List()
 	if err != nil {
 		return nil, err
 	}
-	total := int64(0)
-	for _, e := range list {
-		total += e.Size
-	}
-	total += s.blobBytes()
 	var removed []Entry
-	for i := len(list) - 1; i >= 0 && total > keep; i-- {
+	for i := len(list) - 1; i >= 0 && s.Size() > keep; i-- {
 		e := list[i]
 		h, _ := v1.NewHash(e.Digest)
 		pull, err := s.lockFile("pull", h, unix.LOCK_EX|unix.LOCK_NB)
@@ -278,12 +285,12 @@ func (s *Store) Prune(keep int64) ([]Entry, error) {
 		if err := os.Rename(s.rootDir(h), gone); err == nil {
 			os.RemoveAll(gone)
 			removed = append(removed, e)
-			total -= e.Size
 		}
 		use.Close()
 		pull.Close()
+		s.removeUnusedSnapshots()
+		s.removeUnusedBlobs()
 	}
-	total -= s.removeUnusedBlobs()
 	return removed, nil
 }
 
@@ -325,15 +332,9 @@ func (s *Store) removeUnusedBlobs() int64 {
 	return freed
 }
 
-// Size is what the cache holds now, roots and blobs.
-func (s *Store) Size() int64 {
-	list, _ := s.List()
-	n := s.blobBytes()
-	for _, e := range list {
-		n += e.Size
-	}
-	return n
-}
+// Size is what the cache holds now: blobs, and every file of the
+// snapshots once.
+func (s *Store) Size() int64 { return s.blobBytes() + s.snapshotBytes() }
 
 // removeStaleTmp removes what killed pulls left in tmp/: an unpack whose
 // image's pull lock is free (or is own's, whose lock the caller holds:
@@ -352,6 +353,16 @@ func (s *Store) removeStaleTmp(own v1.Hash) {
 			if h == own {
 				os.RemoveAll(p)
 			} else if f, err := s.lockFile("pull", h, unix.LOCK_EX|unix.LOCK_NB); err == nil {
+				os.RemoveAll(p)
+				f.Close()
+			}
+		case strings.HasPrefix(e.Name(), "snap-"):
+			hexd, _, _ := strings.Cut(strings.TrimPrefix(e.Name(), "snap-"), "-")
+			c, err := v1.NewHash("sha256:" + hexd)
+			if err != nil {
+				continue
+			}
+			if f, err := s.lockFile("snap", c, unix.LOCK_EX|unix.LOCK_NB); err == nil {
 				os.RemoveAll(p)
 				f.Close()
 			}

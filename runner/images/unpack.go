@@ -136,6 +136,24 @@ const (
 // exceed it is written. A refused layer fails with ErrHostileLayer, wrapped
 // with the layer's number and the entry's name and what is wrong with it.
 func Unpack(dst string, layers []LayerStream, budget Budget) (Stats, error) {
+	return unpack(dst, layers, budget, 0, len(layers), true)
+}
+
+// applyLayer applies layer (number n of total, from 1) to dst, a root
+// that Unpack or an earlier applyLayer made: the cache builds an image's
+// root on a copy of its base's whose files are hard links to the base's
+// (Store.snapshot). That is safe because the unpacker never writes into a
+// file that is there: an entry's file is always a new one (O_EXCL, after
+// makeRoom removed what was at its path), a hard link entry only adds a
+// name, and only directories (which the copy made anew) have their mode,
+// owner and times set.
+func applyLayer(dst string, layer LayerStream, budget Budget, n, total int) (Stats, error) {
+	return unpack(dst, []LayerStream{layer}, budget, n-1, total, false)
+}
+
+// unpack applies layers, numbered from skip+1 of total, to dst, which
+// must be empty when empty says so.
+func unpack(dst string, layers []LayerStream, budget Budget, skip, total int, empty bool) (Stats, error) {
 	if budget.Bytes <= 0 || budget.Entries <= 0 {
 		return Stats{}, fmt.Errorf("unpack into %s: the budget (%d bytes, %d entries) must be positive in both", dst, budget.Bytes, budget.Entries)
 	}
@@ -144,12 +162,14 @@ func Unpack(dst string, layers []LayerStream, budget Budget) (Stats, error) {
 		return Stats{}, fmt.Errorf("unpack: %w", err)
 	}
 	defer root.Close()
-	if err := checkEmpty(root); err != nil {
-		return Stats{}, fmt.Errorf("unpack into %s: %w: Unpack needs a new empty directory", dst, err)
+	if empty {
+		if err := checkEmpty(root); err != nil {
+			return Stats{}, fmt.Errorf("unpack into %s: %w: Unpack needs a new empty directory", dst, err)
+		}
 	}
-	u := &unpacker{root: root, budget: budget, chown: os.Geteuid() == 0, layers: len(layers)}
+	u := &unpacker{root: root, budget: budget, chown: os.Geteuid() == 0, layers: total}
 	for i, l := range layers {
-		u.layer = i + 1
+		u.layer = skip + i + 1
 		if err := u.apply(l); err != nil {
 			return u.stats, err
 		}
