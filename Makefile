@@ -78,6 +78,8 @@ bench:
 	go test -run XXX -bench VaultRequest ./runner/credentials/
 	go test -run XXX -bench ArtifactUpload -benchtime 5x ./runner/egress/gateway/
 	go test -timeout 30m -run XXX -bench ArtifactUploadInSandbox -benchtime 5x ./runner/egress/
+	go test -run XXX -bench 'FirstPull|SharedBase' -benchtime 5x ./runner/images/
+	go test -run XXX -bench CachedImageStart -benchtime 20x ./runner/
 
 clean:
 	rm -rf bin

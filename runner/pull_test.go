@@ -28,7 +28,7 @@ import (
 // helloImage builds, in the test, an image whose /bin/hello (a static Go
 // program) prints its environment's IMAGE_VAR, its directory and the
 // image's /etc/os-release, and pushes it to a registry on loopback.
-func helloImage(t *testing.T) (ref string, digest v1.Hash) {
+func helloImage(t testing.TB) (ref string, digest v1.Hash) {
 	t.Helper()
 	src := t.TempDir()
 	os.WriteFile(filepath.Join(src, "go.mod"), []byte("module hello\n\ngo 1.22\n"), 0o644)

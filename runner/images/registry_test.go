@@ -37,7 +37,7 @@ type testRegistry struct {
 	tamper bool
 }
 
-func newTestRegistry(t *testing.T) *testRegistry {
+func newTestRegistry(t testing.TB) *testRegistry {
 	t.Helper()
 	tr := &testRegistry{blobs: map[string]int{}}
 	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
