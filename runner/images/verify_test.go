@@ -143,11 +143,18 @@ func (c *cosignTool) key(t *testing.T, prefix string) SignatureRule {
 // the legacy one, offline: no transparency log, no signing config.
 func (c *cosignTool) sign(t *testing.T, prefix string, repo name.Repository, digest v1.Hash, bundle bool) {
 	t.Helper()
+	c.signRef(t, prefix, repo.Digest(digest.String()).String(), bundle)
+}
+
+// signRef is sign of a reference as written: of a tag, cosign signs the
+// digest the tag resolves to (an index's, for a multi-platform image).
+func (c *cosignTool) signRef(t *testing.T, prefix, ref string, bundle bool) {
+	t.Helper()
 	out, err := c.run(t, "sign", "--key", prefix+".key",
 		"--tlog-upload=false", "--use-signing-config=false",
 		fmt.Sprintf("--new-bundle-format=%t", bundle),
 		"--allow-http-registry", "--allow-insecure-registry", "-y",
-		repo.Digest(digest.String()).String())
+		ref)
 	if err != nil {
 		t.Fatalf("cosign sign: %v\n%s", err, out)
 	}

@@ -50,8 +50,10 @@ func internalParameters(p attest.Predicate, sb runner.SandboxInfo) attest.Intern
 
 // dependencies are what the job was built from: the commit (under the
 // run attestation's subject name: the repository, or the workspace),
-// its root filesystem, the job container's image as the workflow named
-// it, and the actions it ran.
+// its root filesystem, the job container's image (as the workflow named
+// it; by the digest that ran when it was pulled), the actions it ran,
+// and the other images it pulled (its services', a Docker action's the
+// actions do not name), each by the digest that ran.
 func dependencies(p attest.Predicate, subject attest.SubjectInfo, rootfs string, actions []attest.Descriptor) []attest.Descriptor {
 	var out []attest.Descriptor
 	if c := p.Job.HeadSHA; c != "" {
@@ -61,12 +63,32 @@ func dependencies(p attest.Predicate, subject attest.SubjectInfo, rootfs string,
 		}
 		out = append(out, attest.Descriptor{Name: "source", URI: "git+" + loc + "@" + c, Digest: map[string]string{"gitCommit": c}})
 	}
+	img := strings.TrimPrefix(strings.TrimSpace(p.Job.ContainerImage), "docker://")
+	// The job container's image, when the job pulled it: the first
+	// pull of its reference (the job's image is pulled before the job
+	// starts, before its services and actions).
+	var jobImage *attest.Image
+	for i := range p.Job.Images {
+		if img != "" && p.Job.Images[i].Ref == img {
+			jobImage = &p.Job.Images[i]
+			break
+		}
+	}
 	root := attest.Descriptor{Name: "rootfs", URI: "file://" + rootfs, Annotations: map[string]string{"digest": "not taken: a root filesystem is not digested; it is mounted read-only"}}
-	if rootfs == "" || rootfs == "host" {
+	switch {
+	case rootfs == "" || rootfs == "host":
 		root.URI, root.Annotations["source"] = "file:///", "the runner host's root filesystem"
+	case jobImage != nil:
+		root.Annotations["source"] = "the job container's image, pulled and unpacked on the host: containerImage (docker://" + img + ", " + jobImage.ImageDigest + ")"
 	}
 	out = append(out, root)
-	if img := strings.TrimPrefix(p.Job.ContainerImage, "docker://"); img != "" {
+	// Each pulled image once: by reference and the digest that ran.
+	seen := map[string]bool{}
+	if jobImage != nil {
+		d := imageDependency("containerImage", *jobImage)
+		seen["docker://"+jobImage.Ref+"@"+d.Digest["sha256"]] = true
+		out = append(out, d)
+	} else if img != "" {
 		// What ran is rootfs (the directory the policy maps the image
 		// to), not the reference: its digest is the reference's, an
 		// annotation, and the dependency has none of its own.
@@ -79,7 +101,84 @@ func dependencies(p attest.Predicate, subject attest.SubjectInfo, rootfs string,
 		}
 		out = append(out, d)
 	}
-	return append(out, actions...)
+	for _, a := range actions {
+		if sum := a.Digest["sha256"]; strings.HasPrefix(a.Name, "docker://") && sum != "" {
+			// A Docker action's pulled image (runner hook): the
+			// signature that verified it is the pull's record.
+			seen[a.Name+"@"+sum] = true
+			a = withPull(a, p.Job.Images)
+		}
+		out = append(out, a)
+	}
+	for _, im := range p.Job.Images {
+		d := imageDependency("docker://"+im.Ref, im)
+		if key := d.Name + "@" + d.Digest["sha256"]; !seen[key] {
+			seen[key] = true
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// imageDependency is a pulled image as a dependency: named name, with
+// the digest of the image manifest that ran (the platform's, for a
+// multi-platform image) and, in its annotations, the reference as
+// written, the digest it resolved to in its registry (an index's for a
+// multi-platform image), the platform, the policy rule that allowed it,
+// the signature that verified it (format and key id) when the rule asked
+// for one, and what a rule in mode warn let through.
+func imageDependency(name string, im attest.Image) attest.Descriptor {
+	d := attest.Descriptor{Name: name, Annotations: map[string]string{
+		"reference": "docker://" + im.Ref,
+		"digest":    im.Digest,
+		"platform":  im.Platform,
+		"rule":      im.Rule,
+	}}
+	if sum, ok := strings.CutPrefix(im.ImageDigest, "sha256:"); ok && attest.IsSHA256(sum) {
+		d.Digest = map[string]string{"sha256": sum}
+	} else {
+		d.Annotations["imageDigest"] = "not recorded as sha256:<hex>: " + clip(im.ImageDigest, 80)
+	}
+	if _, sum, ok := strings.Cut(im.Ref, "@sha256:"); ok && attest.IsSHA256(sum) {
+		d.Annotations["referenceDigest"] = "sha256:" + sum
+	}
+	addSignature(d.Annotations, im)
+	return d
+}
+
+// addSignature puts the signature that verified im, and the warnings of
+// its pull, into annotations.
+func addSignature(annotations map[string]string, im attest.Image) {
+	if s := im.Signature; s != nil {
+		annotations["signature"] = s.Format
+		annotations["signatureKeyId"] = s.KeyID
+	}
+	if len(im.Warnings) > 0 {
+		annotations["warnings"] = strings.Join(im.Warnings, "; ")
+	}
+}
+
+// withPull is a Docker action's descriptor (runner hook: the pulled
+// image's digest, the digest it resolved to, the platform) with what
+// its pull recorded besides: the rule, the signature, the warnings. The
+// descriptor given is not changed.
+func withPull(a attest.Descriptor, pulled []attest.Image) attest.Descriptor {
+	for _, im := range pulled {
+		if "docker://"+im.Ref != a.Name || im.ImageDigest != "sha256:"+a.Digest["sha256"] {
+			continue
+		}
+		ann := make(map[string]string, len(a.Annotations)+4)
+		for k, v := range a.Annotations {
+			ann[k] = v
+		}
+		if ann["rule"] == "" {
+			ann["rule"] = im.Rule
+		}
+		addSignature(ann, im)
+		a.Annotations = ann
+		return a
+	}
+	return a
 }
 
 // builder names the runner host (the runner's name under GitHub
