@@ -128,7 +128,10 @@ func (p *Puller) Pull(ctx context.Context, ref Ref, d Decision) (Image, Resolved
 	res.ImageDigest = h.String()
 	if len(d.Signers) > 0 {
 		sig, err := p.verify(ctx, from.Context(), desc.Digest, h, d.Signers, opts)
-		if err != nil && !d.Warn {
+		// Mode warn lets an unsigned image through, not a check that could
+		// not be made (a key file that does not read, a registry that
+		// fails): that fails whatever the mode.
+		if err != nil && (!d.Warn || !errors.Is(err, ErrNotSigned)) {
 			return Image{}, res, nil, fmt.Errorf("%s (%s): %w", ref.Written, d.Rule, err)
 		}
 		if err != nil {
