@@ -31,8 +31,14 @@ type ImageSource struct {
 	ranges  rules.Ranges
 	// StoreDir is the image cache; empty: images.DefaultStoreDir.
 	StoreDir string
-	// Credentials are the registry credentials the runner handed over.
+	// Credentials are registry credentials for any reference of their
+	// registry.
 	Credentials []images.Credentials
+	// RefCredentials are the credentials that came with one reference
+	// (the runner's, for the job container and each service: keyed by
+	// the reference as written), used for that reference alone, before
+	// Credentials, each only for its own registry.
+	RefCredentials map[string]images.Credentials
 	// Log gets the pulls' progress; nil: none.
 	Log io.Writer
 
@@ -146,7 +152,11 @@ func (s *ImageSource) Open(ctx context.Context, ref, what string) (Image, error)
 	if err != nil {
 		return Image{}, err
 	}
-	p := &images.Puller{Store: store, Credentials: s.Credentials, Check: s.check}
+	creds := s.Credentials
+	if c, ok := s.RefCredentials[ref]; ok {
+		creds = append([]images.Credentials{c}, creds...)
+	}
+	p := &images.Puller{Store: store, Credentials: creds, Check: s.check}
 	if s.Log != nil {
 		p.Progress = func(line string) { fmt.Fprintf(s.Log, "airlock: %s\n", line) }
 	}
