@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -108,8 +109,13 @@ func prepare(ctx context.Context, cfg Config, in Input, stdout io.Writer) error 
 	if work, ok := Mounts(args.Container.SystemMountVolumes).Host(containerWork); ok {
 		endStaleJobs(cfg, work, stdout)
 	}
-	// Registry credentials were dropped unread (see dropped): what is
-	// stored below has none.
+	// The registry credentials go to the daemon through a pipe, never
+	// to disk: the payload stored below has every registry null (see
+	// Registry and registry.go).
+	creds, err := json.Marshal(registryCredentials(args))
+	if err != nil {
+		return fmt.Errorf("prepare_job: %w", err)
+	}
 	b := make([]byte, 8)
 	rand.Read(b)
 	id := jobDirPrefix + hex.EncodeToString(b)
@@ -121,7 +127,7 @@ func prepare(ctx context.Context, cfg Config, in Input, stdout io.Writer) error 
 	if err := os.WriteFile(filepath.Join(dir, prepareInputFile), plan, 0o600); err != nil {
 		return fmt.Errorf("prepare_job: %w", err)
 	}
-	prepared, err := startDaemon(ctx, cfg, dir)
+	prepared, err := startDaemon(ctx, cfg, dir, creds)
 	if err != nil {
 		return err
 	}
@@ -147,8 +153,9 @@ func prepare(ctx context.Context, cfg Config, in Input, stdout io.Writer) error 
 // startDaemon starts the job's daemon on its directory and returns what
 // it says of the job once it runs (see waitReady). The daemon outlives
 // this process: its own session, no terminal, output to the job's log
-// file.
-func startDaemon(ctx context.Context, cfg Config, dir string) (ready, error) {
+// file. creds, the registry credentials, are its standard input: a pipe,
+// which it reads to its end first (readCredentials).
+func startDaemon(ctx context.Context, cfg Config, dir string, creds []byte) (ready, error) {
 	logf, err := os.OpenFile(filepath.Join(dir, daemonLogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return ready{}, err
@@ -157,6 +164,7 @@ func startDaemon(ctx context.Context, cfg Config, dir string) (ready, error) {
 	cmd := exec.Command("/proc/self/exe", dir)
 	cmd.Args[0] = daemonArg0
 	cmd.Env = os.Environ()
+	cmd.Stdin = bytes.NewReader(creds)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

@@ -16,6 +16,9 @@ const (
 	JobsRootEnv  = "AIRLOCK_HOOK_DIR" // where job directories go (default /run/airlock/hooks)
 	OrgDirEnv    = "AIRLOCK_ORG_DIR"  // organisation policy (default /etc/airlock)
 	AttestKeyEnv = "AIRLOCK_ATTEST_KEY"
+	// ImageCacheEnv is the directory of the image cache the jobs' pulls
+	// share (default images.DefaultStoreDir).
+	ImageCacheEnv = "AIRLOCK_IMAGE_CACHE"
 	// How many jobs' attestations the jobs root keeps, and for how long
 	// (report.DefaultRetention unless set; 0: no bound).
 	KeepAttestationsEnv  = "AIRLOCK_KEEP_ATTESTATIONS"
@@ -51,13 +54,15 @@ type Config struct {
 	OrgDir string
 	// AttestKey is the signing key; empty: the organisation policy's.
 	AttestKey string
+	// ImageCache is the image cache's directory; empty: the default.
+	ImageCache string
 	// Retention bounds the attestations kept in JobsRoot/attestations.
 	Retention report.Retention
 }
 
 // ConfigFromEnv reads the hook's configuration from the environment.
 func ConfigFromEnv(b Build) Config {
-	c := Config{Build: b, JobsRoot: os.Getenv(JobsRootEnv), OrgDir: os.Getenv(OrgDirEnv), AttestKey: os.Getenv(AttestKeyEnv)}
+	c := Config{Build: b, JobsRoot: os.Getenv(JobsRootEnv), OrgDir: os.Getenv(OrgDirEnv), AttestKey: os.Getenv(AttestKeyEnv), ImageCache: os.Getenv(ImageCacheEnv)}
 	if c.JobsRoot == "" {
 		c.JobsRoot = defaultJobsRoot
 	}

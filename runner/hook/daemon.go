@@ -35,8 +35,13 @@ func Dispatch(b Build) {
 // daemon is the job daemon: it opens the job's session and serves the
 // hook calls until cleanup_job.
 func daemon(cfg Config, dir string) int {
+	// First, before anything can start: the registry credentials
+	// prepare_job piped in (registry.go).
+	creds, credErr := readCredentials(os.Stdin)
 	d := &job{cfg: cfg, dir: dir}
 	fail := func(err error) int {
+		// A registry's refusal may quote what it was sent.
+		err = redactErr(err, creds)
 		os.WriteFile(filepath.Join(dir, daemonFailed), []byte(err.Error()), 0o600)
 		fmt.Fprintf(os.Stderr, "airlock hook daemon: %v\n", err)
 		if d.checkID != 0 {
@@ -49,6 +54,9 @@ func daemon(cfg Config, dir string) int {
 	}
 	signal.Ignore(syscall.SIGHUP)
 	os.WriteFile(filepath.Join(dir, daemonPIDFile), []byte(fmt.Sprint(os.Getpid())), 0o600)
+	if credErr != nil {
+		return fail(credErr)
+	}
 	b, err := os.ReadFile(filepath.Join(dir, prepareInputFile))
 	if err != nil {
 		return fail(err)
@@ -63,6 +71,9 @@ func daemon(cfg Config, dir string) int {
 	}
 	logf := os.Stderr
 	j.Log, j.Stdout, j.Stderr = logf, logf, logf
+	// The job container's and the services' pulls, each with the
+	// credentials it came with; dropped once they are done.
+	d.images.RefCredentials = byRef(creds)
 	s, err := runner.Open(context.Background(), j, cfg.Runtime)
 	if err != nil {
 		s.Abandon()
@@ -73,6 +84,7 @@ func daemon(cfg Config, dir string) int {
 	// now, and the masks' identities are the overlay's.
 	d.pinMasks(j.Sandbox.Workspace)
 	svcs, err := d.startServices(context.Background(), args.Services, d.serviceNames)
+	d.images.RefCredentials = nil
 	if err != nil {
 		s.Close()
 		return fail(err)

@@ -23,8 +23,9 @@
 // Trust: everything in a payload and in the job's directories is the job's
 // to shape. Host paths are opened without following symlinks, the
 // runner's response directory is masked from the job, registry
-// credentials are dropped (never stored nor passed on), and no program is looked up through the
-// job's PATH.
+// credentials serve the pull of their own image on the host alone (piped
+// to the daemon, never stored, printed nor passed to the sandbox:
+// registry.go), and no program is looked up through the job's PATH.
 //
 // Layer 7: above runner, below cmd/airlock; it may use gvisor, runner/trust
 // and runner/github directly for what is the hook's alone.

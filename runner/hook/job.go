@@ -225,11 +225,15 @@ func (d *job) policy(ctx context.Context, pr runner.PullRequest) (*policies.Effe
 }
 
 // keepPlan keeps what the job's steps and containers need of its plan:
-// the policy's image directories and the job's /etc/hosts, the
+// its images (mapped by the policy, or pulled into the hook's image
+// cache, AIRLOCK_IMAGE_CACHE) and the job's /etc/hosts, the
 // container's PATH (a step's prependPath goes before it), the job's
 // timeout, and its masks as host paths.
 func (d *job) keepPlan(plan runner.Plan) {
 	d.images, d.hosts = plan.Images, plan.Hosts
+	if d.cfg.ImageCache != "" {
+		d.images.StoreDir = d.cfg.ImageCache
+	}
 	d.containerPath = gvisor.DefaultPath
 	for _, kv := range plan.Job.Env {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {

@@ -2,6 +2,7 @@ package hook
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -67,12 +68,14 @@ type Container struct {
 	// EntryPointArgs are the container's command (a service's, an
 	// action's args:) cut at single spaces, empty pieces dropped, quotes
 	// left inside the pieces; see Args.
-	EntryPointArgs   []string          `json:"entryPointArgs"`
-	EntryPoint       string            `json:"entryPoint"`
-	WorkingDirectory string            `json:"workingDirectory"`
-	CreateOptions    string            `json:"createOptions"`
-	Registry         dropped           `json:"registry"`
-	Env              map[string]string `json:"environmentVariables"`
+	EntryPointArgs   []string `json:"entryPointArgs"`
+	EntryPoint       string   `json:"entryPoint"`
+	WorkingDirectory string   `json:"workingDirectory"`
+	CreateOptions    string   `json:"createOptions"`
+	// Registry is the workflow's credentials for the image (null when it
+	// gives none); never written out again (see Registry).
+	Registry *Registry         `json:"registry"`
+	Env      map[string]string `json:"environmentVariables"`
 	// PortMappings are the workflow's ports: entries as written
 	// ("8080:80", "6379", "127.0.0.1:8080:80/tcp").
 	PortMappings       []string `json:"portMappings"`
@@ -125,12 +128,51 @@ func (p *PathList) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// dropped reads registry credentials only to drop them: they are never
-// stored, passed on or logged (airlock pulls no image).
-type dropped struct{}
+// Registry is a container's registry credentials as the runner sends
+// them (ContainerRegistry; HookContainer sets it only when the workflow's
+// credentials: give a username): serverUrl is what the runner read off
+// the image's name (DockerUtil.ParseRegistryHostnameFromImageName), which
+// airlock does not use: the credentials go to the registry of the image
+// they came with, as images.ParseRef reads it (pullCredentials).
+//
+// They serve the pull on the host alone: a Registry is never written out
+// (it marshals as null, so neither the job's stored payload nor a request
+// to the daemon holds it), never printed (String), and prepare_job hands
+// them to the job's daemon through a pipe (call.go).
+type Registry struct {
+	Username, Password, ServerURL string
+}
 
-func (*dropped) UnmarshalJSON([]byte) error  { return nil }
-func (dropped) MarshalJSON() ([]byte, error) { return []byte("null"), nil }
+// UnmarshalJSON reads the runner's {"username", "password", "serverUrl"};
+// an error never quotes the value.
+func (r *Registry) UnmarshalJSON(b []byte) error {
+	var w struct {
+		Username  *string `json:"username"`
+		Password  *string `json:"password"`
+		ServerURL *string `json:"serverUrl"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return errors.New("registry: want null or {username, password, serverUrl}, each a string or null")
+	}
+	*r = Registry{Username: deref(w.Username), Password: deref(w.Password), ServerURL: deref(w.ServerURL)}
+	return nil
+}
+
+// MarshalJSON writes null: the credentials are never stored nor sent on.
+func (Registry) MarshalJSON() ([]byte, error) { return []byte("null"), nil }
+
+// String never shows the password.
+func (r Registry) String() string { return fmt.Sprintf("registry credentials of %q", r.Username) }
+
+// GoString never shows the password (%#v).
+func (r Registry) GoString() string { return r.String() }
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
 
 // Response is prepare_job's answer, one JSON line in the response file.
 type Response struct {
