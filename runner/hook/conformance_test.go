@@ -34,7 +34,10 @@ func TestConformancePrepareJob(t *testing.T) {
 	health := "--health-cmd redis-cli ping --health-interval 10s"
 	h.job.Services = []servicePayload{
 		{Image: "redis:7", Args: []string{}, Options: &health, Env: map[string]string{"REDIS_ARGS": "--save 60"}, Ports: []string{"8080:6379", "6380/tcp"}},
-		{Image: "ghcr.io/acme/postgres:16", Args: []string{}, Env: map[string]string{}, Ports: []string{}},
+		// A service with the workflow's credentials (HookContainer sends
+		// them only with a username): they go to the daemon through its
+		// pipe with the job container's, and nowhere else.
+		{Image: "ghcr.io/acme/postgres:16", Args: []string{}, Env: map[string]string{}, Ports: []string{}, RegistryUser: "svc", RegistryPassword: "registry-secret-baz"},
 		{Image: "docker.io/library/redis:7", Args: []string{}, Env: map[string]string{}, Ports: []string{"127.0.0.1:7000:6379"}},
 	}
 	code, out, respFile := h.send(PrepareJob, h.job)
@@ -74,6 +77,18 @@ func TestConformancePrepareJob(t *testing.T) {
 		!strings.Contains(out, "redis at 127.0.0.1") || !strings.Contains(out, "postgres at 127.0.0.1") || !strings.Contains(out, "redis-2 at 127.0.0.1") {
 		t.Errorf("service names: exit %d: %s", code, out)
 	}
+	// The daemon holds them in its memory alone: its standard input, the
+	// pipe they came through, is /dev/null once read, and its command
+	// line and environment are the hook's.
+	pid := daemonPID(state["jobDir"].(string))
+	if in, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/0", pid)); pid == 0 || in != os.DevNull {
+		t.Errorf("the daemon (pid %d) reads its standard input from %q", pid, in)
+	}
+	for _, f := range []string{"environ", "cmdline"} {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, f)); strings.Contains(string(b), "registry-secret-ba") {
+			t.Errorf("a registry password is in the daemon's %s", f)
+		}
+	}
 	err = filepath.WalkDir(h.hooksRoot(), func(p string, d os.DirEntry, err error) error {
 		if err == nil && d.IsDir() && (d.Name() == "volumes" || d.Name() == "volume-templates") {
 			// The bounded workspaces' images (what the job wrote) and
@@ -81,8 +96,8 @@ func TestConformancePrepareJob(t *testing.T) {
 			return filepath.SkipDir
 		}
 		if err == nil && d.Type().IsRegular() {
-			if b, _ := os.ReadFile(p); strings.Contains(string(b), h.job.RegistryPassword) {
-				t.Errorf("the registry password is in %s", p)
+			if b, _ := os.ReadFile(p); strings.Contains(string(b), h.job.RegistryPassword) || strings.Contains(string(b), "registry-secret-baz") {
+				t.Errorf("a registry password is in %s", p)
 			}
 		}
 		return nil

@@ -56,11 +56,13 @@ type payload struct {
 	Workflow, FileCommands, Repo               string
 	// prepare_job's job container (none: NoContainer, a job with
 	// services only) and services.
-	NoContainer      bool
-	Image            string
-	Options          *string
-	RegistryPassword string
-	Services         []servicePayload
+	NoContainer bool
+	Image       string
+	Options     *string
+	// The container's registry block: none unless one of these is set
+	// (RegistryUser "octocat" unless given).
+	RegistryUser, RegistryPassword string
+	Services                       []servicePayload
 	// A step's.
 	EntryPoint  string
 	Args        []string
@@ -77,6 +79,8 @@ type servicePayload struct {
 	Options *string
 	Env     map[string]string
 	Ports   []string
+	// The service's registry block: none unless RegistryUser is set.
+	RegistryUser, RegistryPassword string
 }
 
 // agentWorkflow is what the agent's pull request adds: a workflow that
@@ -203,7 +207,7 @@ func renderPayload(t testing.TB, command string, p payload) []byte {
 	tmpl, err := template.New(command + ".json").Funcs(template.FuncMap{"json": func(v any) (string, error) {
 		b, err := json.Marshal(v)
 		return string(b), err
-	}}).ParseFiles(filepath.Join("testdata", "runner", command+".json"))
+	}, "registryServer": registryServer}).ParseFiles(filepath.Join("testdata", "runner", command+".json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,6 +219,22 @@ func renderPayload(t testing.TB, command string, p payload) []byte {
 		t.Fatalf("%s: %v\n%s", command, err, b.String())
 	}
 	return line.Bytes()
+}
+
+// registryServer is the serverUrl the runner sends with a container's
+// credentials (actions/runner src/Runner.Worker/Container/DockerUtil.cs,
+// ParseRegistryHostnameFromImageName, as ContainerInfo.cs sets
+// RegistryServer): the first component of a name of two that has a ':'
+// or a '.', the first of a name of three or more, else "" (Docker Hub).
+func registryServer(image string) string {
+	parts := strings.Split(image, "/")
+	switch {
+	case len(parts) == 2 && strings.ContainsAny(parts[0], ":."):
+		return parts[0]
+	case len(parts) > 2:
+		return parts[0]
+	}
+	return ""
 }
 
 // newResponseFile is where the runner wants the call's response: a new
