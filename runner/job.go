@@ -178,7 +178,18 @@ type Session struct {
 	// views are the files of the sandbox's views (gitConfigView),
 	// removed when the session ends.
 	views []string
+	// imageEnv is the environment of the job's pulled image (PullImage).
+	imageEnv []string
 }
+
+// RootFS is the host directory the job's sandbox runs on ("": the
+// host's root); a pulled image's is known once the session is open.
+func (s *Session) RootFS() string { return s.cfg.RootFS }
+
+// ImageEnv is the environment of the image the session pulled for the
+// job (Job.PullImage), under which the job's own goes; nil when it pulled
+// none (a mapped image's is in the plan's Job.Env already).
+func (s *Session) ImageEnv() []string { return slices.Clone(s.imageEnv) }
 
 // Open reaps leftovers of killed airlocks, starts the egress gateway,
 // takes the trust snapshot and creates the sandbox. On error the session
@@ -235,6 +246,7 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 			return fail(err)
 		}
 		s.job.Sandbox.RootFS = img.RootFS
+		s.imageEnv = slices.Clone(img.Env)
 		s.job.Env = append(slices.Clone(img.Env), s.job.Env...)
 	}
 	s.job.Env = withholdList(job.Credentials, s.job.Env)

@@ -184,7 +184,7 @@ func (s *ImageSource) Open(ctx context.Context, ref, what string) (Image, error)
 // check refuses an address in the egress deny ranges (an agent's pulls).
 func (s *ImageSource) check(a netip.Addr) error {
 	if v := s.ranges.Check(a); !v.Allowed {
-		msg := "registry address refused: " + v.Reason
+		msg := v.Reason
 		if v.Suggest != "" {
 			msg += "; " + v.Suggest
 		}

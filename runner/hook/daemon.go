@@ -80,6 +80,7 @@ func daemon(cfg Config, dir string) int {
 		return fail(err)
 	}
 	d.session = s
+	d.setContainerPath(s.ImageEnv()) // a pulled image's PATH is known now
 	// Once the sandbox is there: a bounded workspace is an overlay by
 	// now, and the masks' identities are the overlay's.
 	d.pinMasks(j.Sandbox.Workspace)
@@ -109,7 +110,7 @@ func daemon(cfg Config, dir string) int {
 	if d.jobTimeout > 0 {
 		time.AfterFunc(d.jobTimeout+watchdogSlack, func() { srv.Shutdown(logf, logf) })
 	}
-	if err := writeWhole(filepath.Join(dir, daemonReady), ready{Services: svcs, IsAlpine: isAlpine(j.Sandbox.RootFS)}); err != nil {
+	if err := writeWhole(filepath.Join(dir, daemonReady), ready{Services: svcs, IsAlpine: isAlpine(s.RootFS())}); err != nil {
 		s.Abandon()
 		return fail(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -66,6 +67,8 @@ type job struct {
 	// it sees in place of the runner's, runnerFileCommands (host): see
 	// filecommands.go. toolCache is the job's own tool cache (host).
 	fileCommands, runnerFileCommands, toolCache string
+	// jobEnv is the plan's environment of the job, for containerPath.
+	jobEnv []string
 	// containerPath is the job container's PATH (its image's, or the
 	// workflow's container env), which a step's prependPath goes before.
 	containerPath string
@@ -224,6 +227,19 @@ func (d *job) policy(ctx context.Context, pr runner.PullRequest) (*policies.Effe
 	return policies.Load(ctx, srcs)
 }
 
+// setContainerPath sets the container's PATH: the job's environment's
+// (the workflow's container env, over a mapped image's), over imageEnv
+// (a pulled image's, known once the session is open), else the
+// sandbox's default.
+func (d *job) setContainerPath(imageEnv []string) {
+	d.containerPath = gvisor.DefaultPath
+	for _, kv := range append(slices.Clone(imageEnv), d.jobEnv...) {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			d.containerPath = v
+		}
+	}
+}
+
 // keepPlan keeps what the job's steps and containers need of its plan:
 // its images (mapped by the policy, or pulled into the hook's image
 // cache, AIRLOCK_IMAGE_CACHE) and the job's /etc/hosts, the
@@ -234,12 +250,8 @@ func (d *job) keepPlan(plan runner.Plan) {
 	if d.cfg.ImageCache != "" {
 		d.images.StoreDir = d.cfg.ImageCache
 	}
-	d.containerPath = gvisor.DefaultPath
-	for _, kv := range plan.Job.Env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			d.containerPath = v
-		}
-	}
+	d.jobEnv = plan.Job.Env
+	d.setContainerPath(nil)
 	d.jobTimeout = plan.Job.Sandbox.Limits.JobTimeout
 	// Masks name paths as the job sees them (below /__w: the workspace's);
 	// Docker actions' volumes are host directories.

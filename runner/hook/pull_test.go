@@ -234,7 +234,10 @@ func pushPulledImages(t testing.TB) pulledImages {
 		copyIntoRoot(t, root, p)
 		copyLibsInto(t, root, p)
 	}
-	pi.job, pi.jobHash = pi.withAuth.push(t, "acme/ci", imageOf(t, layerOf(t, root), []string{"/usr/bin/bash"}, []string{"PATH=/usr/bin:/bin", "CI_IMAGE=pulled"}))
+	// An Alpine image, as far as the runner's isAlpine looks (its
+	// os-release), whose PATH goes first to a directory of its own.
+	os.WriteFile(filepath.Join(root, "etc", "os-release"), []byte("NAME=\"Alpine Linux\"\nID=alpine\n"), 0o644)
+	pi.job, pi.jobHash = pi.withAuth.push(t, "acme/ci", imageOf(t, layerOf(t, root), []string{"/usr/bin/bash"}, []string{"PATH=/opt/pulled/bin:/usr/bin:/bin", "CI_IMAGE=pulled"}))
 	pi.jobTag = pi.withAuth.host + "/acme/ci:1"
 
 	self, err := os.Executable()
@@ -344,6 +347,11 @@ func TestHookPulledImages(t *testing.T) {
 	if s := r.services(); s[0].ID != "service-db" || s[1].ID != "service-cache" {
 		t.Errorf("services: %+v", s)
 	}
+	// isAlpine is the pulled root's (prepare-job-test.ts's test, read
+	// inside the root), not the host's.
+	if r.IsAlpine == nil || !*r.IsAlpine {
+		t.Errorf("isAlpine is not true for a pulled Alpine image")
+	}
 
 	// The daemon has the credentials in its memory alone: its standard
 	// input (the pipe they came through) is /dev/null now, its
@@ -371,8 +379,10 @@ func TestHookPulledImages(t *testing.T) {
 		name, script string
 		want         []string
 	}{
-		{"the pulled image", `cat /etc/image-release; echo "CI_IMAGE=$CI_IMAGE"; test -e /etc/debian_version && echo host-root || echo not-the-host`,
-			[]string{"image-pulled-ci", "CI_IMAGE=pulled", "not-the-host"}},
+		// A step's prependPath goes before the pulled image's PATH, as
+		// before a container's under Docker.
+		{"the pulled image", `cat /etc/image-release; echo "CI_IMAGE=$CI_IMAGE"; test -e /etc/debian_version && echo host-root || echo not-the-host; echo "PATH=$PATH"`,
+			[]string{"image-pulled-ci", "CI_IMAGE=pulled", "not-the-host", "PATH=/__w/_temp/bin:/opt/pulled/bin:/usr/bin:/bin\n"}},
 		{"both services by name", `for s in db:6379 cache:5432; do
   n=${s%:*}; p=${s#*:}
   for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do exec 3<>/dev/tcp/$n/$p && break; sleep 0.2; done 2>/dev/null
@@ -472,7 +482,7 @@ func TestHookPulledImageRefused(t *testing.T) {
 		{"a tag where the policy wants a digest", pi.jobTag, pi.password, true, false,
 			[]string{"the job's image", pi.jobTag, "the rule requires a digest for an agent's pull request", "pin it: write " + pi.withAuth.host + "/acme/ci@sha256:<digest>"}},
 		{"a registry on loopback without egress.allowCIDRs", pi.job, pi.password, false, false,
-			[]string{pi.job, "registry address refused", "is in the deny range 127.0.0.0/8", "allowCIDRs"}},
+			[]string{pi.job, "is at an address an agent's job may not reach", "is in the deny range 127.0.0.0/8", "allowCIDRs"}},
 		{"a wrong password", pi.job, wrong, true, true,
 			[]string{pi.job, "registry " + pi.withAuth.host + " refused it (HTTP 401)", "invalid username or password: octocat:***"}},
 	} {

@@ -228,7 +228,10 @@ func (p *Puller) failed(ref Ref, from name.Reference, err error) error {
 	err = registryWords{err}
 	var terr *ggcrtransport.Error
 	var nerr net.Error
+	var refused *AddressRefusedError
 	switch {
+	case errors.As(err, &refused):
+		return fmt.Errorf("pull %s: registry %s is at an address an agent's job may not reach: %v", ref.Written, where, refused.Err)
 	case errors.Is(err, context.Canceled):
 		return fmt.Errorf("pull %s from %s: %w", ref.Written, where, err)
 	case errors.As(err, &terr) && terr.StatusCode == http.StatusUnauthorized, errors.As(err, &terr) && terr.StatusCode == http.StatusForbidden:

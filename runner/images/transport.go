@@ -25,6 +25,18 @@ var defaultTimeouts = timeouts{dial: 10 * time.Second, header: 30 * time.Second,
 // AddressCheck says why an address may not be dialled, or nil.
 type AddressCheck func(netip.Addr) error
 
+// AddressRefusedError is a registry connection that the address check
+// refused before it was made.
+type AddressRefusedError struct {
+	Addr netip.Addr
+	Err  error
+}
+
+func (e *AddressRefusedError) Error() string {
+	return fmt.Sprintf("address %s refused: %v", e.Addr, e.Err)
+}
+func (e *AddressRefusedError) Unwrap() error { return e.Err }
+
 // transport is the HTTP transport of every registry request: each
 // connection's address is checked when it is dialled (after DNS, so a
 // rebinding name gets nowhere), plain HTTP is spoken only to loopback
@@ -45,7 +57,10 @@ func newTransport(check AddressCheck, insecure []string, tm timeouts) *transport
 			if err != nil {
 				return fmt.Errorf("registry address %q: %w", address, err)
 			}
-			return check(ap.Addr())
+			if err := check(ap.Addr()); err != nil {
+				return &AddressRefusedError{Addr: ap.Addr(), Err: err}
+			}
+			return nil
 		}
 	}
 	base := &http.Transport{
