@@ -57,9 +57,15 @@ func NewImageSource(mapped map[string]string, pol *policies.Policy, org *policie
 	if org != nil {
 		s.section = org.Images // the organisation's alone decides
 	}
+	// The deny ranges are the effective policy's (a repository may add
+	// some); the exceptions to them the organisation's alone.
 	var allow, deny []string
 	if pol != nil {
-		allow, deny = pol.Egress.AllowCIDRs, slices.Sorted(mapKeys(pol.Egress.DenyCIDRs))
+		deny = slices.Sorted(mapKeys(pol.Egress.DenyCIDRs))
+		allow = pol.Egress.AllowCIDRs
+	}
+	if org != nil {
+		allow = org.Egress.AllowCIDRs
 	}
 	r, err := rules.NewRanges(allow, deny)
 	if err != nil {

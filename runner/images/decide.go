@@ -35,11 +35,18 @@ type Decision struct {
 	Warnings []string
 	// Mirror is where the registry's bytes come from instead, or "".
 	Mirror string
-	// Insecure: the registry may speak plain HTTP (loopback always may).
-	Insecure bool
+	// Insecure are the registries that may speak plain HTTP (loopback
+	// always may): the pull checks the one it dials, the mirror's when
+	// there is one.
+	Insecure []string
 	// CheckAddresses: every address the registry's name resolves to must
-	// be outside the egress deny ranges (an agent's job).
+	// be outside the egress deny ranges (an agent's job). A mirror the
+	// organisation names is not checked: the organisation chose it.
 	CheckAddresses bool
+	// HostCredentials: the host's own registry credentials (its Docker
+	// config) may be used. Never for an agent's job: an agent could name
+	// any image those credentials can read and run on it.
+	HostCredentials bool
 }
 
 // Error says why a reference is refused: the Decision's reason and fix.
@@ -53,7 +60,7 @@ var ErrRefused = fmt.Errorf("image refused by the policy")
 // Decide applies the organisation's images section (nil: absent) to ref,
 // for an agent's job or a human's.
 func Decide(ref Ref, p *policies.Images, agent bool) Decision {
-	d := Decision{CheckAddresses: agent}
+	d := Decision{CheckAddresses: agent, HostCredentials: !agent}
 	if p == nil {
 		switch {
 		case !agent:
@@ -68,7 +75,7 @@ func Decide(ref Ref, p *policies.Images, agent bool) Decision {
 		return d
 	}
 	d.Mirror = p.Mirrors[ref.Registry()]
-	d.Insecure = slices.Contains(p.Insecure, ref.Registry())
+	d.Insecure = slices.Clone(p.Insecure)
 	for i, r := range p.Allow {
 		if !NameMatches(r.Name, ref.Name()) {
 			continue

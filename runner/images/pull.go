@@ -95,18 +95,23 @@ func (p *Puller) Pull(ctx context.Context, ref Ref, d Decision) (Image, Resolved
 		return Image{}, res, nil, err
 	}
 	var check AddressCheck
-	if d.CheckAddresses {
+	if d.CheckAddresses && d.Mirror == "" {
 		check = p.Check
 	}
-	var insecure []string
-	if d.Insecure {
-		insecure = append(insecure, from.Context().RegistryStr())
+	tr := newTransport(check, d.Insecure, *cmpOr(p.timeouts, &defaultTimeouts))
+	plain := tr.plainAllowed(from.Context().RegistryStr())
+	if plain {
+		// go-containerregistry tries plain HTTP only where the name says
+		// so; the policy's insecure registries are named too.
+		if from, err = name.ParseReference(from.String(), name.Insecure); err != nil {
+			return Image{}, res, nil, err
+		}
 	}
 	plat := p.platform()
 	opts := []remote.Option{
 		remote.WithContext(ctx),
-		remote.WithTransport(newTransport(check, insecure, *cmpOr(p.timeouts, &defaultTimeouts))),
-		remote.WithAuthFromKeychain(p.keychain()),
+		remote.WithTransport(tr),
+		remote.WithAuthFromKeychain(p.keychain(d.HostCredentials)),
 		remote.WithPlatform(plat),
 		remote.WithRetryBackoff(*cmpOr(p.backoff, &retry)),
 		remote.WithRetryStatusCodes(408, 429, 500, 502, 503, 504),
@@ -114,16 +119,16 @@ func (p *Puller) Pull(ctx context.Context, ref Ref, d Decision) (Image, Resolved
 	}
 	desc, err := remote.Get(from, opts...)
 	if err != nil {
-		return Image{}, res, nil, p.failed(ref, from, err)
+		return Image{}, res, nil, p.failed(ref, from, plain, err)
 	}
 	res.Digest = desc.Digest.String()
 	img, err := desc.Image()
 	if err != nil {
-		return Image{}, res, nil, p.failed(ref, from, err)
+		return Image{}, res, nil, p.failed(ref, from, plain, err)
 	}
 	h, err := img.Digest()
 	if err != nil {
-		return Image{}, res, nil, p.failed(ref, from, err)
+		return Image{}, res, nil, p.failed(ref, from, plain, err)
 	}
 	res.ImageDigest = h.String()
 	if len(d.Signers) > 0 {
@@ -140,23 +145,9 @@ func (p *Puller) Pull(ctx context.Context, ref Ref, d Decision) (Image, Resolved
 			res.Signature = &sig
 		}
 	}
-	if cached, lease, ok, err := p.Store.use(h); err != nil {
-		return Image{}, res, nil, err
-	} else if ok {
-		res.Platform = cached.Platform
-		return cached, res, lease, nil
-	}
-	pulled, err := p.fetch(ctx, ref, img, h, plat)
+	cached, lease, err := p.cached(ctx, ref, img, h, plat, &res)
 	if err != nil {
 		return Image{}, res, nil, err
-	}
-	res.Pulled = pulled
-	cached, lease, ok, err := p.Store.use(h)
-	if err != nil {
-		return Image{}, res, nil, err
-	}
-	if !ok {
-		return Image{}, res, nil, fmt.Errorf("image %s: removed from the cache as soon as it was pulled: the cache (%d bytes) is too small for it", ref.Written, p.Store.max)
 	}
 	res.Platform = cached.Platform
 	if _, err := p.Store.Prune(p.Store.max); err != nil {
@@ -164,6 +155,28 @@ func (p *Puller) Pull(ctx context.Context, ref Ref, d Decision) (Image, Resolved
 		return Image{}, res, nil, err
 	}
 	return cached, res, lease, nil
+}
+
+// cached returns image h from the cache with a lease on it, pulling it
+// first if the cache lacks it. The gc lock is held, shared, until the
+// lease is: no prune runs between the pull and the lease.
+func (p *Puller) cached(ctx context.Context, ref Ref, img v1.Image, h v1.Hash, plat v1.Platform, res *Resolved) (Image, *Lease, error) {
+	gc, err := p.Store.lockWait(ctx, "gc", gcLock, unix.LOCK_SH)
+	if err != nil {
+		return Image{}, nil, err
+	}
+	defer gc.Close()
+	if cached, lease, ok, err := p.Store.use(h); err != nil || ok {
+		return cached, lease, err
+	}
+	if res.Pulled, err = p.fetch(ctx, ref, img, h, plat); err != nil {
+		return Image{}, nil, err
+	}
+	cached, lease, ok, err := p.Store.use(h)
+	if err == nil && !ok {
+		err = fmt.Errorf("image %s: not in the cache right after its pull: pull again", ref.Written)
+	}
+	return cached, lease, err
 }
 
 func cmpOr[T any](p, def *T) *T {
@@ -200,8 +213,12 @@ func (p *Puller) platform() v1.Platform {
 }
 
 // keychain answers with the runner's credentials for their registry,
-// else with the host's Docker config, as the runner's Docker would.
-func (p *Puller) keychain() authn.Keychain {
+// else, where host is true, with the host's Docker config, as the
+// runner's Docker would.
+func (p *Puller) keychain(host bool) authn.Keychain {
+	if !host {
+		return staticKeychain(p.Credentials)
+	}
 	return authn.NewMultiKeychain(staticKeychain(p.Credentials), authn.DefaultKeychain)
 }
 
@@ -223,7 +240,9 @@ func (k staticKeychain) Resolve(r authn.Resource) (authn.Authenticator, error) {
 // failed words a registry failure for the job's log: what, from where,
 // and what to do. The registry's own words are kept (they never hold the
 // credentials: go-containerregistry sends those in headers).
-func (p *Puller) failed(ref Ref, from name.Reference, err error) error {
+// plain says whether HTTP was allowed to the registry (then a scheme
+// mismatch is not the cause).
+func (p *Puller) failed(ref Ref, from name.Reference, plain bool, err error) error {
 	where := from.Context().RegistryStr()
 	err = registryWords{err}
 	var terr *ggcrtransport.Error
@@ -232,6 +251,8 @@ func (p *Puller) failed(ref Ref, from name.Reference, err error) error {
 	switch {
 	case errors.As(err, &refused):
 		return fmt.Errorf("pull %s: registry %s is at an address an agent's job may not reach: %v", ref.Written, where, refused.Err)
+	case !plain && (errors.Is(err, http.ErrSchemeMismatch) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")):
+		return fmt.Errorf("pull %s: registry %s speaks plain HTTP, which airlock speaks only to loopback and to the registries the organisation names: add %q to images.insecure in the organisation policy, or serve it over HTTPS: %w", ref.Written, where, where, err)
 	case errors.Is(err, context.Canceled):
 		return fmt.Errorf("pull %s from %s: %w", ref.Written, where, err)
 	case errors.As(err, &terr) && terr.StatusCode == http.StatusUnauthorized, errors.As(err, &terr) && terr.StatusCode == http.StatusForbidden:
@@ -259,7 +280,7 @@ func (r registryWords) Unwrap() error { return r.err }
 // (one pull per image at a time: the second waits and finds it), and
 // reports whether it pulled.
 func (p *Puller) fetch(ctx context.Context, ref Ref, img v1.Image, h v1.Hash, plat v1.Platform) (bool, error) {
-	lock, err := p.Store.lockFile("pull", h, unix.LOCK_EX)
+	lock, err := p.Store.lockWait(ctx, "pull", h, unix.LOCK_EX)
 	if err != nil {
 		return false, err
 	}
@@ -268,6 +289,9 @@ func (p *Puller) fetch(ctx context.Context, ref Ref, img v1.Image, h v1.Hash, pl
 		return false, nil
 	}
 	p.Store.removeStaleTmp(h)
+	if err := p.checkSizes(ref, img); err != nil {
+		return false, err
+	}
 	cfg, err := img.ConfigFile()
 	if err != nil {
 		return false, fmt.Errorf("pull %s: image config: %w", ref.Written, err)
@@ -295,7 +319,7 @@ func (p *Puller) fetch(ctx context.Context, ref Ref, img v1.Image, h v1.Hash, pl
 		}
 		rec.Layers = append(rec.Layers, ld.String())
 		if !p.Store.hasBlob(ld) {
-			if err := p.fetchBlob(ref, l, ld); err != nil {
+			if err := p.fetchBlob(l, ld); err != nil {
 				return false, fmt.Errorf("pull %s: layer %d/%d %s: %w", ref.Written, i+1, len(layers), ld, err)
 			}
 		}
@@ -312,8 +336,10 @@ func (p *Puller) fetch(ctx context.Context, ref Ref, img v1.Image, h v1.Hash, pl
 		return false, err
 	}
 	chains := chainIDs(cfg.RootFS.DiffIDs)
-	held, err := p.Store.buildSnapshots(chains, streams, Budget{Bytes: p.Store.max, Entries: maxEntries})
+	budget := Budget{Bytes: p.Store.max, Entries: maxEntries}
+	held, err := p.Store.buildSnapshots(ctx, chains, streams, &budget)
 	if err != nil {
+		p.Store.removeBlobs(rec.Layers)
 		return false, fmt.Errorf("unpack %s: %w", ref.Written, err)
 	}
 	defer func() {
@@ -351,15 +377,52 @@ const maxEntries = 2_000_000
 // ErrPlatform: the image is for another platform than the runner's.
 var ErrPlatform = errors.New("image for another platform")
 
-// fetchBlob downloads layer l into the cache, verified against ld.
-func (p *Puller) fetchBlob(ref Ref, l v1.Layer, ld v1.Hash) error {
+// fetchBlob downloads layer l into the cache, verified against ld and
+// the size its manifest declares.
+func (p *Puller) fetchBlob(l v1.Layer, ld v1.Hash) error {
+	size, err := l.Size()
+	if err != nil {
+		return err
+	}
 	rc, err := l.Compressed()
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	_, err = p.Store.putBlob(ld, rc)
+	_, err = p.Store.putBlob(ld, rc, size)
 	return err
+}
+
+// Bounds on what an image's manifest may declare, checked before a byte
+// of its config or layers is read: a config is small (Docker's are a
+// few KiB), an image has at most maxLayers layers (Docker's limit), and
+// its compressed layers fit in the cache.
+const (
+	maxConfig = 1 << 20
+	maxLayers = 127
+)
+
+// checkSizes refuses an image whose manifest declares more than the
+// bounds allow.
+func (p *Puller) checkSizes(ref Ref, img v1.Image) error {
+	m, err := img.Manifest()
+	if err != nil {
+		return fmt.Errorf("pull %s: manifest: %w", ref.Written, err)
+	}
+	if m.Config.Size > maxConfig || m.Config.Size < 0 {
+		return fmt.Errorf("%w: %s: its config is %d bytes, more than %d: refused", ErrTooLarge, ref.Written, m.Config.Size, maxConfig)
+	}
+	if len(m.Layers) > maxLayers {
+		return fmt.Errorf("%w: %s: %d layers, more than %d: refused", ErrTooLarge, ref.Written, len(m.Layers), maxLayers)
+	}
+	total := int64(0)
+	for _, l := range m.Layers {
+		if l.Size < 0 || l.Size > p.Store.max-total {
+			return fmt.Errorf("%w: %s: its layers are larger than the image cache (%s; images.cache in the organisation policy)", ErrTooLarge, ref.Written, humanBytes(p.Store.max))
+		}
+		total += l.Size
+	}
+	return nil
 }
 
 // progress prints a line once the pull has taken longer than a second.
@@ -401,8 +464,12 @@ func (p *Puller) verify(ctx context.Context, repo name.Repository, resolved, ima
 	if err == nil || resolved == image {
 		return sig, err
 	}
-	if sig, err2 := VerifySignature(ctx, repo, image, rules, opts...); err2 == nil {
+	sig, err2 := VerifySignature(ctx, repo, image, rules, opts...)
+	switch {
+	case err2 == nil:
 		return sig, nil
+	case !errors.Is(err2, ErrNotSigned):
+		return Signature{}, err2 // a check that could not be made
 	}
 	return Signature{}, err
 }

@@ -1,6 +1,7 @@
 package images
 
 import (
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"io/fs"
@@ -68,10 +69,12 @@ func (s *Store) snapshotSize(c v1.Hash) (int64, bool) {
 // one builder per snapshot at a time. It returns the snapshots' locks,
 // held shared, so that no prune removes them before the image that
 // builds on them is in roots/: the caller closes them then.
-func (s *Store) buildSnapshots(chains []v1.Hash, layers []LayerStream, budget Budget) ([]*os.File, error) {
+// budget is the image's, shared by its layers: each snapshot built
+// spends what its layer wrote and every entry its copy of the base made.
+func (s *Store) buildSnapshots(ctx context.Context, chains []v1.Hash, layers []LayerStream, budget *Budget) ([]*os.File, error) {
 	var held []*os.File
 	for i := range chains {
-		lock, err := s.buildSnapshot(chains, i, layers[i], budget)
+		lock, err := s.buildSnapshot(ctx, chains, i, layers[i], budget)
 		if err != nil {
 			for _, l := range held {
 				l.Close()
@@ -85,8 +88,8 @@ func (s *Store) buildSnapshots(chains []v1.Hash, layers []LayerStream, budget Bu
 
 // buildSnapshot builds snapshot i unless the cache holds it, and returns
 // its lock, held shared.
-func (s *Store) buildSnapshot(chains []v1.Hash, i int, layer LayerStream, budget Budget) (_ *os.File, err error) {
-	lock, err := s.lockFile("snap", chains[i], unix.LOCK_EX)
+func (s *Store) buildSnapshot(ctx context.Context, chains []v1.Hash, i int, layer LayerStream, budget *Budget) (_ *os.File, err error) {
+	lock, err := s.lockWait(ctx, "snap", chains[i], unix.LOCK_EX)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +109,7 @@ func (s *Store) buildSnapshot(chains []v1.Hash, i int, layer LayerStream, budget
 
 // makeSnapshot makes snapshot i: layer 1 into an empty root, or layer i+1
 // onto a copy of snapshot i-1 whose files are hard links.
-func (s *Store) makeSnapshot(chains []v1.Hash, i int, layer LayerStream, budget Budget) error {
+func (s *Store) makeSnapshot(chains []v1.Hash, i int, layer LayerStream, budget *Budget) error {
 	tmp, err := os.MkdirTemp(filepath.Join(s.dir, "tmp"), "snap-"+chains[i].Hex+"-")
 	if err != nil {
 		return fmt.Errorf("image cache: %w", err)
@@ -118,7 +121,7 @@ func (s *Store) makeSnapshot(chains []v1.Hash, i int, layer LayerStream, budget 
 		if err := os.Mkdir(rootfs, 0o755); err != nil {
 			return fmt.Errorf("image cache: %w", err)
 		}
-		stats, err = unpack(rootfs, []LayerStream{layer}, budget, 0, len(chains), true)
+		stats, err = unpack(rootfs, []LayerStream{layer}, *budget, 0, len(chains), true)
 	} else {
 		// The base is held (shared) while it is copied: prune leaves it.
 		base, lerr := s.lockFile("snap", chains[i-1], unix.LOCK_SH)
@@ -129,13 +132,20 @@ func (s *Store) makeSnapshot(chains []v1.Hash, i int, layer LayerStream, budget 
 		if _, ok := s.snapshotSize(chains[i-1]); !ok {
 			return fmt.Errorf("image cache: the snapshot of layers 1-%d went away while layer %d was added: pull again", i, i+1)
 		}
-		if err := linkTree(filepath.Join(s.snapDir(chains[i-1]), "rootfs"), rootfs); err != nil {
-			return fmt.Errorf("image cache: copy the snapshot of layers 1-%d: %w", i, err)
+		made, lerr := linkTree(filepath.Join(s.snapDir(chains[i-1]), "rootfs"), rootfs, budget.Entries)
+		if lerr != nil {
+			return fmt.Errorf("image cache: copy the snapshot of layers 1-%d: %w", i, lerr)
 		}
-		stats, err = applyLayer(rootfs, layer, budget, i+1, len(chains))
+		budget.Entries -= made
+		stats, err = applyLayer(rootfs, layer, *budget, i+1, len(chains))
 	}
 	if err != nil {
 		return err
+	}
+	budget.Bytes -= stats.Bytes
+	budget.Entries -= stats.Files + stats.Dirs + stats.Symlinks + stats.HardLinks + stats.Whiteouts + stats.Skipped
+	if budget.Bytes < 0 || budget.Entries < 0 {
+		return fmt.Errorf("%w: layers 1-%d already hold what the cache allows an image", ErrTooLarge, i+1)
 	}
 	if err := os.WriteFile(filepath.Join(tmp, "size"), []byte(strconv.FormatInt(stats.Bytes, 10)+"\n"), 0o600); err != nil {
 		return fmt.Errorf("image cache: %w", err)
@@ -154,8 +164,12 @@ func (s *Store) makeSnapshot(chains []v1.Hash, i int, layer LayerStream, budget 
 // set once their content is in), symlinks are made anew with the same
 // target, and nothing is followed (the walk never descends a symlink, and
 // every path it writes is below a directory it made itself). src is a
-// snapshot that nothing writes while it is copied.
-func linkTree(src, dst string) error {
+// snapshot that nothing writes while it is copied. It makes at most max
+// entries (each costs an inode or a directory entry: an image of many
+// layers over a large base would otherwise multiply them), and returns
+// how many it made.
+func linkTree(src, dst string, max int64) (int64, error) {
+	made := int64(0)
 	type dirMeta struct {
 		path string
 		st   unix.Stat_t
@@ -170,6 +184,9 @@ func linkTree(src, dst string) error {
 			return err
 		}
 		to := filepath.Join(dst, rel)
+		if made++; made > max {
+			return fmt.Errorf("%w: copying the layers below this one makes more than %d files and directories", ErrTooLarge, max)
+		}
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil {
 			return err
@@ -200,22 +217,22 @@ func linkTree(src, dst string) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return made, err
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
 		d := dirs[i]
 		if os.Geteuid() == 0 {
 			if err := os.Lchown(d.path, int(d.st.Uid), int(d.st.Gid)); err != nil {
-				return err
+				return made, err
 			}
 		}
 		if err := unix.Chmod(d.path, d.st.Mode&0o7777); err != nil {
-			return err
+			return made, err
 		}
 		ts := []unix.Timespec{d.st.Atim, d.st.Mtim}
 		unix.UtimesNanoAt(unix.AT_FDCWD, d.path, ts, unix.AT_SYMLINK_NOFOLLOW)
 	}
-	return nil
+	return made, nil
 }
 
 // removeUnusedSnapshots removes the snapshots that no image in roots/

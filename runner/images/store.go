@@ -1,6 +1,7 @@
 package images
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -83,9 +84,10 @@ func (s *Store) hasBlob(h v1.Hash) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
-// putBlob keeps r's bytes as blob h, only if their sha256 is h: through a
-// temporary file, renamed into place. It returns how many bytes it read.
-func (s *Store) putBlob(h v1.Hash, r io.Reader) (int64, error) {
+// putBlob keeps r's bytes as blob h, only if they are size bytes whose
+// sha256 is h: through a temporary file, synced, renamed into place. It
+// returns how many bytes it read (at most size+1).
+func (s *Store) putBlob(h v1.Hash, r io.Reader, size int64) (int64, error) {
 	if h.Algorithm != "sha256" || len(h.Hex) != 64 {
 		return 0, fmt.Errorf("blob %s: only sha256 digests are kept", h)
 	}
@@ -95,12 +97,18 @@ func (s *Store) putBlob(h v1.Hash, r io.Reader) (int64, error) {
 	}
 	defer os.Remove(f.Name()) // a no-op once renamed
 	sum := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, sum), r)
+	n, err := io.Copy(io.MultiWriter(f, sum), io.LimitReader(r, size+1))
+	if err == nil {
+		err = f.Sync() // whole on disk before it is named: a crash leaves no short blob
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return n, fmt.Errorf("blob %s: %w", h, err)
+	}
+	if n != size {
+		return n, fmt.Errorf("%w: blob %s: %d bytes or more, where its manifest says %d", ErrDigestMismatch, h, n, size)
 	}
 	if got := hex.EncodeToString(sum.Sum(nil)); got != h.Hex {
 		return n, fmt.Errorf("%w: blob %s: its content is sha256:%s", ErrDigestMismatch, h, got)
@@ -184,24 +192,52 @@ func (s *Store) lockFile(kind string, h v1.Hash, how int) (*os.File, error) {
 	return f, nil
 }
 
+// lockWait is lockFile that waits, for as long as ctx lets it, for a
+// lock another process holds: a job never waits past its own time for
+// another job's pull.
+func (s *Store) lockWait(ctx context.Context, kind string, h v1.Hash, how int) (*os.File, error) {
+	for {
+		f, err := s.lockFile(kind, h, how|unix.LOCK_NB)
+		if err != unix.EWOULDBLOCK {
+			return f, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("image cache: waiting for another pull of the same image or base: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// gcLock is the cache-wide lock: held shared by every pull and every
+// lease being taken, exclusively by prune, so that prune never removes
+// what a pull is building or a job is about to run on.
+var gcLock = v1.Hash{Algorithm: "sha256", Hex: "gc"}
+
 // Lease keeps an image in the cache while a job runs on it: prune
-// removes no image that a lease holds.
+// removes no image, and no snapshot, that a lease holds.
 type Lease struct {
-	f *os.File
+	files []*os.File
 }
 
 // Close ends the lease.
 func (l *Lease) Close() error {
-	if l == nil || l.f == nil {
+	if l == nil {
 		return nil
 	}
-	err := l.f.Close()
-	l.f = nil
+	var err error
+	for _, f := range l.files {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	l.files = nil
 	return err
 }
 
-// use takes a lease on image h and returns it with the image, or false
-// when the cache does not hold it (any more).
+// use takes a lease on image h and on the snapshot its root is, and
+// returns it with the image, or false when the cache does not hold it
+// (any more). The caller holds the gc lock, shared.
 func (s *Store) use(h v1.Hash) (Image, *Lease, bool, error) {
 	f, err := s.lockFile("use", h, unix.LOCK_SH)
 	if err != nil {
@@ -212,9 +248,15 @@ func (s *Store) use(h v1.Hash) (Image, *Lease, bool, error) {
 		f.Close()
 		return Image{}, nil, false, nil
 	}
+	last, _ := v1.NewHash("sha256:" + img.Chain[len(img.Chain)-1])
+	snap, err := s.lockFile("snap", last, unix.LOCK_SH)
+	if err != nil {
+		f.Close()
+		return Image{}, nil, false, err
+	}
 	now := time.Now()
 	os.Chtimes(s.rootDir(h), now, now) // last used: what prune orders by
-	return img, &Lease{f: f}, true, nil
+	return img, &Lease{files: []*os.File{f, snap}}, true, nil
 }
 
 // Entry is one image the cache holds.
@@ -261,8 +303,17 @@ func (s *Store) List() ([]Entry, error) {
 // Prune removes the images used longest ago, never one in use, until the
 // cache holds at most keep bytes; with them go the snapshots that no image
 // left builds on and the blobs that no image left has. It returns the
-// images it removed.
+// images it removed. While another pull is under way it does nothing
+// (that pull prunes when it is done).
 func (s *Store) Prune(keep int64) ([]Entry, error) {
+	gc, err := s.lockFile("gc", gcLock, unix.LOCK_EX|unix.LOCK_NB)
+	if err == unix.EWOULDBLOCK {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer gc.Close()
 	list, err := s.List()
 	if err != nil {
 		return nil, err
@@ -306,10 +357,9 @@ func (s *Store) blobBytes() int64 {
 	return n
 }
 
-// removeUnusedBlobs removes the blobs of no image in roots/ that no pull
-// is using now, and returns the bytes freed. A pull holds its image's
-// pull lock while it adds blobs, and its blobs are named in no image.json
-// yet: blobs younger than an hour are kept for it.
+// removeUnusedBlobs removes the blobs of no image in roots/, and returns
+// the bytes freed. The caller holds the gc lock exclusively: no pull is
+// adding blobs.
 func (s *Store) removeUnusedBlobs() int64 {
 	used := map[string]bool{}
 	list, _ := s.List()
@@ -322,7 +372,7 @@ func (s *Store) removeUnusedBlobs() int64 {
 	freed := int64(0)
 	for _, e := range ents {
 		fi, err := e.Info()
-		if err != nil || used[e.Name()] || time.Since(fi.ModTime()) < time.Hour {
+		if err != nil || used[e.Name()] {
 			continue
 		}
 		if os.Remove(filepath.Join(s.dir, "blobs", "sha256", e.Name())) == nil {
@@ -372,6 +422,16 @@ func (s *Store) removeStaleTmp(own v1.Hash) {
 			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Hour {
 				os.RemoveAll(p)
 			}
+		}
+	}
+}
+
+// removeBlobs removes the image's blobs (after its unpack failed: a blob
+// that does not unpack is not kept for the next pull to trip on).
+func (s *Store) removeBlobs(digests []string) {
+	for _, d := range digests {
+		if h, err := v1.NewHash(d); err == nil {
+			os.Remove(s.blobPath(h))
 		}
 	}
 }
