@@ -43,10 +43,10 @@ func ProbePlatform(ctx context.Context, stateRoot, platform string) (time.Durati
 	return probeIn(ctx, platformDir(stateRoot), platform, "", probeTimeout)
 }
 
-// probeIn boots a probe sandbox on platform with its work in a directory
+// probeIn boots a probe sandbox on plat with its work in a directory
 // of its own under pdir, running runsc ("" is this binary, whose runsc
 // is compiled in) within timeout.
-func probeIn(ctx context.Context, pdir, platform, runsc string, timeout time.Duration) (time.Duration, error) {
+func probeIn(ctx context.Context, pdir, plat, runsc string, timeout time.Duration) (time.Duration, error) {
 	if err := checkHost(); err != nil {
 		return 0, err
 	}
@@ -54,7 +54,7 @@ func probeIn(ctx context.Context, pdir, platform, runsc string, timeout time.Dur
 		return 0, fmt.Errorf("create %s: %w", pdir, err)
 	}
 	removeStaleProbes(pdir)
-	dir, err := os.MkdirTemp(pdir, "probe-"+platform+"-")
+	dir, err := os.MkdirTemp(pdir, "probe-"+plat+"-")
 	if err != nil {
 		return 0, fmt.Errorf("create probe directory: %w", err)
 	}
@@ -83,7 +83,7 @@ func probeIn(ctx context.Context, pdir, platform, runsc string, timeout time.Dur
 		// runsc do's own null network namespace would be a new mount
 		// under /tmp per probe, never removed.
 		"--shared-root="+sharedRoot,
-		"--platform="+platform,
+		"--platform="+plat,
 		"--network=none",
 		"--ignore-cgroups",
 		"--host-settings=ignore",
@@ -109,12 +109,12 @@ func probeIn(ctx context.Context, pdir, platform, runsc string, timeout time.Dur
 	start := time.Now()
 	err = cmd.Run()
 	took := time.Since(start)
-	keepLog(filepath.Join(pdir, platform+"-probe.log"), out.Bytes(), panicLog, log)
+	keepLog(filepath.Join(pdir, plat+"-probe.log"), out.Bytes(), panicLog, log)
 	if err == nil {
 		return took, nil
 	}
 	if ctx.Err() != nil {
-		return took, fmt.Errorf("no answer in %s (%v)", timeout, context.Cause(ctx))
+		return took, fmt.Errorf("%w in %s (%v)", platform.ErrNoAnswer, timeout, context.Cause(ctx))
 	}
 	return took, errors.New(probeFailure(out.Bytes(), panicLog, log, err))
 }

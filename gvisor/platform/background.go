@@ -94,7 +94,6 @@ func RunBackground(arg string, probe ProbeFunc, gaps func() string) int {
 	if _, ok := v.Read(p.Key); ok {
 		return 0
 	}
-	usable, why := Worded(probe(context.Background(), p.Dir, p.Runsc, p.Timeout), gaps)
-	v.Write(Verdict{Key: p.Key, Usable: usable, Reason: why})
+	v.Write(verdictOf(p.Key, probe(context.Background(), p.Dir, p.Runsc, p.Timeout), gaps))
 	return 0
 }

@@ -104,11 +104,11 @@ func (j Judge) Judge(ctx context.Context) (bool, string) {
 	if v, ok := j.Verdicts.Read(key); ok {
 		return v.Usable, v.Reason // another job probed meanwhile
 	}
-	usable, why := j.Probed(ctx)
+	v := verdictOf(key, j.Probe(ctx), j.CPUIDGaps)
 	if ctx.Err() == nil {
-		j.Verdicts.Write(Verdict{Key: key, Usable: usable, Reason: why})
+		j.Verdicts.Write(v)
 	}
-	return usable, why
+	return v.Usable, v.Reason
 }
 
 // Probed runs the probe and words its outcome.

@@ -3,6 +3,7 @@ package platform
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -217,4 +218,36 @@ func newFakeIn(dir string, device, probe error) *fake {
 		Verdicts: NewVerdicts(dir),
 	}
 	return f
+}
+
+// A probe that got no answer may have met a host too busy to boot it in
+// time: its verdict holds for an hour, not for the boot; any other
+// verdict holds for the boot.
+func TestNoAnswerIsProbedAgain(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "platform")
+	v := NewVerdicts(dir)
+	for _, tc := range []struct {
+		name  string
+		err   error
+		until bool
+	}{
+		{"no answer", fmt.Errorf("%w in 20s (context deadline exceeded)", ErrNoAnswer), true},
+		{"panicked", errors.New("error setting system registers"), false},
+		{"booted", nil, false},
+	} {
+		got := verdictOf("k", tc.err, nil)
+		if got.Until.IsZero() == tc.until || (tc.until && !strings.Contains(got.Reason, "probed again after")) {
+			t.Errorf("%s: %+v", tc.name, got)
+		}
+	}
+	v.Write(verdictOf("k", fmt.Errorf("%w in 20s", ErrNoAnswer), nil))
+	if _, ok := v.Read("k"); !ok {
+		t.Fatal("a fresh no-answer verdict is not believed")
+	}
+	expired := verdictOf("k", fmt.Errorf("%w in 20s", ErrNoAnswer), nil)
+	expired.Until = time.Now().Add(-time.Minute)
+	v.Write(expired)
+	if _, ok := v.Read("k"); ok {
+		t.Error("an expired no-answer verdict is believed")
+	}
 }

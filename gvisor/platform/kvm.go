@@ -3,6 +3,7 @@ package platform
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strings"
 
@@ -75,7 +76,9 @@ func HostKey() (string, error) {
 // module version and checksum, else this binary's file identity.
 func BuildID() (string, error) {
 	if id := gvisorModule(debug.ReadBuildInfo()); id != "" {
-		return id, nil
+		// The Go toolchain and the target's CPU level too: gVisor's KVM
+		// platform leans on the Go runtime's internals.
+		return id + " go=" + runtime.Version() + buildLevel(), nil
 	}
 	var exe unix.Stat_t
 	if err := unix.Stat("/proc/self/exe", &exe); err != nil {
@@ -83,6 +86,20 @@ func BuildID() (string, error) {
 	}
 	return fmt.Sprintf("exe=%d:%d:%d:%d.%d:%d.%d",
 		exe.Dev, exe.Ino, exe.Size, exe.Mtim.Sec, exe.Mtim.Nsec, exe.Ctim.Sec, exe.Ctim.Nsec), nil
+}
+
+// buildLevel is the build's CPU level setting (GOAMD64, GOARM64), if any.
+func buildLevel() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	for _, st := range bi.Settings {
+		if st.Key == "GOAMD64" || st.Key == "GOARM64" {
+			return " " + st.Key + "=" + st.Value
+		}
+	}
+	return ""
 }
 
 // gvisorModule names gVisor by its module's version and checksum in the

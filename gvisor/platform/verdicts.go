@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -42,6 +43,27 @@ type Verdict struct {
 	Key    string `json:"key"`
 	Usable bool   `json:"usable"`
 	Reason string `json:"reason"`
+	// Until, when set, is when the verdict stops holding: a probe that
+	// got no answer may have met a host too busy to boot one in time, so
+	// its verdict is tried again later rather than kept for the boot.
+	Until time.Time `json:"until,omitzero"`
+}
+
+// ErrNoAnswer: the probe sandbox did not answer within its timeout.
+var ErrNoAnswer = errors.New("no answer")
+
+// noAnswerHolds is how long a verdict of no answer holds.
+const noAnswerHolds = time.Hour
+
+// verdictOf is the verdict for key of a probe that returned err.
+func verdictOf(key string, err error, gaps func() string) Verdict {
+	usable, why := Worded(err, gaps)
+	v := Verdict{Key: key, Usable: usable, Reason: why}
+	if errors.Is(err, ErrNoAnswer) {
+		v.Until = time.Now().Add(noAnswerHolds).UTC()
+		v.Reason += " (probed again after " + v.Until.Format(time.RFC3339) + ")"
+	}
+	return v
 }
 
 // Verdicts keeps the KVM verdict in kvm.json in its directory. Only
@@ -67,7 +89,7 @@ const MaxVerdict = 64 << 10
 // Read returns the verdict kept for key, if there is a trustworthy one.
 func (v *Verdicts) Read(key string) (Verdict, bool) {
 	got, err := v.load()
-	if err != nil || got.Key != key {
+	if err != nil || got.Key != key || (!got.Until.IsZero() && time.Now().After(got.Until)) {
 		return Verdict{}, false
 	}
 	return got, true
