@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"io"
@@ -14,14 +13,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/airlock-ci/airlock/internal/testimage"
 	"github.com/airlock-ci/airlock/policies"
 )
 
@@ -55,48 +50,12 @@ func main() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, f := range []struct {
-		name string
-		mode int64
-		data []byte
-	}{
-		{"bin/", 0o755, nil}, {"bin/hello", 0o755, prog}, {"etc/", 0o755, nil}, {"etc/os-release", 0o644, []byte("ID=pulled-image\n")}, {"srv/", 0o755, nil},
-	} {
-		h := &tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), Typeflag: tar.TypeReg}
-		if strings.HasSuffix(f.name, "/") {
-			h.Typeflag = tar.TypeDir
-		}
-		tw.WriteHeader(h)
-		tw.Write(f.data)
-	}
-	tw.Close()
-	b := buf.Bytes()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, _ := img.ConfigFile()
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config.Env = []string{"PATH=/bin", "IMAGE_VAR=from-the-image"}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
+	layer := testimage.Layer(t, map[string]string{"bin/": "", "bin/hello": string(prog), "etc/": "", "etc/os-release": "ID=pulled-image\n", "srv/": ""}, "bin/hello")
+	img := testimage.Image(t, runtime.GOARCH, []string{"PATH=/bin", "IMAGE_VAR=from-the-image"}, nil, "", layer)
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	t.Cleanup(srv.Close)
 	ref = strings.TrimPrefix(srv.URL, "http://") + "/team/hello:1"
-	r, _ := name.ParseReference(ref)
-	if err := remote.Write(r, img); err != nil {
-		t.Fatal(err)
-	}
-	digest, _ = img.Digest()
-	return ref, digest
+	return ref, testimage.Push(t, ref, img)
 }
 
 // A job whose image is in a registry runs on it: pulled on the host,

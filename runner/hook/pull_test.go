@@ -1,9 +1,7 @@
 package hook
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
@@ -24,14 +22,11 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/airlock-ci/airlock/internal/testimage"
 	"github.com/airlock-ci/airlock/runner/images"
 )
 
@@ -105,103 +100,12 @@ func (hr *hookRegistry) seen() (int, []string) {
 // digest, as an agent's workflow must name it.
 func (hr *hookRegistry) push(t testing.TB, repo string, img v1.Image) (string, v1.Hash) {
 	t.Helper()
-	ref, err := name.ParseReference(hr.host + "/" + repo + ":1")
-	if err != nil {
-		t.Fatal(err)
-	}
 	auth := authn.Anonymous
 	if hr.user != "" {
 		auth = &authn.Basic{Username: hr.user, Password: hr.pass}
 	}
-	if err := remote.Write(ref, img, remote.WithAuth(auth)); err != nil {
-		t.Fatalf("push %s: %v", ref, err)
-	}
-	h, err := img.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := testimage.Push(t, hr.host+"/"+repo+":1", img, remote.WithAuth(auth))
 	return hr.host + "/" + repo + "@" + h.String(), h
-}
-
-// layerOf is a directory as an image layer: its directories, files and
-// symlinks, root's, with their modes.
-func layerOf(t testing.TB, dir string) v1.Layer {
-	t.Helper()
-	var raw bytes.Buffer
-	tw := tar.NewWriter(&raw)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		h := &tar.Header{Name: filepath.ToSlash(rel), Mode: int64(fi.Mode().Perm() | fi.Mode()&fs.ModeSticky), ModTime: fi.ModTime()}
-		var data []byte
-		switch {
-		case d.IsDir():
-			h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
-		case d.Type()&fs.ModeSymlink != 0:
-			h.Typeflag = tar.TypeSymlink
-			if h.Linkname, err = os.Readlink(p); err != nil {
-				return err
-			}
-		case d.Type().IsRegular():
-			h.Typeflag = tar.TypeReg
-			if data, err = os.ReadFile(p); err != nil {
-				return err
-			}
-			h.Size = int64(len(data))
-		default:
-			return nil
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		_, err = tw.Write(data)
-		return err
-	})
-	if err == nil {
-		err = tw.Close()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Compressed once, here: the layer's digest and its diff id are read
-	// from these bytes.
-	var gz bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
-	zw.Write(raw.Bytes())
-	zw.Close()
-	b := gz.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
-// imageOf is an image of one layer for this runner's platform, with the
-// command and environment of its config.
-func imageOf(t testing.TB, layer v1.Layer, entrypoint, env []string) v1.Image {
-	t.Helper()
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config.Entrypoint, cf.Config.Env = entrypoint, env
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	return img
 }
 
 // pulledImages are the three images of the job: its container's (bash
@@ -237,7 +141,7 @@ func pushPulledImages(t testing.TB) pulledImages {
 	// An Alpine image, as far as the runner's isAlpine looks (its
 	// os-release), whose PATH goes first to a directory of its own.
 	os.WriteFile(filepath.Join(root, "etc", "os-release"), []byte("NAME=\"Alpine Linux\"\nID=alpine\n"), 0o644)
-	pi.job, pi.jobHash = pi.withAuth.push(t, "acme/ci", imageOf(t, layerOf(t, root), []string{"/usr/bin/bash"}, []string{"PATH=/opt/pulled/bin:/usr/bin:/bin", "CI_IMAGE=pulled"}))
+	pi.job, pi.jobHash = pi.withAuth.push(t, "acme/ci", testimage.Image(t, runtime.GOARCH, []string{"PATH=/opt/pulled/bin:/usr/bin:/bin", "CI_IMAGE=pulled"}, []string{"/usr/bin/bash"}, "", testimage.LayerOfDir(t, root)))
 	pi.jobTag = pi.withAuth.host + "/acme/ci:1"
 
 	self, err := os.Executable()
@@ -252,9 +156,9 @@ func pushPulledImages(t testing.TB) pulledImages {
 		os.WriteFile(filepath.Join(svc, "etc", f), nil, 0o644)
 	}
 	copyFile(t, self, filepath.Join(svc, "usr", "bin", "svc"))
-	layer := layerOf(t, svc) // one layer for both: pulled once
-	pi.db, pi.dbH = pi.open.push(t, "acme/db", imageOf(t, layer, []string{"/usr/bin/svc"}, []string{testServiceEnv + "=127.0.0.1:6379"}))
-	pi.cache, pi.cacheH = pi.open.push(t, "acme/cache", imageOf(t, layer, []string{"/usr/bin/svc"}, []string{testServiceEnv + "=127.0.0.1:5432"}))
+	layer := testimage.LayerOfDir(t, svc) // one layer for both: pulled once
+	pi.db, pi.dbH = pi.open.push(t, "acme/db", testimage.Image(t, runtime.GOARCH, []string{testServiceEnv + "=127.0.0.1:6379"}, []string{"/usr/bin/svc"}, "", layer))
+	pi.cache, pi.cacheH = pi.open.push(t, "acme/cache", testimage.Image(t, runtime.GOARCH, []string{testServiceEnv + "=127.0.0.1:5432"}, []string{"/usr/bin/svc"}, "", layer))
 	return pi
 }
 

@@ -1,8 +1,6 @@
 package images
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"io"
 	"log"
@@ -18,8 +16,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/airlock-ci/airlock/internal/testimage"
 )
 
 // testRegistry is go-containerregistry's registry on a loopback port,
@@ -93,66 +92,17 @@ func (tr *testRegistry) blobGETs() int {
 
 // tarLayer is a layer holding files (name -> content; a name ending in
 // "/" is a directory).
-func tarLayer(t testing.TB, files map[string]string) v1.Layer {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for n, c := range files {
-		h := &tar.Header{Name: n, Mode: 0o644, Size: int64(len(c)), Typeflag: tar.TypeReg}
-		if strings.HasSuffix(n, "/") {
-			h = &tar.Header{Name: n, Mode: 0o755, Typeflag: tar.TypeDir}
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		tw.Write([]byte(c))
-	}
-	tw.Close()
-	b := buf.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
+func tarLayer(t testing.TB, files map[string]string) v1.Layer { return testimage.Layer(t, files) }
 
 // testImage is an image for platform (os/arch) of the given layers, with
 // an environment and a working directory in its config.
 func testImage(t testing.TB, arch string, layers ...v1.Layer) v1.Image {
-	t.Helper()
-	img, err := mutate.AppendLayers(empty.Image, layers...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", arch
-	cf.Config.Env = []string{"PATH=/usr/bin:/bin", "IMAGE_VAR=from-the-image"}
-	cf.Config.WorkingDir = "/srv"
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
-	return img
+	return testimage.Image(t, arch, []string{"PATH=/usr/bin:/bin", "IMAGE_VAR=from-the-image"}, nil, "/srv", layers...)
 }
 
 // push puts img at host/repo:tag and returns its digest.
 func push(t testing.TB, host, repo string, img v1.Image, opts ...remote.Option) v1.Hash {
-	t.Helper()
-	ref, err := name.ParseReference(host + "/" + repo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(ref, img, opts...); err != nil {
-		t.Fatal(err)
-	}
-	h, err := img.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
+	return testimage.Push(t, host+"/"+repo, img, opts...)
 }
 
 // pushIndex puts a multi-platform index of imgs at host/repo:tag.

@@ -1,6 +1,7 @@
 package images
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -14,6 +15,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/airlock-ci/airlock/internal/testimage"
 	"github.com/airlock-ci/airlock/policies"
 )
 
@@ -183,5 +185,34 @@ func TestMirror(t *testing.T) {
 	direct := mustRef(t, reg.host+"/library/tool:1")
 	if _, _, _, err := p.Pull(bg, direct, Decide(direct, section, true)); err == nil || !strings.Contains(err.Error(), "no address is allowed") {
 		t.Errorf("the registry named directly by an agent: %v", err)
+	}
+}
+
+// Two images of the same layers (their configs differ: two services on
+// one layer, say) share one snapshot: pulling the second while a job
+// holds the first does not wait for that job.
+func TestImagesOfTheSameLayers(t *testing.T) {
+	reg := newTestRegistry(t)
+	layer := tarLayer(t, map[string]string{"svc": "server"})
+	for i, env := range []string{"PORT=6379", "PORT=5432"} {
+		push(t, reg.host, fmt.Sprintf("same/svc%d:1", i), testimage.Image(t, "amd64", []string{env}, nil, "", layer))
+	}
+	store := newStore(t, 0)
+	first := mustRef(t, reg.host+"/same/svc0:1")
+	a, _, lease, err := testPuller(t, store).Pull(bg, first, human(t, first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Close()
+	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+	defer cancel()
+	second := mustRef(t, reg.host+"/same/svc1:1")
+	b, _, lease2, err := testPuller(t, store).Pull(ctx, second, human(t, second))
+	if err != nil {
+		t.Fatalf("the second image of the same layers, while the first is held: %v", err)
+	}
+	defer lease2.Close()
+	if a.RootFS != b.RootFS || strings.Join(b.Env, " ") != "PORT=5432" {
+		t.Errorf("roots %s and %s (want one), env %q", a.RootFS, b.RootFS, b.Env)
 	}
 }

@@ -87,8 +87,19 @@ func (s *Store) buildSnapshots(ctx context.Context, chains []v1.Hash, layers []L
 }
 
 // buildSnapshot builds snapshot i unless the cache holds it, and returns
-// its lock, held shared.
+// its lock, held shared. A snapshot that is there is taken shared
+// straight away: a job's lease holds its snapshot shared too, and an
+// image whose layers are another's (two services of one layer, say)
+// must not wait for that job to end.
 func (s *Store) buildSnapshot(ctx context.Context, chains []v1.Hash, i int, layer LayerStream, budget *Budget) (_ *os.File, err error) {
+	shared, err := s.lockWait(ctx, "snap", chains[i], unix.LOCK_SH)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := s.snapshotSize(chains[i]); ok {
+		return shared, nil
+	}
+	shared.Close()
 	lock, err := s.lockWait(ctx, "snap", chains[i], unix.LOCK_EX)
 	if err != nil {
 		return nil, err
@@ -102,7 +113,7 @@ func (s *Store) buildSnapshot(ctx context.Context, chains []v1.Hash, i int, laye
 		}
 	}()
 	if _, ok := s.snapshotSize(chains[i]); ok {
-		return lock, nil
+		return lock, nil // another pull built it meanwhile
 	}
 	return lock, s.makeSnapshot(chains, i, layer, budget)
 }
