@@ -19,15 +19,7 @@ func CheckHost() error { return checkHost() }
 // all), keeps the verdict for the jobs that follow, as the first job
 // after a boot would, and returns it: whether auto will choose kvm.
 func JudgeKVM(ctx context.Context, stateRoot string) (usable bool, why string) {
-	j := hostJudge(stateRoot)
-	if err := j.Device(); err != nil {
-		return false, err.Error()
-	}
-	usable, why = j.Probed(ctx)
-	if ctx.Err() == nil {
-		j.Keep(usable, why)
-	}
-	return usable, why
+	return hostJudge(stateRoot).Reprobe(ctx)
 }
 
 // ProbeJob creates a sandbox as a job's is made (its default limits,

@@ -104,6 +104,25 @@ func (j Judge) Judge(ctx context.Context) (bool, string) {
 	if v, ok := j.Verdicts.Read(key); ok {
 		return v.Usable, v.Reason // another job probed meanwhile
 	}
+	return j.probeAndKeep(ctx, key)
+}
+
+// Reprobe probes afresh, whatever verdict is kept, and keeps the new one
+// as a job's probe would (`airlock doctor`).
+func (j Judge) Reprobe(ctx context.Context) (bool, string) {
+	if err := j.Device(); err != nil {
+		return false, err.Error()
+	}
+	key, err := j.Key()
+	if err != nil || j.Verdicts == nil {
+		return j.Probed(ctx)
+	}
+	return j.probeAndKeep(ctx, key)
+}
+
+// probeAndKeep probes and keeps the verdict for key (one of no answer
+// for an hour only), unless ctx ended the probe.
+func (j Judge) probeAndKeep(ctx context.Context, key string) (bool, string) {
 	v := verdictOf(key, j.Probe(ctx), j.CPUIDGaps)
 	if ctx.Err() == nil {
 		j.Verdicts.Write(v)

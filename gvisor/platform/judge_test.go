@@ -251,3 +251,17 @@ func TestNoAnswerIsProbedAgain(t *testing.T) {
 		t.Error("an expired no-answer verdict is believed")
 	}
 }
+
+// doctor's probe afresh (Reprobe) replaces what is kept, and keeps a
+// probe of no answer for an hour only, as a job's probe does.
+func TestReprobe(t *testing.T) {
+	f := newFake(t, nil, fmt.Errorf("%w in 20s", ErrNoAnswer))
+	f.Verdicts.Write(Verdict{Key: "boot=test gvisor=1", Usable: true, Reason: "kept"})
+	if usable, why := f.Reprobe(context.Background()); usable || f.probes != 1 || !strings.Contains(why, "no answer in 20s") {
+		t.Fatalf("usable %v (%s) after %d probes", usable, why, f.probes)
+	}
+	v, ok := f.Verdicts.Read("boot=test gvisor=1")
+	if !ok || v.Usable || v.Until.IsZero() {
+		t.Errorf("kept %+v %v, want a no-answer verdict with its end", v, ok)
+	}
+}
