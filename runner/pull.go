@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -61,7 +62,7 @@ func NewImageSource(mapped map[string]string, pol *policies.Policy, org *policie
 	// some); the exceptions to them the organisation's alone.
 	var allow, deny []string
 	if pol != nil {
-		deny = slices.Sorted(mapKeys(pol.Egress.DenyCIDRs))
+		deny = slices.Sorted(maps.Keys(pol.Egress.DenyCIDRs))
 		allow = pol.Egress.AllowCIDRs
 	}
 	if org != nil {
@@ -73,16 +74,6 @@ func NewImageSource(mapped map[string]string, pol *policies.Policy, org *policie
 	}
 	s.ranges = r
 	return s, nil
-}
-
-func mapKeys(m map[string]bool) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // Mapped returns the directory the organisation maps ref to, if it does.
@@ -114,17 +105,25 @@ func (s *ImageSource) Check(ref, what string) error {
 	if _, ok := s.Mapped(ref); ok {
 		return nil
 	}
+	_, _, err := s.decide(ref, what)
+	return err
+}
+
+// decide is the policy's decision on pulling ref (not mapped), or why
+// it may not be pulled.
+func (s *ImageSource) decide(ref, what string) (images.Ref, images.Decision, error) {
 	if !s.Pulls() {
-		return fmt.Errorf("%s: image %q is not mapped to a local root filesystem by the organisation policy (sandbox.images), and the policy pulls no images (images.pull: false)", what, ref)
+		return images.Ref{}, images.Decision{}, fmt.Errorf("%s: image %q is not mapped to a local root filesystem by the organisation policy (sandbox.images), and the policy pulls no images (images.pull: false)", what, ref)
 	}
 	r, err := images.ParseRef(ref)
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return r, images.Decision{}, fmt.Errorf("%s: %w", what, err)
 	}
-	if d := images.Decide(r, s.section, s.agent); !d.Allowed {
-		return fmt.Errorf("%s: %w", what, d.Error(r))
+	d := images.Decide(r, s.section, s.agent)
+	if !d.Allowed {
+		return r, d, fmt.Errorf("%s: %w", what, d.Error(r))
 	}
-	return nil
+	return r, d, nil
 }
 
 // Open returns the image ref names: mapped, or pulled (and held in the
@@ -133,16 +132,9 @@ func (s *ImageSource) Open(ctx context.Context, ref, what string) (Image, error)
 	if dir, ok := policies.ImageRoot(s.mapped, ref); ok {
 		return OpenImage(dir)
 	}
-	if err := s.Check(ref, what); err != nil {
-		return Image{}, err
-	}
-	r, err := images.ParseRef(ref)
+	r, d, err := s.decide(ref, what)
 	if err != nil {
-		return Image{}, fmt.Errorf("%s: %w", what, err)
-	}
-	d := images.Decide(r, s.section, s.agent)
-	if !d.Allowed {
-		return Image{}, fmt.Errorf("%s: %w", what, d.Error(r))
+		return Image{}, err
 	}
 	max := int64(0)
 	if s.section != nil && s.section.Cache != "" {
