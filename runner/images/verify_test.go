@@ -169,6 +169,22 @@ func (c *cosignTool) verify(t *testing.T, prefix string, repo name.Repository, d
 		repo.Digest(digest.String()).String())
 }
 
+// agrees checks that cosign verifies the image with the key prefix
+// accepts, and, where refuses is given, not with that one: what
+// VerifySignature decides must be cosign's verdict too.
+func (c *cosignTool) agrees(t *testing.T, repo name.Repository, digest v1.Hash, accepts, refuses string) {
+	t.Helper()
+	if out, err := c.verify(t, accepts, repo, digest); err != nil {
+		t.Fatalf("cosign verify refused what VerifySignature must accept: %v\n%s", err, out)
+	}
+	if refuses == "" {
+		return
+	}
+	if out, err := c.verify(t, refuses, repo, digest); err == nil {
+		t.Fatalf("cosign verify accepted the wrong key:\n%s", out)
+	}
+}
+
 // rawManifest is a manifest pushed as written.
 type rawManifest struct {
 	b  []byte
@@ -332,9 +348,7 @@ func TestVerifySignature(t *testing.T) {
 			name: "legacy, right key",
 			setup: func(t *testing.T, f fixture) {
 				c.sign(t, "a", f.repo, f.digest, false)
-				if out, err := c.verify(t, "a", f.repo, f.digest); err != nil {
-					t.Fatalf("cosign verify refused what VerifySignature must accept: %v\n%s", err, out)
-				}
+				c.agrees(t, f.repo, f.digest, "a", "")
 			},
 			// A rule without its KeyID gets it computed.
 			rules:   []SignatureRule{{Key: keyA.Key}},
@@ -350,12 +364,7 @@ func TestVerifySignature(t *testing.T) {
 				if _, err := remote.Head(f.repo.Tag("sha256-" + f.digest.Hex)); err == nil {
 					t.Fatal("cosign wrote the referrers tag on a registry with the referrers API")
 				}
-				if out, err := c.verify(t, "a", f.repo, f.digest); err != nil {
-					t.Fatalf("cosign verify refused what VerifySignature must accept: %v\n%s", err, out)
-				}
-				if out, err := c.verify(t, "b", f.repo, f.digest); err == nil {
-					t.Fatalf("cosign verify accepted the wrong key:\n%s", out)
-				}
+				c.agrees(t, f.repo, f.digest, "a", "b")
 			},
 			rules:   []SignatureRule{keyA},
 			want:    Signature{Format: FormatSigstoreBundle, KeyID: keyA.KeyID},
@@ -373,12 +382,7 @@ func TestVerifySignature(t *testing.T) {
 				if desc.MediaType != types.OCIImageIndex {
 					t.Fatalf("the referrers tag is a %s", desc.MediaType)
 				}
-				if out, err := c.verify(t, "a", f.repo, f.digest); err != nil {
-					t.Fatalf("cosign verify refused what VerifySignature must accept: %v\n%s", err, out)
-				}
-				if out, err := c.verify(t, "b", f.repo, f.digest); err == nil {
-					t.Fatalf("cosign verify accepted the wrong key:\n%s", out)
-				}
+				c.agrees(t, f.repo, f.digest, "a", "b")
 			},
 			rules: []SignatureRule{keyA},
 			want:  Signature{Format: FormatSigstoreBundle, KeyID: keyA.KeyID},
