@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-ci/airlock/internal/textsafe"
+	"github.com/airlock-ci/airlock/policies"
 )
 
 // Credentials are a registry's user name and password as the runner hands
@@ -324,7 +325,7 @@ func (p *Puller) fetch(ctx context.Context, ref Ref, img v1.Image, h v1.Hash, pl
 			}
 		}
 		size, _ := l.Size()
-		p.progress(start, "%s: layer %d/%d %s (%s) ready", ref.Written, i+1, len(layers), ld.Hex[:12], humanBytes(size))
+		p.progress(start, "%s: layer %d/%d %s (%s) ready", ref.Written, i+1, len(layers), ld.Hex[:12], policies.HumanSize(size))
 		path := p.Store.blobPath(ld)
 		layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return os.Open(path) })
 		if err != nil {
@@ -367,7 +368,7 @@ func (p *Puller) fetch(ctx context.Context, ref Ref, img v1.Image, h v1.Hash, pl
 	if err := os.Rename(tmp, p.Store.rootDir(h)); err != nil {
 		return false, fmt.Errorf("image cache: %w", err)
 	}
-	p.progress(start, "%s: %s unpacked (%d layers, %s)", ref.Written, h.Hex[:12], len(layers), humanBytes(rec.Size))
+	p.progress(start, "%s: %s unpacked (%d layers, %s)", ref.Written, h.Hex[:12], len(layers), policies.HumanSize(rec.Size))
 	return true, nil
 }
 
@@ -418,7 +419,7 @@ func (p *Puller) checkSizes(ref Ref, img v1.Image) error {
 	total := int64(0)
 	for _, l := range m.Layers {
 		if l.Size < 0 || l.Size > p.Store.max-total {
-			return fmt.Errorf("%w: %s: its layers are larger than the image cache (%s; images.cache in the organisation policy)", ErrTooLarge, ref.Written, humanBytes(p.Store.max))
+			return fmt.Errorf("%w: %s: its layers are larger than the image cache (%s; images.cache in the organisation policy)", ErrTooLarge, ref.Written, policies.HumanSize(p.Store.max))
 		}
 		total += l.Size
 	}
@@ -430,18 +431,6 @@ func (p *Puller) progress(start time.Time, format string, args ...any) {
 	if p.Progress != nil && time.Since(start) > time.Second {
 		p.Progress(fmt.Sprintf(format, args...))
 	}
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 // verify checks the signatures the decision asks for, on the digest the
