@@ -142,17 +142,14 @@ func (v *Verdicts) Write(got Verdict) {
 // Lock takes the probe lock, waiting until ctx ends, so that one probe
 // runs while the others wait for its verdict. It returns the unlock.
 func (v *Verdicts) Lock(ctx context.Context) (func(), error) {
-	for {
-		unlock, err := v.TryLock()
-		if err != errBusy {
-			return unlock, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
+	if err := v.lockDir(); err != nil {
+		return nil, err
 	}
+	f, err := files.LockWait(ctx, v.lockPath(), unix.LOCK_EX)
+	if err != nil {
+		return nil, err
+	}
+	return func() { f.Close() }, nil
 }
 
 // errBusy: another process holds the probe lock.
@@ -161,32 +158,28 @@ var errBusy = fmt.Errorf("a probe is running")
 // TryLock takes the probe lock if no other process holds it; errBusy if
 // one does.
 func (v *Verdicts) TryLock() (func(), error) {
-	if err := os.MkdirAll(v.dir, 0o700); err != nil {
+	if err := v.lockDir(); err != nil {
 		return nil, err
 	}
-	if err := rootOnly(v.dir, true); err != nil {
-		return nil, err
+	f, err := files.Lock(v.lockPath(), unix.LOCK_EX|unix.LOCK_NB)
+	if err == unix.EWOULDBLOCK {
+		return nil, errBusy
 	}
-	f, err := os.OpenFile(filepath.Join(v.dir, "kvm.lock"), os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		switch err {
-		case nil:
-			return func() { f.Close() }, nil
-		case unix.EINTR:
-			continue
-		case unix.EWOULDBLOCK:
-			f.Close()
-			return nil, errBusy
-		default:
-			f.Close()
-			return nil, err
-		}
-	}
+	return func() { f.Close() }, nil
 }
+
+// lockDir makes the verdicts' directory, root's alone, for the lock.
+func (v *Verdicts) lockDir() error {
+	if err := os.MkdirAll(v.dir, 0o700); err != nil {
+		return err
+	}
+	return rootOnly(v.dir, true)
+}
+
+func (v *Verdicts) lockPath() string { return filepath.Join(v.dir, "kvm.lock") }
 
 // Busy reports whether a probe holds the lock now.
 func (v *Verdicts) Busy() bool {

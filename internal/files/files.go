@@ -1,7 +1,7 @@
 // Package files reads files whose size is not trusted, opens
 // directories a sandboxed job can rearrange, and digests a directory
-// tree without following its links (TreeDigest), and replaces a file
-// whole (WriteAtomic).
+// tree without following its links (TreeDigest), replaces a file whole
+// (WriteAtomic), and takes flocks on lock files (Lock, LockWait).
 //
 // Layer 0: the bottom (see internal/layers); imports nothing of airlock's.
 package files

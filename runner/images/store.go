@@ -175,38 +175,26 @@ func (s *Store) root(h v1.Hash) (Image, bool) {
 // lockFile takes an flock on locks/<kind>-<hex>.lock: how is LOCK_SH or
 // LOCK_EX, with LOCK_NB to fail at once (EWOULDBLOCK) when held.
 func (s *Store) lockFile(kind string, h v1.Hash, how int) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(s.dir, "locks", kind+"-"+h.Hex+".lock"), os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("image cache: %w", err)
+	f, err := files.Lock(s.lockPath(kind, h), how)
+	if err != nil && err != unix.EWOULDBLOCK {
+		err = fmt.Errorf("image cache: %w", err)
 	}
-	for {
-		err = unix.Flock(int(f.Fd()), how)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
+	return f, err
+}
+
+func (s *Store) lockPath(kind string, h v1.Hash) string {
+	return filepath.Join(s.dir, "locks", kind+"-"+h.Hex+".lock")
 }
 
 // lockWait is lockFile that waits, for as long as ctx lets it, for a
 // lock another process holds: a job never waits past its own time for
 // another job's pull.
 func (s *Store) lockWait(ctx context.Context, kind string, h v1.Hash, how int) (*os.File, error) {
-	for {
-		f, err := s.lockFile(kind, h, how|unix.LOCK_NB)
-		if err != unix.EWOULDBLOCK {
-			return f, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("image cache: waiting for another pull of the same image or base: %w", ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
+	f, err := files.LockWait(ctx, s.lockPath(kind, h), how)
+	if err != nil {
+		return nil, fmt.Errorf("image cache: waiting for another pull of the same image or base: %w", err)
 	}
+	return f, nil
 }
 
 // gcLock is the cache-wide lock: held shared by every pull and every
