@@ -136,11 +136,14 @@ type Image struct {
 }
 
 // ImageSignature names the signature that verified an image: its format
-// (cosign-legacy or sigstore-bundle) and the key's id (sha256 of the
-// public key's DER).
+// (cosign-legacy or sigstore-bundle) and who signed: the key's id
+// (sha256 of the public key's DER), or for a keyless signature the
+// subject and OIDC issuer its certificate was issued to.
 type ImageSignature struct {
-	Format string `json:"format"`
-	KeyID  string `json:"keyId"`
+	Format  string `json:"format"`
+	KeyID   string `json:"keyId,omitempty"`
+	Subject string `json:"subject,omitempty"`
+	Issuer  string `json:"issuer,omitempty"`
 }
 
 // Step is one step of the job.

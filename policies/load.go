@@ -239,6 +239,9 @@ func evaluate(sources []Source) (*Effective, error) {
 	if err := v.Decode(&p); err != nil {
 		return nil, &Error{Problems: describe(err)}
 	}
+	if problems := p.Images.check(); len(problems) > 0 {
+		return nil, &Error{Problems: problems}
+	}
 	canon, err := json.Marshal(p)
 	if err != nil {
 		return nil, fmt.Errorf("encode effective policy: %w", err)

@@ -3,7 +3,9 @@ package policies
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
+	"strings"
 )
 
 // Policy is the effective policy, decoded from CUE. Field meanings are
@@ -41,8 +43,51 @@ type ImageRule struct {
 	// a digest.
 	Digest   string   `json:"digest"`
 	SignedBy []string `json:"signedBy"`
+	// SignedByIdentity are the Sigstore identities (keyless) whose
+	// signature also allows the image.
+	SignedByIdentity []SigstoreIdentity `json:"signedByIdentity"`
 	// Mode is "enforce" or "warn".
 	Mode string `json:"mode"`
+}
+
+// SigstoreIdentity is who a keyless signature's certificate must name,
+// under which trusted root (schema.cue).
+type SigstoreIdentity struct {
+	Issuer        string `json:"issuer"`
+	Subject       string `json:"subject,omitempty"`
+	SubjectRegexp string `json:"subjectRegexp,omitempty"`
+	TrustedRoot   string `json:"trustedRoot"`
+}
+
+// check finds what the schema cannot say: a Sigstore identity needs
+// its subject or a regular expression for it, one of the two, and the
+// expression must be RE2.
+func (im *Images) check() []string {
+	if im == nil {
+		return nil
+	}
+	var problems []string
+	for i, r := range im.Allow {
+		for j, key := range r.SignedBy {
+			if strings.Contains(key, "://") {
+				problems = append(problems, fmt.Sprintf("images.allow.%d.signedBy.%d: %q is a KMS key, and airlock checks signatures offline, with the public key alone: export it once (cosign public-key --key %s > /etc/airlock/signing.pub) and name that file", i, j, key, key))
+			}
+		}
+		for j, id := range r.SignedByIdentity {
+			at := fmt.Sprintf("images.allow.%d.signedByIdentity.%d", i, j)
+			if (id.Subject == "") == (id.SubjectRegexp == "") {
+				problems = append(problems, at+": give subject (the certificate's subject exactly) or subjectRegexp (an RE2 expression that matches all of it), one of the two")
+				continue
+			}
+			if id.SubjectRegexp == "" {
+				continue
+			}
+			if _, err := regexp.Compile(id.SubjectRegexp); err != nil {
+				problems = append(problems, fmt.Sprintf("%s.subjectRegexp: %v", at, err))
+			}
+		}
+	}
+	return problems
 }
 
 // Agents decides which pull requests are an agent's.

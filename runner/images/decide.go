@@ -25,9 +25,11 @@ type Decision struct {
 	// Reason says why a refused reference is refused, in one line, and
 	// Fix what would allow it.
 	Reason, Fix string
-	// Signers are the public key files of which one must have signed the
-	// image; empty: none needed.
-	Signers []string
+	// Signers are the public key files, and Identities the Sigstore
+	// identities, of which one must have signed the image; both empty:
+	// none needed.
+	Signers    []string
+	Identities []policies.SigstoreIdentity
 	// Warn: what the rule requires is recorded as a warning where it
 	// fails, and the image is pulled all the same (mode "warn").
 	Warn bool
@@ -81,7 +83,7 @@ func Decide(ref Ref, p *policies.Images, agent bool) Decision {
 			continue
 		}
 		d.Rule = fmt.Sprintf("images.allow[%d] (%s)", i, r.Name)
-		d.Signers, d.Warn = r.SignedBy, r.Mode == "warn"
+		d.Signers, d.Identities, d.Warn = r.SignedBy, r.SignedByIdentity, r.Mode == "warn"
 		needDigest := r.Digest == "always" || (r.Digest == "agents" && agent)
 		if needDigest && ref.Digest() == "" {
 			why := "the rule requires a digest"

@@ -132,8 +132,8 @@ func (p *Puller) Pull(ctx context.Context, ref Ref, d Decision) (Image, Resolved
 		return Image{}, res, nil, p.failed(ref, from, plain, err)
 	}
 	res.ImageDigest = h.String()
-	if len(d.Signers) > 0 {
-		sig, err := p.verify(ctx, from.Context(), desc.Digest, h, d.Signers, opts)
+	if len(d.Signers) > 0 || len(d.Identities) > 0 {
+		sig, err := p.verify(ctx, from.Context(), desc.Digest, h, d, opts)
 		// Mode warn lets an unsigned image through, not a check that could
 		// not be made (a key file that does not read, a registry that
 		// fails): that fails whatever the mode.
@@ -436,9 +436,16 @@ func (p *Puller) progress(start time.Time, format string, args ...any) {
 // verify checks the signatures the decision asks for, on the digest the
 // reference resolved to (what `cosign sign REF` signs) and on the
 // platform's image manifest.
-func (p *Puller) verify(ctx context.Context, repo name.Repository, resolved, image v1.Hash, keys []string, opts []remote.Option) (Signature, error) {
+func (p *Puller) verify(ctx context.Context, repo name.Repository, resolved, image v1.Hash, d Decision, opts []remote.Option) (Signature, error) {
 	var rules []SignatureRule
-	for _, k := range keys {
+	for _, id := range d.Identities {
+		r, err := LoadIdentity(id)
+		if err != nil {
+			return Signature{}, fmt.Errorf("images.allow signedByIdentity: %w", err)
+		}
+		rules = append(rules, SignatureRule{Identity: &r})
+	}
+	for _, k := range d.Signers {
 		b, err := os.ReadFile(k)
 		if err != nil {
 			return Signature{}, fmt.Errorf("signing key %s (images.allow signedBy): %w", k, err)

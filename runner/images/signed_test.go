@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -92,6 +93,12 @@ func otherArch() string {
 func TestPullVerifiesSignatures(t *testing.T) {
 	c := newCosign(t)
 	policyKey, otherKey := c.key(t, "policy"), c.key(t, "other")
+	// The policy's Sigstore identity, under its own authority's root.
+	const issuer, workflow = "https://token.actions.githubusercontent.com", "https://github.com/acme/app/.github/workflows/release.yml@refs/heads/main"
+	ca := newAuthority(t, c, "ca")
+	root := trustedRoot(t, c, "root.json", []*authority{ca})
+	ca.issue(t, c, "release", workflow, issuer, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
+	ca.issue(t, c, "fork", strings.Replace(workflow, "acme", "mallory", 1), issuer, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
 	reg := newTestRegistry(t)
 	repoOf := func(t *testing.T, path string) name.Repository {
 		t.Helper()
@@ -124,6 +131,9 @@ func TestPullVerifiesSignatures(t *testing.T) {
 		return func(t *testing.T, s signedSubject) { c.sign(t, prefix, repoOf(t, s.repo), at(s), bundle) }
 	}
 	atImage := func(s signedSubject) v1.Hash { return s.image }
+	keyless := func(prefix string) func(t *testing.T, s signedSubject) {
+		return func(t *testing.T, s signedSubject) { c.signKeyless(t, prefix, ca, repoOf(t, s.repo), s.image, false) }
+	}
 	// byTag signs the reference as written, as `cosign sign REF` does,
 	// and checks that cosign signed what the tag resolves to.
 	byTag := func(bundle bool) func(t *testing.T, s signedSubject) {
@@ -173,6 +183,10 @@ func TestPullVerifiesSignatures(t *testing.T) {
 			want: &Signature{Format: FormatCosignLegacy, KeyID: policyKey.KeyID}},
 		{name: "index unsigned", mode: "enforce", image: multi,
 			wantErr: []string{"no signature found", policyKey.KeyID}},
+		{name: "keyless, the policy's identity", mode: "enforce", image: single, sign: keyless("release"),
+			want: &Signature{Format: FormatCosignLegacy, Identity: &Identity{Subject: workflow, Issuer: issuer}}},
+		{name: "keyless, another identity", mode: "enforce", image: single, sign: keyless("fork"),
+			wantErr: []string{"1 signature found", "it names https://github.com/mallory/", "accepted signers: key " + policyKey.KeyID + ", " + workflow}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -182,11 +196,12 @@ func TestPullVerifiesSignatures(t *testing.T) {
 			}
 			section := &policies.Images{Pull: true, Allow: []policies.ImageRule{{
 				Name: reg.host + "/signed/**", Digest: "never", Mode: tc.mode,
-				SignedBy: []string{filepath.Join(c.dir, "policy.pub")},
+				SignedBy:         []string{filepath.Join(c.dir, "policy.pub")},
+				SignedByIdentity: []policies.SigstoreIdentity{{Issuer: issuer, Subject: workflow, TrustedRoot: root}},
 			}}}
 			ref := mustRef(t, s.ref)
 			d := Decide(ref, section, false)
-			if !d.Allowed || len(d.Signers) != 1 || d.Warn != (tc.mode == "warn") {
+			if !d.Allowed || len(d.Signers) != 1 || len(d.Identities) != 1 || d.Warn != (tc.mode == "warn") {
 				t.Fatalf("decision %+v", d)
 			}
 			store := newStore(t, 0)
@@ -245,8 +260,8 @@ func TestPullVerifiesSignatures(t *testing.T) {
 				t.Errorf("unpacked the wrong platform's image: %q, %v", b, err)
 			}
 			if tc.want != nil {
-				if res.Signature == nil || res.Signature.Format != tc.want.Format || res.Signature.KeyID != tc.want.KeyID || len(res.Warnings) != 0 {
-					t.Fatalf("signature %+v, warnings %q; want %s by %s", res.Signature, res.Warnings, tc.want.Format, tc.want.KeyID)
+				if res.Signature == nil || res.Signature.Format != tc.want.Format || res.Signature.signer() != tc.want.signer() || len(res.Warnings) != 0 {
+					t.Fatalf("signature %+v, warnings %q; want %s by %s", res.Signature, res.Warnings, tc.want.Format, tc.want.signer())
 				}
 				if !strings.HasPrefix(res.Signature.Ref, reg.host+"/"+s.repo) {
 					t.Errorf("signature ref %q, not in %s", res.Signature.Ref, s.repo)

@@ -30,14 +30,17 @@ import (
 	intoto "github.com/in-toto/attestation/go/v1"
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 	protobundle "github.com/sigstore/protobuf-specs/gen/pb-go/bundle/v1"
+	"github.com/sigstore/sigstore-go/pkg/verify"
 	"github.com/sigstore/sigstore/pkg/signature"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// SignatureRule is one signer an organisation policy accepts. Today that
-// is a public key (parsed from PEM by ParsePublicKey, the caller having
-// read the file); a Sigstore identity (keyless) is for later.
+// SignatureRule is one signer an organisation policy accepts: a public
+// key (parsed from PEM by ParsePublicKey, the caller having read the
+// file), or a Sigstore identity (keyless; LoadIdentity).
 type SignatureRule struct {
+	// Identity, when set, is the rule: Key and KeyID are not.
+	Identity *IdentityRule
 	// Key is the signer's public key: ECDSA (P-256, P-384, P-521), RSA
 	// (2048 bits or more, PKCS #1 v1.5) or Ed25519.
 	Key crypto.PublicKey
@@ -51,11 +54,30 @@ type SignatureRule struct {
 type Signature struct {
 	// Format is FormatCosignLegacy or FormatSigstoreBundle.
 	Format string
-	// KeyID is the accepted key it verified with (SignatureRule.KeyID).
-	KeyID string
+	// KeyID is the accepted key it verified with (SignatureRule.KeyID),
+	// for a signature by a key.
+	KeyID string `json:"keyId,omitempty"`
+	// Identity is whom the certificate of a keyless signature was issued
+	// to, as verified.
+	Identity *Identity `json:"identity,omitempty"`
 	// Ref is the signature's own reference: the legacy ".sig" tag, or
 	// the bundle referrer's manifest by digest.
 	Ref string
+}
+
+// Identity is whom a keyless signature's certificate was issued to: its
+// subject (SAN) and OIDC issuer.
+type Identity struct {
+	Subject string `json:"subject"`
+	Issuer  string `json:"issuer"`
+}
+
+// signer names who signed, for a message and the record.
+func (s Signature) signer() string {
+	if s.Identity != nil {
+		return fmt.Sprintf("%s (issuer %s)", s.Identity.Subject, s.Identity.Issuer)
+	}
+	return s.KeyID
 }
 
 // The formats of Signature.Format: where cosign keeps a signature.
@@ -124,7 +146,7 @@ const (
 // opts are the registry's (credentials, transport); ctx bounds it all.
 func VerifySignature(ctx context.Context, repo name.Repository, digest v1.Hash, rules []SignatureRule, opts ...remote.Option) (Signature, error) {
 	if len(rules) == 0 {
-		return Signature{}, errors.New("verify image signature: the policy accepts no signer (no key given)")
+		return Signature{}, errors.New("verify image signature: the policy accepts no signer (no key or identity given)")
 	}
 	if digest.Algorithm != "sha256" || len(digest.Hex) != 64 {
 		return Signature{}, fmt.Errorf("verify image signature: the image digest %q is not sha256:<64 hex>", digest)
@@ -133,12 +155,17 @@ func VerifySignature(ctx context.Context, repo name.Repository, digest v1.Hash, 
 	if err != nil {
 		return Signature{}, err
 	}
+	identities, err := loadIdentities(rules)
+	if err != nil {
+		return Signature{}, err
+	}
 	v := &verification{
-		ctx:    ctx,
-		repo:   repo,
-		digest: digest,
-		keys:   keys,
-		opts:   append(append([]remote.Option{}, opts...), remote.WithContext(ctx)),
+		ctx:        ctx,
+		repo:       repo,
+		digest:     digest,
+		keys:       keys,
+		identities: identities,
+		opts:       append(append([]remote.Option{}, opts...), remote.WithContext(ctx)),
 	}
 	// cosign v3's default format first; the legacy one after. A failure
 	// to ask the registry about one format does not hide a verified
@@ -161,10 +188,10 @@ func VerifySignature(ctx context.Context, repo name.Repository, digest v1.Hash, 
 			v.imageRef(), joined(failed), v.summary("; besides, "))
 	}
 	if len(v.found) == 0 {
-		return Signature{}, fmt.Errorf("%w: %s: no signature found (no Sigstore bundle referrer, no %s tag): sign it with cosign sign --key and one of the accepted keys (%s)",
-			ErrNotSigned, v.imageRef(), legacyTag(digest), v.acceptedKeys())
+		return Signature{}, fmt.Errorf("%w: %s: no signature found (no Sigstore bundle referrer, no %s tag): sign it with cosign sign, as one of the accepted signers (%s)",
+			ErrNotSigned, v.imageRef(), legacyTag(digest), v.accepted())
 	}
-	return Signature{}, fmt.Errorf("%w: %s: %s; accepted keys: %s", ErrNotSigned, v.imageRef(), v.summary(""), v.acceptedKeys())
+	return Signature{}, fmt.Errorf("%w: %s: %s; accepted signers: %s", ErrNotSigned, v.imageRef(), v.summary(""), v.accepted())
 }
 
 // joined is errors.Join on one line: each still matches errors.Is.
@@ -261,6 +288,9 @@ type acceptedKey struct {
 func loadRules(rules []SignatureRule) ([]acceptedKey, error) {
 	keys := make([]acceptedKey, 0, len(rules))
 	for i, r := range rules {
+		if r.Identity != nil {
+			continue
+		}
 		id, err := KeyID(r.Key)
 		if err != nil {
 			return nil, fmt.Errorf("verify image signature: accepted key %d: %w", i+1, err)
@@ -292,7 +322,9 @@ type verification struct {
 	repo   name.Repository
 	digest v1.Hash
 	keys   []acceptedKey
-	opts   []remote.Option
+	// identities are the accepted Sigstore identities (keyless).
+	identities []acceptedIdentity
+	opts       []remote.Option
 	// found says, for each signature found, why it was refused.
 	found []string
 	// unexamined counts the bundle referrers past maxBundles.
@@ -328,12 +360,16 @@ func (v *verification) summary(prefix string) string {
 	return fmt.Sprintf("%s%d %s found: %s%s", prefix, n, noun, strings.Join(shown, "; "), more)
 }
 
-func (v *verification) acceptedKeys() string {
-	ids := make([]string, len(v.keys))
-	for i, k := range v.keys {
-		ids[i] = k.id
+// accepted names the accepted keys and identities.
+func (v *verification) accepted() string {
+	var names []string
+	for _, k := range v.keys {
+		names = append(names, "key "+k.id)
 	}
-	return strings.Join(ids, ", ")
+	for _, id := range v.identities {
+		names = append(names, id.rule.String())
+	}
+	return strings.Join(names, ", ")
 }
 
 // verifyWith returns the first accepted key whose verifier accepts sig
@@ -459,27 +495,53 @@ func (v *verification) legacyLayer(where, ref string, layer v1.Descriptor) (*Sig
 		}
 		return nil, fmt.Errorf("fetch %s payload %s: %w", where, layer.Digest, err)
 	}
-	key, ok := v.verifyWith(sig, payload)
-	if !ok {
-		// A legacy signature does not name its key: a wrong key and a
-		// changed payload look alike.
-		v.refuse("%s: signature does not verify with an accepted key (signed with another key, or the payload was changed)", where)
+	signed, reason := v.legacySigner(sig, payload, layer.Annotations)
+	if signed == nil {
+		v.refuse("%s: %s", where, reason)
 		return nil, nil
 	}
+	by := signed.signer()
 	var p simpleSigning
 	if err := json.Unmarshal(payload, &p, json.RejectUnknownMembers(true)); err != nil {
-		v.refuse("%s by %s: refused: the signed payload is not cosign's simple signing payload: %s", where, key.id, clip(err.Error()))
+		v.refuse("%s by %s: refused: the signed payload is not cosign's simple signing payload: %s", where, by, clip(err.Error()))
 		return nil, nil
 	}
 	if p.Critical.Type != simpleSigningType {
-		v.refuse("%s by %s: refused: payload type %q, want %q", where, key.id, clip(p.Critical.Type), simpleSigningType)
+		v.refuse("%s by %s: refused: payload type %q, want %q", where, by, clip(p.Critical.Type), simpleSigningType)
 		return nil, nil
 	}
 	if got := p.Critical.Image.DockerManifestDigest; got != v.digest.String() {
-		v.refuse("%s by %s: refused: it signs image %s, not this one (a signature copied from another image)", where, key.id, clip(got))
+		v.refuse("%s by %s: refused: it signs image %s, not this one (a signature copied from another image)", where, by, clip(got))
 		return nil, nil
 	}
-	return &Signature{Format: FormatCosignLegacy, KeyID: key.id, Ref: ref}, nil
+	signed.Format, signed.Ref = FormatCosignLegacy, ref
+	return signed, nil
+}
+
+// legacySigner verifies a legacy signature over payload: with an
+// accepted key, or, where the layer carries a certificate, under an
+// accepted identity. It returns who signed, or why none verifies.
+func (v *verification) legacySigner(sig, payload []byte, annotations map[string]string) (*Signature, string) {
+	if key, ok := v.verifyWith(sig, payload); ok {
+		return &Signature{KeyID: key.id}, ""
+	}
+	if annotations[certificateAnnotation] == "" {
+		if len(v.keys) == 0 {
+			return nil, "signed with a key, and the policy accepts Sigstore identities only"
+		}
+		// A legacy signature does not name its key: a wrong key and a
+		// changed payload look alike.
+		return nil, "signature does not verify with an accepted key (signed with another key, or the payload was changed)"
+	}
+	pb, err := legacyBundle(payload, sig, annotations)
+	if err != nil {
+		return nil, "refused: its certificate: " + clip(err.Error())
+	}
+	id, reason := v.verifyIdentity(pb, verify.WithArtifact(bytes.NewReader(payload)))
+	if id == nil {
+		return nil, reason
+	}
+	return &Signature{Identity: id}, ""
 }
 
 // simpleSigning is cosign's legacy payload. Unknown members are refused:
@@ -625,34 +687,47 @@ func (v *verification) bundle(desc v1.Descriptor, declared bool) (*Signature, er
 		v.refuse("%s: refused: %d signatures in its envelope, want 1", where, n)
 		return nil, nil
 	}
-	key, ok := v.verifyWith(env.GetSignatures()[0].GetSig(), dsse.PAE(env.GetPayloadType(), env.GetPayload()))
-	if !ok {
-		v.refuse("%s%s", where, v.bundleSigner(&b))
-		return nil, nil
+	signed := &Signature{Format: FormatSigstoreBundle, Ref: ref.String()}
+	if certified(&b) {
+		// The statement's subject is checked below, as for a key.
+		id, reason := v.verifyIdentity(&b, verify.WithoutArtifactUnsafe())
+		if id == nil {
+			v.refuse("%s: %s", where, reason)
+			return nil, nil
+		}
+		signed.Identity = id
+	} else {
+		key, ok := v.verifyWith(env.GetSignatures()[0].GetSig(), dsse.PAE(env.GetPayloadType(), env.GetPayload()))
+		if !ok {
+			v.refuse("%s%s", where, v.bundleSigner(&b))
+			return nil, nil
+		}
+		signed.KeyID = key.id
 	}
+	by := signed.signer()
 	var st intoto.Statement
 	if err := protojson.Unmarshal(env.GetPayload(), &st); err != nil {
-		v.refuse("%s by %s: refused: the signed payload is not an in-toto statement: %s", where, key.id, clip(err.Error()))
+		v.refuse("%s by %s: refused: the signed payload is not an in-toto statement: %s", where, by, clip(err.Error()))
 		return nil, nil
 	}
 	// Validate accepts statement types v1 (cosign sign) and v0.1 (cosign
 	// attest), and wants a digest in every subject.
 	if err := st.Validate(); err != nil {
-		v.refuse("%s by %s: refused: the signed statement: %s", where, key.id, clip(err.Error()))
+		v.refuse("%s by %s: refused: the signed statement: %s", where, by, clip(err.Error()))
 		return nil, nil
 	}
 	if st.GetPredicateType() != cosignSignPredicateType {
 		// cosign verify accepts any statement about the image; an
 		// attestation (an SBOM, provenance) is not a signature of it.
-		v.refuse("%s by %s: refused: an attestation of type %q, not a signature (predicate %s)", where, key.id, clip(st.GetPredicateType()), cosignSignPredicateType)
+		v.refuse("%s by %s: refused: an attestation of type %q, not a signature (predicate %s)", where, by, clip(st.GetPredicateType()), cosignSignPredicateType)
 		return nil, nil
 	}
 	for _, s := range st.GetSubject() {
 		if s.GetDigest()[v.digest.Algorithm] == v.digest.Hex {
-			return &Signature{Format: FormatSigstoreBundle, KeyID: key.id, Ref: ref.String()}, nil
+			return signed, nil
 		}
 	}
-	v.refuse("%s by %s: refused: it signs %s, not this image (a signature copied from another image)", where, key.id, subjects(&st))
+	v.refuse("%s by %s: refused: it signs %s, not this image (a signature copied from another image)", where, by, subjects(&st))
 	return nil, nil
 }
 
@@ -662,8 +737,8 @@ func (v *verification) bundle(desc v1.Descriptor, declared bool) (*Signature, er
 // it only says which key to look for.
 func (v *verification) bundleSigner(b *protobundle.Bundle) string {
 	vm := b.GetVerificationMaterial()
-	if vm.GetX509CertificateChain() != nil || vm.GetCertificate() != nil {
-		return ": signed with a certificate (keyless), and the policy accepts keys only; signature does not verify with an accepted key"
+	if len(v.keys) == 0 {
+		return ": signed with a key, and the policy accepts Sigstore identities only"
 	}
 	hint := vm.GetPublicKey().GetHint()
 	if hint == "" {
@@ -822,8 +897,10 @@ func isTransport(err error) bool {
 
 // clip bounds a string from the registry before it enters an error,
 // and is printable.
-func clip(s string) string {
-	const max = 120
+func clip(s string) string { return clipN(s, 120) }
+
+// clipN is clip to max runes.
+func clipN(s string, max int) string {
 	var b strings.Builder
 	for i, r := range s {
 		if i >= max {

@@ -480,29 +480,18 @@ func TestVerifySignature(t *testing.T) {
 			name: "bundle statement changed after signing",
 			setup: func(t *testing.T, f fixture) {
 				c.sign(t, "a", f.repo, f.digest, true)
-				orig, m := bundleReferrer(t, f.repo, f.digest)
-				layer := layerOf(m)
-				var b map[string]any
-				if err := json.Unmarshal(getBlob(t, f.repo, layer["digest"].(string)), &b); err != nil {
-					t.Fatal(err)
-				}
-				env := b["dsseEnvelope"].(map[string]any)
-				st, err := base64.StdEncoding.DecodeString(env["payload"].(string))
-				if err != nil {
-					t.Fatal(err)
-				}
-				changed := bytes.Replace(st, []byte(`"predicate":{}`), []byte(`"predicate":{"approved":true}`), 1)
-				if bytes.Equal(changed, st) {
-					t.Fatalf("no empty predicate in the statement: %s", st)
-				}
-				env["payload"] = base64.StdEncoding.EncodeToString(changed)
-				raw, _ := json.Marshal(b)
-				d := pushBlob(t, f.repo, raw, types.MediaType(layer["mediaType"].(string)))
-				layer["digest"], layer["size"] = d.Digest.String(), d.Size
-				putManifest(t, f.repo, "", m)
-				if err := remote.Delete(f.repo.Digest(orig.String())); err != nil {
-					t.Fatal(err)
-				}
+				rewriteBundle(t, f.repo, f.digest, func(b map[string]any) {
+					env := b["dsseEnvelope"].(map[string]any)
+					st, err := base64.StdEncoding.DecodeString(env["payload"].(string))
+					if err != nil {
+						t.Fatal(err)
+					}
+					changed := bytes.Replace(st, []byte(`"predicate":{}`), []byte(`"predicate":{"approved":true}`), 1)
+					if bytes.Equal(changed, st) {
+						t.Fatalf("no empty predicate in the statement: %s", st)
+					}
+					env["payload"] = base64.StdEncoding.EncodeToString(changed)
+				})
 			},
 			rules:   []SignatureRule{keyA},
 			wantErr: []string{"sigstore-bundle", "by " + keyA.KeyID + ": signature does not verify (the bundle was changed after signing)"},

@@ -311,6 +311,9 @@ func addImages(p *attest.Predicate, imgs []images.Resolved) {
 		}
 		if r.Signature != nil {
 			im.Signature = &attest.ImageSignature{Format: r.Signature.Format, KeyID: r.Signature.KeyID}
+			if id := r.Signature.Identity; id != nil {
+				im.Signature.Subject, im.Signature.Issuer = id.Subject, id.Issuer
+			}
 		}
 		p.Job.Images = append(p.Job.Images, im)
 	}

@@ -32,20 +32,22 @@ func hexOf(s string) string { return strings.Repeat(s, 32) }
 // still validates with the in-toto attestation framework's bindings.
 func TestPulledImagesInProvenance(t *testing.T) {
 	const (
-		jobRef     = "ghcr.io/acme/build:1"
-		dbRef      = "postgres:16"
-		cacheRef   = "redis@sha256:" + "7777777777777777777777777777777777777777777777777777777777777777"
-		actionRef  = "ghcr.io/acme/lint:2"
-		keyA, keyB = "sha256:" + "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "sha256:" + "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+		jobRef    = "ghcr.io/acme/build:1"
+		dbRef     = "postgres:16"
+		cacheRef  = "redis@sha256:" + "7777777777777777777777777777777777777777777777777777777777777777"
+		actionRef = "ghcr.io/acme/lint:2"
+		keyA      = "sha256:" + "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+		issuer    = "https://token.actions.githubusercontent.com"
+		workflow  = "https://github.com/acme/db/.github/workflows/release.yml@refs/tags/v16"
 	)
 	rule := "images.allow[0] (ghcr.io/acme/**)"
 	pulled := []images.Resolved{
 		// The job's container: a multi-platform image, signed at its index.
 		{Ref: jobRef, Digest: "sha256:" + hexOf("10"), ImageDigest: "sha256:" + hexOf("11"), Platform: "linux/amd64", Rule: rule,
 			Signature: &images.Signature{Format: images.FormatCosignLegacy, KeyID: keyA, Ref: "ghcr.io/acme/build:sha256-" + hexOf("10") + ".sig"}, Pulled: true},
-		// A service, signed in the bundle format.
+		// A service, signed keyless in the bundle format.
 		{Ref: dbRef, Digest: "sha256:" + hexOf("20"), ImageDigest: "sha256:" + hexOf("21"), Platform: "linux/amd64", Rule: "images.allow[1] (docker.io/library/*)",
-			Signature: &images.Signature{Format: images.FormatSigstoreBundle, KeyID: keyB}},
+			Signature: &images.Signature{Format: images.FormatSigstoreBundle, Identity: &images.Identity{Subject: workflow, Issuer: issuer}}},
 		// A service by digest, unsigned under a rule in mode warn.
 		{Ref: cacheRef, Digest: "sha256:" + hexOf("77"), ImageDigest: "sha256:" + hexOf("77"), Platform: "linux/amd64", Rule: "images.allow[2] (docker.io/library/redis)",
 			Warnings: []string{"images.allow[2] (docker.io/library/redis): image not signed as the policy requires: no signature found (mode warn: pulled all the same)"}},
@@ -145,8 +147,8 @@ func TestPulledImagesInProvenance(t *testing.T) {
 		}, []string{"referenceDigest", "warnings"}},
 		{"docker://" + dbRef, hexOf("21"), map[string]string{
 			"reference": "docker://" + dbRef, "digest": "sha256:" + hexOf("20"), "platform": "linux/amd64",
-			"signature": images.FormatSigstoreBundle, "signatureKeyId": keyB,
-		}, []string{"warnings"}},
+			"signature": images.FormatSigstoreBundle, "signatureSubject": workflow, "signatureIssuer": issuer,
+		}, []string{"warnings", "signatureKeyId"}},
 		{"docker://" + cacheRef, hexOf("77"), map[string]string{
 			"reference": "docker://" + cacheRef, "digest": "sha256:" + hexOf("77"), "referenceDigest": "sha256:" + hexOf("77"),
 			"warnings": pulled[2].Warnings[0],

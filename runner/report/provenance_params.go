@@ -151,7 +151,13 @@ func imageDependency(name string, im attest.Image) attest.Descriptor {
 func addSignature(annotations map[string]string, im attest.Image) {
 	if s := im.Signature; s != nil {
 		annotations["signature"] = s.Format
-		annotations["signatureKeyId"] = s.KeyID
+		if s.KeyID != "" {
+			annotations["signatureKeyId"] = s.KeyID
+		}
+		if s.Subject != "" {
+			annotations["signatureSubject"] = s.Subject
+			annotations["signatureIssuer"] = s.Issuer
+		}
 	}
 	if len(im.Warnings) > 0 {
 		annotations["warnings"] = strings.Join(im.Warnings, "; ")
