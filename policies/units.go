@@ -72,3 +72,20 @@ func FormatSize(n int64) string {
 	}
 	return strconv.FormatInt(n, 10)
 }
+
+// SizeFlag is a size flag (512M, 4G) read as ParseSize reads it: a
+// flag.Value, and a pflag.Value with its Type.
+type SizeFlag struct{ n *int64 }
+
+// NewSizeFlag sets *n to def and returns the flag that sets it.
+func NewSizeFlag(n *int64, def int64) SizeFlag { *n = def; return SizeFlag{n} }
+
+func (s SizeFlag) String() string { return FormatSize(*s.n) }
+
+// Type names the value in a flag's help.
+func (s SizeFlag) Type() string { return "size" }
+
+func (s SizeFlag) Set(v string) (err error) {
+	*s.n, err = ParseSize(v)
+	return err
+}

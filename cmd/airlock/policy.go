@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/airlock-ci/airlock/attest"
-	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/internal/input"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
@@ -78,13 +77,7 @@ func newPolicyEvalCmd(code *int) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out, err := o.evaluate(cmd)
 			if err != nil {
-				var perr *policies.Error
-				if errors.As(err, &perr) {
-					fmt.Fprintln(cmd.ErrOrStderr(), err)
-					*code = exitDataErr
-					return nil
-				}
-				return err
+				return err // an invalid policy exits 65 (exitCodeFor)
 			}
 			switch {
 			case o.explain:
@@ -205,22 +198,14 @@ func (o *suggestOptions) run(cmd *cobra.Command, args []string, code *int) error
 			return usageError{err}
 		}
 	}
-	var runs []suggest.Run
-	for _, name := range args {
-		b, err := files.ReadCapped(name, attest.MaxBundleSize)
-		if err != nil {
-			return usageError{err}
-		}
-		v, unverified, err := attest.ReadEvidence(b, ver, o.allowUnsigned)
-		if err != nil {
-			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\n", name, flagSpelling().Say(err))
-			*code = exitDataErr
-			return nil
-		}
-		if unverified {
-			fmt.Fprintf(cmd.ErrOrStderr(), "%s: read UNVERIFIED (--allow-unsigned)\n", name)
-		}
-		runs = append(runs, suggest.Run{Name: name, Predicate: v.Predicate})
+	runs, err := suggest.ReadRuns(args, ver, o.allowUnsigned, cmd.ErrOrStderr())
+	var bad suggest.EvidenceError
+	if errors.As(err, &bad) {
+		fmt.Fprintln(cmd.ErrOrStderr(), flagSpelling().Say(err))
+		*code = exitDataErr
+		return nil
+	} else if err != nil {
+		return usageError{err}
 	}
 	org, err := orgSources(o.orgDir)
 	if err != nil {

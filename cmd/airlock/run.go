@@ -67,13 +67,13 @@ func (o *runOptions) addFlags(f *pflag.FlagSet) {
 	l := &o.limits
 	f.DurationVar(&l.JobTimeout, "timeout", d.JobTimeout, "wall-clock limit for the whole job (0: none)")
 	f.DurationVar(&l.StepTimeout, "step-timeout", d.StepTimeout, "wall-clock limit per step (0: none)")
-	f.Var(newSize(&l.Memory, d.Memory), "memory", "memory limit of the sandbox (e.g. 512M, 4G; 0: none)")
+	f.Var(policies.NewSizeFlag(&l.Memory, d.Memory), "memory", "memory limit of the sandbox (e.g. 512M, 4G; 0: none)")
 	f.IntVar(&l.Pids, "pids", d.Pids, "most processes and threads in the sandbox (0: none)")
 	f.Float64Var(&l.CPUs, "cpus", d.CPUs, "CPU quota in cores, e.g. 1.5 (0: none)")
-	f.Var(newSize(&l.Overlay, d.Overlay), "overlay-size", "size limit of the writable layer over the root filesystem")
-	f.Var(newSize(&l.Tmp, d.Tmp), "tmp-size", "size limit of /tmp")
-	f.Var(newSize(&l.Output, d.Output), "output-limit", "cap on stdout+stderr captured per step")
-	f.Var(newSize(&l.Workspace, d.Workspace), "workspace-size", "most the job may write into the workspace, one file per 16K of it (past it: ENOSPC; 0: none)")
+	f.Var(policies.NewSizeFlag(&l.Overlay, d.Overlay), "overlay-size", "size limit of the writable layer over the root filesystem")
+	f.Var(policies.NewSizeFlag(&l.Tmp, d.Tmp), "tmp-size", "size limit of /tmp")
+	f.Var(policies.NewSizeFlag(&l.Output, d.Output), "output-limit", "cap on stdout+stderr captured per step")
+	f.Var(policies.NewSizeFlag(&l.Workspace, d.Workspace), "workspace-size", "most the job may write into the workspace, one file per 16K of it (past it: ENOSPC; 0: none)")
 	f.BoolVar(&o.asJSON, "json", false, "print the result as JSON on stdout (step output goes to stderr)")
 	f.StringVar(&o.resultFile, "result", "", "also write the JSON result to this file")
 	f.StringVar(&o.orgDir, "org", "", "organisation policy directory (default "+policies.DefaultOrgDir+" when it exists); turns on policy mode")
@@ -240,16 +240,4 @@ func runJob(ctx context.Context, plan runner.Plan, o *runOptions, stdout, stderr
 		return 0, err
 	}
 	return res.ExitCode, nil
-}
-
-// sizeFlag is a size flag (512M, 4G) read as policies read sizes.
-type sizeFlag struct{ n *int64 }
-
-func newSize(n *int64, def int64) sizeFlag { *n = def; return sizeFlag{n} }
-
-func (s sizeFlag) String() string { return policies.FormatSize(*s.n) }
-func (s sizeFlag) Type() string   { return "size" }
-func (s sizeFlag) Set(v string) (err error) {
-	*s.n, err = policies.ParseSize(v)
-	return err
 }

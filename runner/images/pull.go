@@ -151,7 +151,8 @@ func (p *Puller) Pull(ctx context.Context, ref Ref, d Decision) (Image, Resolved
 		return Image{}, res, nil, err
 	}
 	res.Platform = cached.Platform
-	if _, err := p.Store.Prune(p.Store.max); err != nil {
+	// Busy: a pull under way prunes when it is done.
+	if _, err := p.Store.Prune(p.Store.max); err != nil && !errors.Is(err, ErrCacheBusy) {
 		lease.Close()
 		return Image{}, res, nil, err
 	}
@@ -307,7 +308,7 @@ func (p *Puller) fetch(ctx context.Context, ref Ref, img v1.Image, h v1.Hash, pl
 	if len(layers) != len(cfg.RootFS.DiffIDs) {
 		return false, fmt.Errorf("pull %s: %d layers, but its config lists %d: refused", ref.Written, len(layers), len(cfg.RootFS.DiffIDs))
 	}
-	rec := Image{Digest: h.String(), Platform: cfg.OS + "/" + cfg.Architecture, Env: cfg.Config.Env, Entrypoint: cfg.Config.Entrypoint, Cmd: cfg.Config.Cmd, WorkingDir: cfg.Config.WorkingDir, User: cfg.Config.User}
+	rec := Image{Digest: h.String(), Ref: ref.String(), Platform: cfg.OS + "/" + cfg.Architecture, Env: cfg.Config.Env, Entrypoint: cfg.Config.Entrypoint, Cmd: cfg.Config.Cmd, WorkingDir: cfg.Config.WorkingDir, User: cfg.Config.User}
 	if cfg.Variant != "" {
 		rec.Platform += "/" + cfg.Variant
 	}

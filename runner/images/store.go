@@ -127,6 +127,9 @@ var ErrDigestMismatch = errors.New("registry content does not match its digest")
 type Image struct {
 	// Digest is the image manifest's digest, the cache's key.
 	Digest string `json:"digest"`
+	// Ref is the reference it was first pulled as (registry/repository
+	// with its tag or digest), for a reader of the cache.
+	Ref string `json:"ref,omitempty"`
 	// Platform is os/architecture[/variant].
 	Platform string `json:"platform"`
 	// Layers are the compressed layers' digests, in order, and Chain the
@@ -247,6 +250,10 @@ func (s *Store) use(h v1.Hash) (Image, *Lease, bool, error) {
 	return img, &Lease{files: []*os.File{f, snap}}, true, nil
 }
 
+// ErrCacheBusy is Prune's answer while a pull or another prune holds the
+// cache.
+var ErrCacheBusy = errors.New("the image cache is busy: a pull or another prune is under way (a pull prunes the cache when it is done)")
+
 // Entry is one image the cache holds.
 type Entry struct {
 	Image
@@ -291,12 +298,12 @@ func (s *Store) List() ([]Entry, error) {
 // Prune removes the images used longest ago, never one in use, until the
 // cache holds at most keep bytes; with them go the snapshots that no image
 // left builds on and the blobs that no image left has. It returns the
-// images it removed. While another pull is under way it does nothing
-// (that pull prunes when it is done).
+// images it removed. While a pull or another prune is under way it does
+// nothing and returns ErrCacheBusy (a pull prunes when it is done).
 func (s *Store) Prune(keep int64) ([]Entry, error) {
 	gc, err := s.lockFile("gc", gcLock, unix.LOCK_EX|unix.LOCK_NB)
 	if err == unix.EWOULDBLOCK {
-		return nil, nil
+		return nil, ErrCacheBusy
 	}
 	if err != nil {
 		return nil, err

@@ -1,12 +1,15 @@
 package images
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The cache stays within its bound: the images used longest ago go
@@ -83,5 +86,26 @@ func TestPlainHTTPAllowed(t *testing.T) {
 		if got := tr.plainAllowed(host); got != want {
 			t.Errorf("%s: %v", host, got)
 		}
+	}
+}
+
+// While a pull holds the cache (the gc lock, shared), prune removes
+// nothing and says why, for `airlock images prune` to tell.
+func TestPruneWaitsForNoPull(t *testing.T) {
+	store := newStore(t, 0)
+	gc, err := store.lockFile("gc", gcLock, unix.LOCK_SH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Prune(0); !errors.Is(err, ErrCacheBusy) {
+		t.Fatalf("Prune while a pull holds the cache: %v, want ErrCacheBusy", err)
+	}
+	var out strings.Builder
+	if err := PruneCache(&out, store.Dir(), 0); err == nil || !strings.Contains(err.Error(), "a pull or another prune is under way") {
+		t.Fatalf("PruneCache: %v", err)
+	}
+	gc.Close()
+	if _, err := store.Prune(0); err != nil {
+		t.Fatalf("Prune once the pull is done: %v", err)
 	}
 }
