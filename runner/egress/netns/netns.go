@@ -3,7 +3,9 @@
 // over), and the gateway's, holding the other end, where airlock's egress
 // gateway listens. There is no forwarding, no NAT and no route beyond the
 // gateway's address: anything the sandbox sends elsewhere fails at once.
-// IPv6 is disabled in both.
+// IPv6 is disabled in both: by sysctl, or where /proc/sys is read-only
+// (a Kubernetes pod's container) by generating no IPv6 address on the
+// veth pair, which leaves IPv6 nothing to talk with.
 //
 // Nothing is mounted and nothing is named: each namespace lives as long as
 // an open file descriptor (ours, or the sandbox's after it joined), so a
@@ -22,6 +24,7 @@ import (
 	"runtime"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -44,6 +47,9 @@ type Pair struct {
 	Prefix                   netip.Prefix
 	// Pool is routed to the gateway and local there (invalid: none).
 	Pool netip.Prefix
+	// ipv6Sysctl: IPv6 is off by sysctl in both namespaces; false: /proc/sys
+	// is read-only, and the veth pair gets no IPv6 address instead.
+	ipv6Sysctl bool
 }
 
 // DefaultPool is where the gateway's addresses for allowed names come
@@ -87,14 +93,18 @@ func New(subnet, pool netip.Prefix) (_ *Pair, err error) {
 // onThread): creating one moves the thread into it.
 func inNewNamespaces(p *Pair) error {
 	return onThread(func() error {
-		for _, h := range []*netns.NsHandle{&p.sandbox, &p.gateway} {
+		for i, h := range []*netns.NsHandle{&p.sandbox, &p.gateway} {
 			ns, err := netns.New()
 			if err != nil {
 				return fmt.Errorf("netns: create namespace: %w", err)
 			}
 			*h = ns
-			if err := disableIPv6(); err != nil {
+			off, err := disableIPv6()
+			if err != nil {
 				return err
+			}
+			if i == 0 {
+				p.ipv6Sysctl = off
 			}
 		}
 		return nil
@@ -120,14 +130,53 @@ func onThread(fn func() error) error {
 	return ferr
 }
 
-// disableIPv6 turns IPv6 off in the calling thread's namespace.
-func disableIPv6() error {
+// disableIPv6 turns IPv6 off in the calling thread's namespace. It
+// returns false, and no error, where /proc/sys is mounted read-only, as
+// in a container that is not privileged: wire then keeps IPv6 addresses
+// off the veth pair instead. A kernel without IPv6 needs neither.
+func disableIPv6() (bool, error) {
 	for _, f := range []string{"/proc/sys/net/ipv6/conf/all/disable_ipv6", "/proc/sys/net/ipv6/conf/default/disable_ipv6"} {
-		if err := os.WriteFile(f, []byte("1"), 0o644); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("netns: disable IPv6: %w", err)
+		err := os.WriteFile(f, []byte("1"), 0o644)
+		switch {
+		case errors.Is(err, unix.EROFS):
+			return false, nil
+		case err != nil && !errors.Is(err, os.ErrNotExist):
+			return false, fmt.Errorf("netns: disable IPv6: %w", err)
 		}
 	}
-	return nil
+	return true, nil
+}
+
+// in6AddrGenModeNone is the kernel's IN6_ADDR_GEN_MODE_NONE
+// (include/uapi/linux/if_link.h), which golang.org/x/sys does not name.
+const in6AddrGenModeNone = 1
+
+// noIPv6Addresses sets the named links of ns to generate no IPv6 address
+// (IN6_ADDR_GEN_MODE_NONE, through netlink: it needs no /proc/sys), before
+// they come up.
+func noIPv6Addresses(ns netns.NsHandle, names ...string) error {
+	return onThread(func() error {
+		if err := netns.Set(ns); err != nil {
+			return fmt.Errorf("netns: enter namespace: %w", err)
+		}
+		for _, name := range names {
+			link, err := netlink.LinkByName(name)
+			if err != nil {
+				return fmt.Errorf("netns: find %s: %w", name, err)
+			}
+			req := nl.NewNetlinkRequest(unix.RTM_SETLINK, unix.NLM_F_ACK)
+			msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
+			msg.Index = int32(link.Attrs().Index)
+			req.AddData(msg)
+			spec := nl.NewRtAttr(unix.IFLA_AF_SPEC, nil)
+			spec.AddRtAttr(unix.AF_INET6, nil).AddRtAttr(unix.IFLA_INET6_ADDR_GEN_MODE, []byte{in6AddrGenModeNone})
+			req.AddData(spec)
+			if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
+				return fmt.Errorf("netns: no IPv6 address on %s: %w", name, err)
+			}
+		}
+		return nil
+	})
 }
 
 // wire creates the veth pair across the namespaces, addresses it and
@@ -146,6 +195,14 @@ func (p *Pair) wire() error {
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: GatewayIf, MTU: 1500}, PeerName: SandboxIf, PeerNamespace: netlink.NsFd(p.sandbox)}
 	if err := gwh.LinkAdd(veth); err != nil {
 		return fmt.Errorf("netns: create veth pair: %w", err)
+	}
+	if !p.ipv6Sysctl {
+		if err := noIPv6Addresses(p.gateway, GatewayIf); err != nil {
+			return err
+		}
+		if err := noIPv6Addresses(p.sandbox, SandboxIf); err != nil {
+			return err
+		}
 	}
 	for _, side := range []struct {
 		h    *netlink.Handle

@@ -7,10 +7,16 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/leakcheck"
@@ -18,9 +24,86 @@ import (
 
 const testStateBase = "/run/airlock-test-netns"
 
+// readOnlyProcSysEnv asks a re-executed test binary to run its tests
+// with /proc/sys read-only, as a Kubernetes pod's container has it.
+const readOnlyProcSysEnv = "AIRLOCK_TEST_READ_ONLY_PROC_SYS"
+
 func TestMain(m *testing.M) {
 	gvisor.Dispatch()
+	if os.Getenv(readOnlyProcSysEnv) == "1" {
+		// In a mount namespace of our own (TestReadOnlyProcSys made it):
+		// nothing here reaches the host's mounts.
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			panic(err)
+		}
+		if err := unix.Mount("/proc/sys", "/proc/sys", "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			panic(err)
+		}
+		if err := unix.Mount("", "/proc/sys", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			panic(err)
+		}
+	}
 	leakcheck.Run(m, testStateBase, "")
+}
+
+// In a container that is not privileged /proc/sys is read-only, so IPv6
+// cannot be turned off by sysctl: the pair still comes up, with no IPv6
+// address on the veth pair, and a sandbox on it reaches the gateway and
+// nothing else, over IPv4 alone (TestSandboxReachesOnlyTheGateway, run
+// again in a mount namespace where /proc/sys is read-only).
+func TestReadOnlyProcSys(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if os.Getenv(readOnlyProcSysEnv) == "1" {
+		t.Skip("the child's run")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSandboxReachesOnlyTheGateway$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), readOnlyProcSysEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	out, err := cmd.CombinedOutput()
+	t.Logf("with /proc/sys read-only:\n%s", out)
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestSandboxReachesOnlyTheGateway") {
+		t.Fatalf("TestSandboxReachesOnlyTheGateway with /proc/sys read-only: %v", err)
+	}
+	if !strings.Contains(string(out), "IPv6 off by: no address on the veth pair") {
+		t.Fatal("the child did not run with /proc/sys read-only")
+	}
+}
+
+// checkNoIPv6 fails unless neither end of the pair has an IPv6 address,
+// and says how IPv6 was turned off.
+func checkNoIPv6(t *testing.T, p *Pair) {
+	t.Helper()
+	how := "sysctl"
+	if !p.ipv6Sysctl {
+		how = "no address on the veth pair"
+	}
+	if ro := os.Getenv(readOnlyProcSysEnv) == "1"; ro == p.ipv6Sysctl {
+		t.Errorf("IPv6 turned off by %s with /proc/sys read-only %t", how, ro)
+	}
+	t.Logf("IPv6 off by: %s", how)
+	for _, side := range []struct {
+		ns   netns.NsHandle
+		name string
+	}{{p.gateway, GatewayIf}, {p.sandbox, SandboxIf}} {
+		h, err := netlink.NewHandleAt(side.ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		link, err := h.LinkByName(side.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs, err := h.AddrList(link, netlink.FAMILY_V6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(addrs) != 0 {
+			t.Errorf("%s has IPv6 addresses %v", side.name, addrs)
+		}
+	}
 }
 
 // A sandbox on the pair reaches the gateway's address and nothing else:
@@ -34,6 +117,7 @@ func TestSandboxReachesOnlyTheGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
+	checkNoIPv6(t, p)
 
 	// A listener in the gateway namespace, as the egress gateway will have.
 	var ln net.Listener
