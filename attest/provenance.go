@@ -99,6 +99,10 @@ type SandboxLimits struct {
 	Pids               int     `json:"pids"`
 	CPUs               float64 `json:"cpus"`
 	WorkspaceBytes     int64   `json:"workspaceBytes"`
+	// EnforcedBy says who enforces the memory and CPU limits when it is
+	// not the sandbox's own cgroup: the enclosing cgroup (a pod's), whose
+	// values they are.
+	EnforcedBy string `json:"enforcedBy,omitempty"`
 }
 
 // Descriptor is an in-toto ResourceDescriptor: a dependency of the job.

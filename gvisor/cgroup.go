@@ -19,14 +19,100 @@ const cgroupRoot = "/sys/fs/cgroup"
 
 // cgroups are the host cgroup directories runsc creates for one sandbox:
 // the job's relative cgroupsPath joined to airlock's own cgroup in every
-// hierarchy (v1 controllers, and the v2 unified one).
+// hierarchy (v1 controllers, and the v2 unified one). Where the cgroup
+// file system is read-only (a container that is not privileged, such as
+// a Kubernetes pod's), airlock makes none: dirs are then the cgroups
+// that enclose airlock (the pod's), read for their limits and events,
+// never written or removed, and enclosed is set.
 type cgroups struct {
-	dirs []string
+	dirs     []string
+	enclosed bool
+}
+
+// cgroupsReadOnly reports whether the cgroup file system is mounted
+// read-only here (the unified hierarchy, or a v1 hierarchy of airlock's),
+// as a container runtime mounts it for a container that is not
+// privileged.
+func cgroupsReadOnly() bool {
+	var st unix.Statfs_t
+	if unix.Statfs(cgroupRoot, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+		return st.Flags&unix.ST_RDONLY != 0
+	}
+	for _, d := range cgroupsFor("").dirs {
+		if unix.Statfs(d, &st) == nil {
+			return st.Flags&unix.ST_RDONLY != 0
+		}
+	}
+	return false
+}
+
+// enclosingCgroups are airlock's own cgroups, for a job that runs in
+// them (see cgroups.enclosed).
+func enclosingCgroups() cgroups {
+	if unifiedOnly() {
+		return cgroups{dirs: []string{filepath.Join(cgroupRoot, ownV2Cgroup())}, enclosed: true}
+	}
+	c := cgroupsFor("")
+	c.enclosed = true
+	return c
+}
+
+// Enclosing is what bounds a job that runs in the cgroups enclosing
+// airlock: their memory limit in bytes and CPU quota in cores, 0 where
+// they set none (nor does any ancestor that airlock can see).
+type Enclosing struct {
+	Memory int64   `json:"memory"`
+	CPUs   float64 `json:"cpus"`
+}
+
+// enclosingLimits reads the limits of the cgroups enclosing airlock:
+// v2 memory.max and cpu.max, v1 memory.limit_in_bytes and the CFS quota.
+func (c cgroups) enclosingLimits() Enclosing {
+	var e Enclosing
+	for _, d := range c.dirs {
+		if b, err := os.ReadFile(filepath.Join(d, "memory.max")); err == nil {
+			e.Memory = parseLimit(string(b))
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "memory.limit_in_bytes")); err == nil {
+			// v1 writes "no limit" as the largest page-aligned int64.
+			if v := parseLimit(string(b)); v < 1<<62 {
+				e.Memory = v
+			}
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "cpu.max")); err == nil {
+			if f := strings.Fields(string(b)); len(f) == 2 {
+				e.CPUs = cores(parseLimit(f[0]), parseLimit(f[1]))
+			}
+		}
+		quota, qerr := os.ReadFile(filepath.Join(d, "cpu.cfs_quota_us"))
+		period, perr := os.ReadFile(filepath.Join(d, "cpu.cfs_period_us"))
+		if qerr == nil && perr == nil {
+			e.CPUs = cores(parseLimit(string(quota)), parseLimit(string(period)))
+		}
+	}
+	return e
+}
+
+// parseLimit reads a cgroup limit: a number, or 0 for "max" and
+// anything that is not a positive number (v1's -1 quota).
+func parseLimit(s string) int64 {
+	v, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || v < 0 {
+		return 0
+	}
+	return v
+}
+
+func cores(quota, period int64) float64 {
+	if quota <= 0 || period <= 0 {
+		return 0
+	}
+	return float64(quota) / float64(period)
 }
 
 // cgroupsFor lists where runsc will create the cgroup named name, following
 // runsc's rule for relative paths: relative to the caller's cgroup in each
-// hierarchy.
+// hierarchy ("": the caller's own cgroups).
 func cgroupsFor(name string) cgroups {
 	f, err := os.Open("/proc/self/cgroup")
 	if err != nil {
@@ -126,6 +212,9 @@ func readKey(file, key string) (uint64, bool) {
 // removes them itself; after a crash they may remain with processes that
 // are being killed, so retry briefly.
 func (c cgroups) remove() error {
+	if c.enclosed {
+		return nil // not airlock's
+	}
 	var errs []error
 	for _, d := range c.dirs {
 		var err error
@@ -186,6 +275,9 @@ func unifiedOnly() bool {
 // and the host directories it will make, preparing the hierarchy on v2.
 func jobCgroup(id string) (string, cgroups, error) {
 	name := "airlock-" + id
+	if cgroupsReadOnly() {
+		return "", enclosingCgroups(), nil
+	}
 	if !unifiedOnly() {
 		// v1 and hybrid: relative, which runsc nests under airlock's own
 		// cgroup in every hierarchy.

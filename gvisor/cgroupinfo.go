@@ -26,6 +26,11 @@ type CgroupInfo struct {
 	// Delegated (v2) are the controllers enabled for airlock's cgroup
 	// now (its cgroup.controllers).
 	Delegated []string `json:"delegated,omitempty"`
+	// ReadOnly: the cgroup file system is mounted read-only (a container
+	// that is not privileged); jobs then run in the enclosing cgroup,
+	// whose limits Enclosing holds.
+	ReadOnly  bool       `json:"readOnly,omitempty"`
+	Enclosing *Enclosing `json:"enclosing,omitempty"`
 }
 
 // limitControllers are the controllers behind the sandbox's limits:
@@ -36,7 +41,12 @@ var limitControllers = []string{"memory", "pids", "cpu"}
 func HostCgroups() CgroupInfo {
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	self, _ := os.ReadFile("/proc/self/cgroup")
-	return cgroupInfo(string(mi), string(self), os.ReadFile)
+	info := cgroupInfo(string(mi), string(self), os.ReadFile)
+	if info.Layout != "none" && cgroupsReadOnly() {
+		e := enclosingCgroups().enclosingLimits()
+		info.ReadOnly, info.Enclosing = true, &e
+	}
+	return info
 }
 
 // cgroupInfo reads the layout from mountinfo and /proc/self/cgroup's

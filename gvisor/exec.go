@@ -237,6 +237,9 @@ func (s *Sandbox) settle(res *StepResult, waitErr error, stopped, detected strin
 	res.Limit = limit
 	if limit != "" {
 		res.Message = limitMessage(limit, s.cfg.Limits, timeout)
+		if enc, ok := s.Enclosing(); ok && limit == LimitOOM {
+			res.Message = fmt.Sprintf("sandbox killed: the job exceeded the memory limit of the cgroup enclosing airlock (%s; the pod's); later steps cannot run", humanBytes(enc.Memory))
+		}
 		// It may have exited on its own just before the kill landed: a
 		// limit still means it did not succeed.
 		if res.ExitCode == 0 {

@@ -21,6 +21,11 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(runHelper())
 	}
+	if dirs := os.Getenv(enclosedEnv); dirs != "" {
+		if err := enterEnclosed(dirs); err != nil {
+			panic(err)
+		}
+	}
 	leakcheck.Run(m, testStateBase, testJobIDPrefix)
 }
 

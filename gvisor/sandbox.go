@@ -226,11 +226,24 @@ func (s *Sandbox) prepare(exe string) error {
 		return err
 	}
 	spec.Linux.CgroupsPath, s.cg = cgPath, cg
+	if cg.enclosed {
+		// runsc would write the spec's limits into cgroups of its own;
+		// here the enclosing cgroups bound the job (Sandbox.Enclosing).
+		spec.Linux.Resources = nil
+		// The pod's OOM killer takes the sandbox first, not airlock,
+		// which then reports the limit (raising needs no privilege).
+		oomFirst := 1000
+		spec.Process.OOMScoreAdj = &oomFirst
+		s.runsc = s.newRunsc()
+	}
 	spec.Mounts = append(spec.Mounts, fileMounts...)
 	if err := writeBundle(s.dir, plan, spec); err != nil {
 		return err
 	}
-	own := owner{ID: s.cfg.ID, PID: os.Getpid(), Created: time.Now().UTC(), Workspace: s.cfg.Workspace, UID: s.cfg.User.UID, Cgroups: s.cg.dirs}
+	own := owner{ID: s.cfg.ID, PID: os.Getpid(), Created: time.Now().UTC(), Workspace: s.cfg.Workspace, UID: s.cfg.User.UID}
+	if !s.cg.enclosed {
+		own.Cgroups = s.cg.dirs // a reaper removes them; never the enclosing ones
+	}
 	if err := writeJSON(filepath.Join(s.dir, "owner.json"), own); err != nil {
 		return err
 	}
@@ -259,7 +272,7 @@ func (s *Sandbox) start(ctx context.Context, judge platform.Judge) error {
 		return fmt.Errorf("%w: on kvm: %s; then, before trying systrap: %v", ErrStartFailure, why, err)
 	}
 	s.cfg.Platform = PlatformSystrap
-	s.runsc = newRunsc(s.cfg, s.dir)
+	s.runsc = s.newRunsc()
 	err = s.startOnce()
 	s.platform.Attempts = append(s.platform.Attempts, attemptOf(PlatformSystrap, err))
 	if err != nil {
@@ -325,6 +338,27 @@ func (s *Sandbox) startOnce() error {
 		return fmt.Errorf("%w: %s", ErrStartFailure, why)
 	}
 	return nil
+}
+
+// newRunsc is the runsc of the sandbox's config, and of its cgroups:
+// where it runs in the enclosing ones, runsc makes none.
+func (s *Sandbox) newRunsc() runsc {
+	r := newRunsc(s.cfg, s.dir)
+	if s.cg.enclosed {
+		r.global = append(r.global, "--ignore-cgroups")
+	}
+	return r
+}
+
+// Enclosing says, for a sandbox that runs in the cgroups enclosing
+// airlock (the cgroup file system is read-only here, as in a pod), what
+// bounds it; ok is false where airlock made the sandbox's own cgroup and
+// the configured limits hold.
+func (s *Sandbox) Enclosing() (e Enclosing, ok bool) {
+	if !s.cg.enclosed {
+		return Enclosing{}, false
+	}
+	return s.cg.enclosingLimits(), true
 }
 
 // ID is the job id.

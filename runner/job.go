@@ -82,6 +82,10 @@ type StepOutcome struct {
 	Processes int `json:"processes"`
 }
 
+// EnclosingCgroup is SandboxInfo.LimitsEnforcedBy for a job bounded by
+// the cgroup that encloses airlock.
+const EnclosingCgroup = "the enclosing cgroup (the cgroup file system is read-only here, as in a pod that is not privileged: memory and CPU are the pod's limits, pids and the workspace gVisor's and airlock's own)"
+
 // SandboxInfo identifies the sandbox a job ran in.
 type SandboxInfo struct {
 	ID       string `json:"id"`
@@ -97,7 +101,12 @@ type SandboxInfo struct {
 	WorkspaceMount   string                   `json:"workspaceMount"`
 	User             gvisor.User              `json:"user"`
 	Limits           gvisor.Limits            `json:"limits"`
-	Network          string                   `json:"network"`
+	// LimitsEnforcedBy says who enforces Limits' memory and CPUs where
+	// airlock could not make the sandbox's cgroup (a read-only cgroup file
+	// system, as in a pod): the enclosing cgroup, whose values Limits then
+	// holds (0: none). Empty: the sandbox's own cgroup, as configured.
+	LimitsEnforcedBy string `json:"limitsEnforcedBy,omitempty"`
+	Network          string `json:"network"`
 }
 
 // Result is the machine-readable outcome of a job (`airlock run --json`).
@@ -285,6 +294,11 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 		PlatformReason: s.sb.Platform().Reason, PlatformAttempts: platformAttempts(s.sb.Platform()),
 		Workspace: s.cfg.Workspace, WorkspaceMount: s.cfg.WorkspaceMount, User: *s.cfg.User,
 		Limits: s.cfg.Limits, Network: networkName(s.cfg.NetNS),
+	}
+	if enc, ok := s.sb.Enclosing(); ok {
+		// Never a limit that nothing enforces: what the pod's cgroup sets.
+		s.res.Sandbox.Limits.Memory, s.res.Sandbox.Limits.CPUs = enc.Memory, enc.CPUs
+		s.res.Sandbox.LimitsEnforcedBy = EnclosingCgroup
 	}
 	if s.gw != nil {
 		s.res.Sandbox.Network = "egress gateway " + s.gw.GatewayAddr().String()

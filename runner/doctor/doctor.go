@@ -208,6 +208,28 @@ func kernelAtLeast(release string, min [2]int) ([2]int, bool) {
 	return v, v[0] > min[0] || v[0] == min[0] && v[1] >= min[1]
 }
 
+// enclosedCheck is the cgroups line where the cgroup file system is
+// read-only (a pod's container): jobs run in the enclosing cgroup, and
+// only its limits hold.
+func enclosedCheck(detail string, e gvisor.Enclosing) Check {
+	detail += "; read-only (a container that is not privileged): jobs run in the enclosing cgroup, one job per pod, and the policy's memory and CPU limits do not hold here"
+	var unset []string
+	if e.Memory > 0 {
+		detail += "; the pod's memory limit " + policies.HumanSize(e.Memory)
+	} else {
+		unset = append(unset, "memory")
+	}
+	if e.CPUs > 0 {
+		detail += fmt.Sprintf("; its CPU limit %g", e.CPUs)
+	} else {
+		unset = append(unset, "cpu")
+	}
+	if len(unset) > 0 {
+		return bad(Warn, "cgroups", detail+"; nothing bounds a job's "+strings.Join(unset, " or "), "give the runner container resources.limits ("+strings.Join(unset, ", ")+") in the scale set's values")
+	}
+	return ok("cgroups", "%s", detail)
+}
+
 func checkCgroups(context.Context, Options) []Check {
 	info := gvisor.HostCgroups()
 	where := info.Cgroup
@@ -226,6 +248,8 @@ func checkCgroups(context.Context, Options) []Check {
 			"the hierarchy airlock sees lacks them: on a host, enable them at the root; in a container, delegate them to its cgroup namespace (systemd: Delegate=yes in the runner's unit)")}
 	case len(info.Missing) > 0:
 		return []Check{bad(Warn, "cgroups", detail+"; not mounted: "+strings.Join(info.Missing, ", "), "mount the v1 hierarchies of the missing controllers under /sys/fs/cgroup; without them a job's limits do not hold")}
+	case info.ReadOnly:
+		return []Check{enclosedCheck(detail, *info.Enclosing)}
 	}
 	return []Check{ok("cgroups", "%s", detail)}
 }

@@ -220,3 +220,32 @@ func TestWriteText(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}
 }
+
+// Where the cgroup file system is read-only (a pod's container), the
+// cgroups line says that the pod's limits are what hold, and warns with
+// the values to set where the pod sets none.
+func TestEnclosedCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		e      gvisor.Enclosing
+		status string
+		want   []string
+	}{
+		{"pod with limits", gvisor.Enclosing{Memory: 8 << 30, CPUs: 2}, "ok", []string{"read-only", "enclosing cgroup", "policy's memory and CPU limits do not hold", "memory limit 8.0 GiB", "CPU limit 2"}},
+		{"pod without a memory limit", gvisor.Enclosing{CPUs: 2}, "warn", []string{"nothing bounds a job's memory", "resources.limits (memory)"}},
+		{"pod without limits", gvisor.Enclosing{}, "warn", []string{"nothing bounds a job's memory or cpu", "resources.limits (memory, cpu)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := enclosedCheck("v2 layout", tc.e)
+			text := c.Detail + " " + c.Fix
+			if string(c.Status) != tc.status {
+				t.Errorf("status %q, want %q: %s", c.Status, tc.status, text)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(text, w) {
+					t.Errorf("%q does not say %q", text, w)
+				}
+			}
+		})
+	}
+}

@@ -43,6 +43,7 @@ func internalParameters(p attest.Predicate, sb runner.SandboxInfo) attest.Intern
 			Limits: attest.SandboxLimits{
 				JobTimeoutSeconds: int64(l.JobTimeout.Seconds()), StepTimeoutSeconds: int64(l.StepTimeout.Seconds()),
 				MemoryBytes: l.Memory, Pids: l.Pids, CPUs: l.CPUs, WorkspaceBytes: l.Workspace,
+				EnforcedBy: sb.LimitsEnforcedBy,
 			},
 		},
 	}

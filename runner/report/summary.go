@@ -40,6 +40,7 @@ func WriteSummary(w io.Writer, res runner.Result) {
 	fmt.Fprintf(w, "job %s %s in %s (sandbox %s, %d processes recorded)\n",
 		res.Job, verdict, res.Duration.Round(time.Millisecond), res.Sandbox.ID, len(res.Processes.Execs))
 	WritePlatform(w, res.Sandbox.Platform, res.Sandbox.PlatformReason, res.Sandbox.PlatformAttempts)
+	writeEnclosed(w, res.Sandbox)
 	WriteEgress(w, res.Egress)
 	WriteCredentials(w, res.Credentials)
 	writeWorkspace(w, res.WorkspaceVolume)
@@ -70,6 +71,23 @@ func WriteSummary(w io.Writer, res runner.Result) {
 	if res.Error != "" {
 		fmt.Fprintf(w, "airlock: %s\n", res.Error)
 	}
+}
+
+// writeEnclosed says what bounds a job that ran in the enclosing cgroup,
+// and that the configured memory and CPU limits do not hold.
+func writeEnclosed(w io.Writer, sb runner.SandboxInfo) {
+	if sb.LimitsEnforcedBy == "" {
+		return
+	}
+	limit := func(v string, set bool) string {
+		if !set {
+			return "none"
+		}
+		return v
+	}
+	l := sb.Limits
+	fmt.Fprintf(w, "limits: enforced by %s; memory %s, CPUs %s, pids %d (gVisor)\n", sb.LimitsEnforcedBy,
+		limit(policies.HumanSize(l.Memory), l.Memory > 0), limit(strconv.FormatFloat(l.CPUs, 'f', -1, 64), l.CPUs > 0), l.Pids)
 }
 
 // WritePlatform prints the platform the sandbox ran on, and why

@@ -4,65 +4,37 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-ci/airlock/attest"
-	"github.com/airlock-ci/airlock/runner/credentials"
+	"github.com/airlock-ci/airlock/runner"
 )
 
-// The summary says which credentials the sandbox never saw and where
-// each went, names and counts only; a job without any says nothing.
-func TestWriteCredentials(t *testing.T) {
+// A job bounded by the enclosing cgroup (a pod's) says so in its
+// summary, with the enclosing limits, and "none" where the pod sets none;
+// a job in its own cgroup says nothing of it.
+func TestSummarySaysWhoEnforcesLimits(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		rec  *credentials.Record
-		want []string
+		name    string
+		sb      runner.SandboxInfo
+		want    []string
+		without string
 	}{
-		{"none", nil, nil},
-		{"nothing withheld", &credentials.Record{Withheld: []credentials.Withheld{}, Uses: []credentials.Use{}}, nil},
-		{"withheld and used", &credentials.Record{
-			Withheld: []credentials.Withheld{{Name: "GitHub token", Variables: []string{"GITHUB_TOKEN", ".git/config"}}},
-			Uses: []credentials.Use{
-				{Credential: "GitHub token", Host: "github.com", Route: "git", Injected: 3},
-				{Credential: "GitHub token", Host: "github.com", Route: "git", Refused: 1, Rule: "credentials.gitPush"},
-				{Credential: "GitHub token", Host: "evil.example\x1b[2J", Elsewhere: 2},
-			},
-		}, []string{
-			"credentials withheld from the sandbox: GitHub token (GITHUB_TOKEN, .git/config)\n",
-			"  GitHub token to github.com (git): injected 3\n",
-			"  GitHub token to github.com (git): refused 1 [credentials.gitPush]\n",
-			"  GitHub token to evil.example?[2J: sent elsewhere as its placeholder 2\n",
-		}},
+		{name: "own cgroup", sb: runner.SandboxInfo{Limits: runner.Limits{Memory: 4 << 30, Pids: 1024}}, without: "limits:"},
+		{name: "a pod with limits", sb: runner.SandboxInfo{LimitsEnforcedBy: runner.EnclosingCgroup, Limits: runner.Limits{Memory: 8 << 30, CPUs: 2, Pids: 1024}},
+			want: []string{"limits: enforced by the enclosing cgroup", "memory 8.0 GiB", "CPUs 2", "pids 1024 (gVisor)"}},
+		{name: "a pod without limits", sb: runner.SandboxInfo{LimitsEnforcedBy: runner.EnclosingCgroup, Limits: runner.Limits{Pids: 1024}},
+			want: []string{"memory none", "CPUs none"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b strings.Builder
-			WriteCredentials(&b, tc.rec)
-			if got, want := b.String(), strings.Join(tc.want, ""); got != want {
-				t.Errorf("got\n%s\nwant\n%s", got, want)
+			WriteSummary(&b, runner.Result{Job: "j", Passed: true, Sandbox: tc.sb})
+			out := b.String()
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("summary does not say %q:\n%s", w, out)
+				}
+			}
+			if tc.without != "" && strings.Contains(out, tc.without) {
+				t.Errorf("summary says %q:\n%s", tc.without, out)
 			}
 		})
-	}
-}
-
-// The platform line says which platform ran and why, and each start
-// that failed, on lines a job's text cannot break.
-func TestWritePlatform(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		platform string
-		reason   string
-		attempts []attest.PlatformAttempt
-		want     string
-	}{
-		{"no sandbox", "", "", nil, ""},
-		{"no kvm", "systrap", "kvm unusable: open /dev/kvm: no such file or directory", []attest.PlatformAttempt{{Platform: "systrap"}},
-			"platform: systrap (kvm unusable: open /dev/kvm: no such file or directory)\n"},
-		{"fallback", "systrap", "the sandbox did not boot on kvm (x), so it was created again on systrap",
-			[]attest.PlatformAttempt{{Platform: "kvm", Error: "cannot create sandbox\x1b[2J"}, {Platform: "systrap"}},
-			"platform: systrap (the sandbox did not boot on kvm (x), so it was created again on systrap)\n  start on kvm failed: cannot create sandbox?[2J\n"},
-	} {
-		var b strings.Builder
-		WritePlatform(&b, tc.platform, tc.reason, tc.attempts)
-		if b.String() != tc.want {
-			t.Errorf("%s: %q, want %q", tc.name, b.String(), tc.want)
-		}
 	}
 }
