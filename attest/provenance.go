@@ -103,6 +103,10 @@ type SandboxLimits struct {
 	// not the sandbox's own cgroup: the enclosing cgroup (a pod's), whose
 	// values they are.
 	EnforcedBy string `json:"enforcedBy,omitempty"`
+	// WorkspaceMedium is "tmpfs" where the workspace's bound kept the
+	// job's writes in memory (no loop devices, as in a pod); empty: on
+	// the disk.
+	WorkspaceMedium string `json:"workspaceMedium,omitempty"`
 }
 
 // Descriptor is an in-toto ResourceDescriptor: a dependency of the job.

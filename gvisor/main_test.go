@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-ci/airlock/internal/leakcheck"
+	"github.com/airlock-ci/airlock/internal/podlike"
 )
 
 // testStateBase holds the state roots of all sandboxes these tests create,
@@ -21,10 +22,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(runHelper())
 	}
-	if dirs := os.Getenv(enclosedEnv); dirs != "" {
-		if err := enterEnclosed(dirs); err != nil {
-			panic(err)
-		}
+	if err := podlike.Enter(); err != nil {
+		panic(err)
 	}
 	leakcheck.Run(m, testStateBase, testJobIDPrefix)
 }

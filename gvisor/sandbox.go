@@ -424,7 +424,7 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 		// Every process of the job is gone: nothing writes the workspace
 		// any more, so what the job wrote can be merged into it.
 		if s.volume != nil {
-			s.released.Limit = s.volume.Limit().Bytes
+			s.released.Limit, s.released.Medium = s.volume.Limit().Bytes, s.volume.Medium()
 			s.released.Usage, _ = s.volume.Usage()
 			var err error
 			if s.released.Merged, err = s.volume.Release(); err != nil {
@@ -473,6 +473,10 @@ const DefaultVolumeRoot = diskRoot + "/volumes"
 type Workspace struct {
 	// Limit is the job's limit in bytes (0: none).
 	Limit int64 `json:"limit"`
+	// Medium is where what the job wrote was kept until the merge:
+	// quota.MediumExt4 (on the disk) or quota.MediumTmpfs (in memory, where
+	// there are no loop devices, as in a pod: the pod's memory counts it).
+	Medium string `json:"medium,omitempty"`
 	// Usage is the volume's use when the job ended.
 	Usage quota.Usage `json:"usage"`
 	// Merged is what the job wrote, as merged into the workspace.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/leakcheck"
+	"github.com/airlock-ci/airlock/internal/podlike"
 	"github.com/airlock-ci/airlock/internal/testhost"
 )
 
@@ -26,6 +27,9 @@ const cliEnv = "AIRLOCK_CLI_TEST"
 
 func TestMain(m *testing.M) {
 	dispatchRoles()
+	if err := podlike.Enter(); err != nil {
+		panic(err)
+	}
 	if os.Getenv(cliEnv) != "" {
 		os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 	}

@@ -13,6 +13,11 @@
 // runner's hashFiles, its temporary files and file commands, a trust
 // diff).
 //
+// Where the host has no loop devices (a Kubernetes pod's container gets
+// none), the upper layer is a tmpfs of the limit's size instead, with as
+// many inodes: the same bound and the same ENOSPC, but in memory, which
+// the pod's memory limit counts (Volume.Medium says which).
+//
 // Release, when the sandbox is gone, unmounts the overlay, merges its
 // upper layer into the workspace (see merge.go: sparse files stay sparse,
 // hard links stay links, nothing is followed) and removes the image. The
@@ -75,6 +80,25 @@ type Volume struct {
 type record struct {
 	Workspace string `json:"workspace"`
 	Bytes     int64  `json:"bytes"`
+	// Medium is MediumExt4 (also when empty: older records) or
+	// MediumTmpfs.
+	Medium string `json:"medium,omitempty"`
+}
+
+// The media of a volume's upper layer.
+const (
+	// MediumExt4 is an ext4 filesystem in a sparse image on a loop
+	// device: on the disk.
+	MediumExt4 = "ext4"
+	// MediumTmpfs is a tmpfs, where there are no loop devices: in
+	// memory.
+	MediumTmpfs = "tmpfs"
+)
+
+// loopDevices reports whether the host has loop devices to attach.
+func loopDevices() bool {
+	fi, err := os.Stat("/dev/loop-control")
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // ErrUnsupported is returned when the host lacks what a bounded
@@ -98,14 +122,17 @@ func Mount(dir, templates, workspace string, limit Limit) (_ *Volume, err error)
 	if m, ok := mountAt(workspace); ok && m.fstype == "overlay" {
 		return nil, fmt.Errorf("bound the workspace %s: an overlay (%s) is mounted there already, a leftover of another job? run airlock's cleanup or unmount it", workspace, m.source)
 	}
-	mkfs, err := findMkfs()
-	if err != nil {
-		return nil, err
+	medium, mkfs := MediumTmpfs, ""
+	if loopDevices() {
+		medium = MediumExt4
+		if mkfs, err = findMkfs(); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create the workspace volume's directory: %w", err)
 	}
-	v := &Volume{dir: dir, rec: record{Workspace: workspace, Bytes: limit.Bytes}}
+	v := &Volume{dir: dir, rec: record{Workspace: workspace, Bytes: limit.Bytes, Medium: medium}}
 	defer func() {
 		if err != nil {
 			v.discard()
@@ -116,12 +143,18 @@ func Mount(dir, templates, workspace string, limit Limit) (_ *Volume, err error)
 	if err := writeRecord(dir, v.rec); err != nil {
 		return nil, err
 	}
-	if err := makeImage(mkfs, v.image(), templates, limit); err != nil {
-		return nil, err
-	}
 	st := ws.Sys().(*syscall.Stat_t)
-	if err := mountImage(v.image(), v.fs()); err != nil {
-		return nil, err
+	if medium == MediumTmpfs {
+		if err := mountTmpfs(v.fs(), limit); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := makeImage(mkfs, v.image(), templates, limit); err != nil {
+			return nil, err
+		}
+		if err := mountImage(v.image(), v.fs()); err != nil {
+			return nil, err
+		}
 	}
 	if err := makeLayerDirs(v.fs(), st); err != nil {
 		return nil, err
@@ -144,6 +177,14 @@ func (v *Volume) source() string { return "airlock-workspace:" + v.dir }
 
 // Limit is the volume's limit.
 func (v *Volume) Limit() Limit { return Limit{Bytes: v.rec.Bytes} }
+
+// Medium is where the upper layer is: MediumExt4 or MediumTmpfs.
+func (v *Volume) Medium() string {
+	if v.rec.Medium == "" {
+		return MediumExt4
+	}
+	return v.rec.Medium
+}
 
 // Usage is how much of its limit a job has used.
 type Usage struct {
@@ -192,7 +233,10 @@ func Release(dir string) (Merged, error) {
 		return Merged{}, err // the workspace is still covered: keep everything
 	}
 	var merged Merged
-	if _, mounted := mountAt(v.fs()); !mounted {
+	if _, mounted := mountAt(v.fs()); !mounted && v.Medium() == MediumTmpfs {
+		err := fmt.Errorf("the workspace volume of %s was in memory (tmpfs) and is gone (a reboot, or the pod restarted): what the job wrote is lost", rec.Workspace)
+		return merged, errors.Join(err, v.discard())
+	} else if !mounted {
 		if _, err := os.Stat(v.image()); err == nil {
 			if err := mountImage(v.image(), v.fs()); err != nil {
 				err = fmt.Errorf("mount the workspace volume again to merge it: %w; what the job wrote is lost", err)
@@ -389,6 +433,19 @@ func inodesFor(size int64, limit Limit) int64 {
 	groups := (size/4096 + 32767) / 32768
 	per := limit.Inodes() / groups &^ 15
 	return max(per, 16) * groups
+}
+
+// mountTmpfs mounts the volume's tmpfs at dir: the limit's size, one
+// inode per BytesPerInode of it (as the ext4 image has), nosuid, nodev.
+func mountTmpfs(dir string, limit Limit) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create the workspace volume's mount point: %w", err)
+	}
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700", limit.Bytes, max(limit.Inodes(), 16))
+	if err := unix.Mount("airlock-ws", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, opts); err != nil {
+		return fmt.Errorf("%w: mount the workspace volume (tmpfs, no loop devices here): %v", ErrUnsupported, err)
+	}
+	return nil
 }
 
 // mountImage attaches image to a free loop device and mounts its ext4 at

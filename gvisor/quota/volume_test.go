@@ -2,6 +2,7 @@ package quota
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -57,11 +59,23 @@ func released(t *testing.T, ws, dir string) {
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the volume's directory is still there: %v", err)
 	}
-	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, f := range loops {
-		if b, _ := os.ReadFile(f); strings.HasPrefix(string(b), dir+"/") {
-			t.Errorf("%s still backs %s", b, f)
+	// The kernel detaches an autoclear loop device once its filesystem
+	// is unmounted, on a work queue: a loaded host may take a moment.
+	backing := func() (left []string) {
+		loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+		for _, f := range loops {
+			if b, _ := os.ReadFile(f); strings.HasPrefix(string(b), dir+"/") {
+				left = append(left, fmt.Sprintf("%s still backs %s", strings.TrimSpace(string(b)), f))
+			}
 		}
+		return left
+	}
+	left := backing()
+	for deadline := time.Now().Add(5 * time.Second); len(left) > 0 && time.Now().Before(deadline); left = backing() {
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, l := range left {
+		t.Error(l)
 	}
 }
 
@@ -102,12 +116,14 @@ func TestWritePastTheLimitFails(t *testing.T) {
 	if out, err := runAs(jobUID, "dd if=/dev/zero of="+filepath.Join(ws, "runner", "kept")+" bs=1M count=8"); err != nil {
 		t.Errorf("the kept directory is not on the host's disk: %v %s", err, out)
 	}
-	var st unix.Stat_t
-	if err := unix.Stat(filepath.Join(dir, "image"), &st); err != nil {
-		t.Fatal(err)
-	}
-	if st.Blocks*512 > 32<<20 {
-		t.Errorf("the image takes %d bytes of the host's disk, more than the 32 MiB limit", st.Blocks*512)
+	if v.Medium() == MediumExt4 {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(dir, "image"), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Blocks*512 > 32<<20 {
+			t.Errorf("the image takes %d bytes of the host's disk, more than the 32 MiB limit", st.Blocks*512)
+		}
 	}
 	// The workspace's own file is still there, read through the overlay.
 	if b, err := os.ReadFile(filepath.Join(ws, "README")); string(b) != "hello" {

@@ -86,7 +86,7 @@ func buildProvenance(res runner.Result, c *runner.AttestConfig, run *runStatemen
 		BuildDefinition: attest.BuildDefinition{
 			BuildType:            attest.JobBuildType,
 			ExternalParameters:   externalParameters(p),
-			InternalParameters:   internalParameters(p, res.Sandbox),
+			InternalParameters:   internalParameters(p, res.Sandbox, res.WorkspaceVolume),
 			ResolvedDependencies: dependencies(p, run.subject, res.Sandbox.RootFS, c.Actions),
 		},
 		RunDetails: attest.RunDetails{

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/gvisor/quota"
 	"github.com/airlock-ci/airlock/runner"
 )
 
@@ -29,7 +30,7 @@ func externalParameters(p attest.Predicate) attest.ExternalParameters {
 }
 
 // internalParameters are what the runner's side set for the job.
-func internalParameters(p attest.Predicate, sb runner.SandboxInfo) attest.InternalParameters {
+func internalParameters(p attest.Predicate, sb runner.SandboxInfo, vol *runner.WorkspaceVolume) attest.InternalParameters {
 	readOnly := p.Trust.ReadOnly
 	if readOnly == nil {
 		readOnly = []string{}
@@ -43,10 +44,20 @@ func internalParameters(p attest.Predicate, sb runner.SandboxInfo) attest.Intern
 			Limits: attest.SandboxLimits{
 				JobTimeoutSeconds: int64(l.JobTimeout.Seconds()), StepTimeoutSeconds: int64(l.StepTimeout.Seconds()),
 				MemoryBytes: l.Memory, Pids: l.Pids, CPUs: l.CPUs, WorkspaceBytes: l.Workspace,
-				EnforcedBy: sb.LimitsEnforcedBy,
+				EnforcedBy: sb.LimitsEnforcedBy, WorkspaceMedium: workspaceMedium(vol),
 			},
 		},
 	}
+}
+
+// workspaceMedium is where a bounded workspace's writes were kept until
+// the merge ("tmpfs": in memory, no loop devices), or "" (on the disk, or
+// no bound).
+func workspaceMedium(v *runner.WorkspaceVolume) string {
+	if v == nil || v.Medium == quota.MediumExt4 {
+		return ""
+	}
+	return v.Medium
 }
 
 // dependencies are what the job was built from: the commit (under the

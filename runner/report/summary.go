@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/gvisor/quota"
 	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
@@ -184,6 +185,10 @@ func writeWorkspace(w io.Writer, v *runner.WorkspaceVolume) {
 	if u.Full() {
 		full = " (full: raise sandbox.limits.workspace in the organisation policy)"
 	}
-	fmt.Fprintf(w, "workspace: %s of %s and %d of %d files written%s; merged %d file(s), %s, %d removed\n",
-		policies.HumanSize(u.Bytes), policies.HumanSize(v.Limit), u.Files, u.LimitFiles, full, m.Files, policies.HumanSize(m.Bytes), m.Removed)
+	medium := ""
+	if v.Medium == quota.MediumTmpfs {
+		medium = " (kept in memory until the merge, no loop devices here: the pod's memory limit counts it)"
+	}
+	fmt.Fprintf(w, "workspace: %s of %s and %d of %d files written%s%s; merged %d file(s), %s, %d removed\n",
+		policies.HumanSize(u.Bytes), policies.HumanSize(v.Limit), u.Files, u.LimitFiles, full, medium, m.Files, policies.HumanSize(m.Bytes), m.Removed)
 }

@@ -7,41 +7,25 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/leakcheck"
+	"github.com/airlock-ci/airlock/internal/podlike"
 )
 
 const testStateBase = "/run/airlock-test-netns"
 
-// readOnlyProcSysEnv asks a re-executed test binary to run its tests
-// with /proc/sys read-only, as a Kubernetes pod's container has it.
-const readOnlyProcSysEnv = "AIRLOCK_TEST_READ_ONLY_PROC_SYS"
-
 func TestMain(m *testing.M) {
 	gvisor.Dispatch()
-	if os.Getenv(readOnlyProcSysEnv) == "1" {
-		// In a mount namespace of our own (TestReadOnlyProcSys made it):
-		// nothing here reaches the host's mounts.
-		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			panic(err)
-		}
-		if err := unix.Mount("/proc/sys", "/proc/sys", "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			panic(err)
-		}
-		if err := unix.Mount("", "/proc/sys", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
-			panic(err)
-		}
+	if err := podlike.Enter(); err != nil {
+		panic(err)
 	}
 	leakcheck.Run(m, testStateBase, "")
 }
@@ -50,24 +34,17 @@ func TestMain(m *testing.M) {
 // cannot be turned off by sysctl: the pair still comes up, with no IPv6
 // address on the veth pair, and a sandbox on it reaches the gateway and
 // nothing else, over IPv4 alone (TestSandboxReachesOnlyTheGateway, run
-// again in a mount namespace where /proc/sys is read-only).
+// again with /proc/sys read-only).
 func TestReadOnlyProcSys(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	if os.Getenv(readOnlyProcSysEnv) == "1" {
-		t.Skip("the child's run")
+	if _, ok := podlike.Active(); ok {
+		t.Skip("the run's own")
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestSandboxReachesOnlyTheGateway$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), readOnlyProcSysEnv+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-	out, err := cmd.CombinedOutput()
-	t.Logf("with /proc/sys read-only:\n%s", out)
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestSandboxReachesOnlyTheGateway") {
-		t.Fatalf("TestSandboxReachesOnlyTheGateway with /proc/sys read-only: %v", err)
-	}
-	if !strings.Contains(string(out), "IPv6 off by: no address on the veth pair") {
-		t.Fatal("the child did not run with /proc/sys read-only")
+	out := podlike.Run(t, "^TestSandboxReachesOnlyTheGateway$", podlike.Limits{ReadOnlyProcSys: true}, "TestSandboxReachesOnlyTheGateway")
+	if !strings.Contains(out, "IPv6 off by: no address on the veth pair") {
+		t.Fatal("the run did not have /proc/sys read-only")
 	}
 }
 
@@ -79,7 +56,8 @@ func checkNoIPv6(t *testing.T, p *Pair) {
 	if !p.ipv6Sysctl {
 		how = "no address on the veth pair"
 	}
-	if ro := os.Getenv(readOnlyProcSysEnv) == "1"; ro == p.ipv6Sysctl {
+	l, _ := podlike.Active()
+	if ro := l.ReadOnlyProcSys; ro == p.ipv6Sysctl {
 		t.Errorf("IPv6 turned off by %s with /proc/sys read-only %t", how, ro)
 	}
 	t.Logf("IPv6 off by: %s", how)
