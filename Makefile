@@ -10,7 +10,7 @@ LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(GIT_COMMIT)
 CLIENTS := testdata/clients/node_modules/.package-lock.json
 NPM_CI  := npm ci --prefix testdata/clients --ignore-scripts --no-audit --no-fund --loglevel=error
 
-.PHONY: build sample onboard-sample test vm-test vet bench clean
+.PHONY: build sample onboard-sample test vm-test arc-test vet bench clean
 
 build:
 	go build -ldflags "$(LDFLAGS)" -o bin/airlock ./cmd/airlock
@@ -51,6 +51,14 @@ $(CLIENTS): testdata/clients/package-lock.json testdata/clients/package.json
 # (testdata/cgroupv2-vm). Needs root and a static bin/airlock.
 vm-test: build
 	sh testdata/cgroupv2-vm/run.sh
+
+# The runner pod of deploy/arc/values.yaml on containerd's CRI, driven by
+# crictl as a kubelet drives a node (deploy/arc): needs root, containerd,
+# runc and the CNI plugins (apt-get install containerd runc
+# containernetworking-plugins busybox-static) and crictl (go install
+# sigs.k8s.io/cri-tools/cmd/crictl@v1.37.0). make test runs it too.
+arc-test: build
+	AIRLOCK_REQUIRE_CRI=1 AIRLOCK_TEST_BINARY=$(CURDIR)/bin/airlock go test -count=1 -v ./deploy/arc
 
 # gofmt, go vet, and the static builds for both architectures runners
 # have (amd64, and arm64 for Graviton and Ampere hosts).

@@ -1,7 +1,6 @@
 package gvisor
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -49,9 +48,6 @@ func cgroupsReadOnly() bool {
 // enclosingCgroups are airlock's own cgroups, for a job that runs in
 // them (see cgroups.enclosed).
 func enclosingCgroups() cgroups {
-	if unifiedOnly() {
-		return cgroups{dirs: []string{filepath.Join(cgroupRoot, ownV2Cgroup())}, enclosed: true}
-	}
 	c := cgroupsFor("")
 	c.enclosed = true
 	return c
@@ -114,38 +110,92 @@ func cores(quota, period int64) float64 {
 // runsc's rule for relative paths: relative to the caller's cgroup in each
 // hierarchy ("": the caller's own cgroups).
 func cgroupsFor(name string) cgroups {
-	f, err := os.Open("/proc/self/cgroup")
-	if err != nil {
-		return cgroups{}
-	}
-	defer f.Close()
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	self, _ := os.ReadFile("/proc/self/cgroup")
+	return cgroupsIn(string(mi), string(self), name)
+}
+
+// cgroupsIn is cgroupsFor from the text of /proc/self/mountinfo and
+// /proc/self/cgroup. A hierarchy's directory for a cgroup path is its
+// mount point joined to the path below the mount's root: a container's
+// hierarchies are mounted from its own cgroup (a v1 container sees
+// /k8s.io/<id> in /proc/self/cgroup, mounted as /sys/fs/cgroup/memory).
+func cgroupsIn(mountinfo, self, name string) cgroups {
+	mounts := cgroupMounts(mountinfo)
 	var dirs []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		parts := strings.SplitN(sc.Text(), ":", 3)
+	for _, line := range strings.Split(self, "\n") {
+		parts := strings.SplitN(line, ":", 3)
 		if len(parts) != 3 {
 			continue
 		}
 		ctrls, path := parts[1], parts[2]
-		var bases []string
-		if ctrls == "" {
-			bases = []string{cgroupRoot, filepath.Join(cgroupRoot, "unified")}
-		} else {
-			name := strings.TrimPrefix(ctrls, "name=")
-			bases = []string{filepath.Join(cgroupRoot, name)}
-			for _, c := range strings.Split(ctrls, ",") {
-				bases = append(bases, filepath.Join(cgroupRoot, c))
-			}
-		}
-		for _, b := range bases {
-			if _, err := os.Stat(filepath.Join(b, "cgroup.procs")); err != nil {
+		for _, m := range mounts {
+			if !m.holds(ctrls) {
 				continue
 			}
-			dirs = append(dirs, filepath.Join(b, path, name))
+			rel, ok := below(path, m.root)
+			if !ok {
+				continue
+			}
+			dirs = append(dirs, filepath.Join(m.point, rel, name))
 			break
 		}
 	}
 	return cgroups{dirs: dirs}
+}
+
+// cgroupMount is a cgroup hierarchy's mount: where, from which cgroup of
+// the hierarchy (its root), and its controllers (v1 super options, with
+// "name=systemd" for a named one; none for v2).
+type cgroupMount struct {
+	point, root string
+	options     []string
+	v2          bool
+}
+
+// cgroupMounts lists the cgroup and cgroup2 mounts under cgroupRoot.
+func cgroupMounts(mountinfo string) []cgroupMount {
+	var out []cgroupMount
+	for _, line := range strings.Split(mountinfo, "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 3 || !strings.HasPrefix(f[4], cgroupRoot) {
+			continue
+		}
+		switch g[0] {
+		case "cgroup":
+			out = append(out, cgroupMount{point: f[4], root: f[3], options: strings.Split(g[2], ",")})
+		case "cgroup2":
+			out = append(out, cgroupMount{point: f[4], root: f[3], v2: true})
+		}
+	}
+	return out
+}
+
+// holds says whether the mount is the hierarchy of a /proc/self/cgroup
+// line's controllers ("" for v2).
+func (m cgroupMount) holds(ctrls string) bool {
+	if ctrls == "" || m.v2 {
+		return ctrls == "" && m.v2
+	}
+	for _, c := range strings.Split(ctrls, ",") {
+		if !slices.Contains(m.options, c) {
+			return false
+		}
+	}
+	return true
+}
+
+// below is path relative to root, if it is root or below it.
+func below(path, root string) (string, bool) {
+	if root == "/" {
+		return path, true
+	}
+	if path == root {
+		return "/", true
+	}
+	rel, ok := strings.CutPrefix(path, root+"/")
+	return "/" + rel, ok
 }
 
 // memoryDir is the directory holding the memory controller's files.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -104,5 +105,43 @@ func TestPidsHits(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "pids.events"), []byte("max 7\n"), 0o644)
 	if n := cg.pidsHits(); n != 7 {
 		t.Errorf("pids.events max 7: %d", n)
+	}
+}
+
+// A hierarchy's directory for airlock's cgroup is its mount point joined
+// to the path below the mount's root: on a host the roots are "/", in a
+// v1 container each hierarchy is mounted from the container's own cgroup.
+func TestCgroupsIn(t *testing.T) {
+	const (
+		hybrid = "30 22 0:27 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n" +
+			"31 30 0:28 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n" +
+			"34 30 0:31 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n" +
+			"36 30 0:33 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd\n" +
+			"40 30 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
+		// containerd's v1 container (seen in a pod on these machines).
+		container = "103 102 0:55 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,mode=755\n" +
+			"104 103 0:28 /k8s.io/abc /sys/fs/cgroup/cpu ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,cpu\n" +
+			"107 103 0:31 /k8s.io/abc /sys/fs/cgroup/memory ro,nosuid,nodev,noexec,relatime - cgroup cgroup rw,memory\n"
+		v2 = "30 22 0:27 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw,nsdelegate\n"
+	)
+	for _, tc := range []struct {
+		name, mounts, self, job string
+		want                    []string
+	}{
+		{"hybrid host", hybrid, "9:name=systemd:/runner\n4:memory:/runner\n1:cpu:/runner\n0::/runner\n", "airlock-1",
+			[]string{"/sys/fs/cgroup/systemd/runner/airlock-1", "/sys/fs/cgroup/memory/runner/airlock-1", "/sys/fs/cgroup/cpu/runner/airlock-1", "/sys/fs/cgroup/unified/runner/airlock-1"}},
+		{"v1 container, own", container, "4:memory:/k8s.io/abc\n1:cpu:/k8s.io/abc\n", "",
+			[]string{"/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu"}},
+		{"v1 container, a job's", container, "4:memory:/k8s.io/abc\n", "airlock-1", []string{"/sys/fs/cgroup/memory/airlock-1"}},
+		{"v1 container, a cgroup outside its mount", container, "4:memory:/elsewhere\n", "", nil},
+		{"v2 with a namespace", v2, "0::/\n", "", []string{"/sys/fs/cgroup"}},
+		{"v2 host", v2, "0::/system.slice/runner.service\n", "airlock-1", []string{"/sys/fs/cgroup/system.slice/runner.service/airlock-1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := cgroupsIn(tc.mounts, tc.self, tc.job).dirs
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("dirs %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

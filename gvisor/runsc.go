@@ -99,7 +99,27 @@ func bootFailure(err error, dir string) string {
 	if cause != "" {
 		why += " (" + cause + ")"
 	}
-	return textsafe.Line(platform.OneLine(why))
+	// The fix after the bound: a long runsc error must not cut it off.
+	line := textsafe.Line(platform.OneLine(why))
+	if fix := ContainerFix(why); fix != "" {
+		line += "; " + fix
+	}
+	return line
+}
+
+// ContainerFix says what a container that is not privileged (a
+// Kubernetes pod's) must be given when runsc's error is one that its
+// restrictions cause, or "" for another error. The values are those of
+// deploy/arc/values.yaml.
+func ContainerFix(err string) string {
+	const profile = "give the runner container airlock's seccomp profile as a Localhost profile (deploy/arc/seccomp.json; docs/runner.md, Actions Runner Controller)"
+	switch {
+	case strings.Contains(err, "pivot_root") && strings.Contains(err, "operation not permitted"):
+		return "the container's seccomp profile forbids pivot_root, which runsc needs (the runtime's RuntimeDefault profile does): " + profile
+	case strings.Contains(err, "don't have CAP_SYS_ADMIN"), strings.Contains(err, "fork/exec /proc/self/exe: operation not permitted"):
+		return "runsc makes namespaces and mounts: add CAP_SYS_ADMIN to the runner container's capabilities, and " + profile
+	}
+	return ""
 }
 
 // logCause returns the first line of the panic log, else the first error

@@ -43,7 +43,17 @@ var (
 	Pip      = Tool{[]string{"pip3"}, "apt-get install python3-pip", "AIRLOCK_REQUIRE_PIP"}
 	As       = Tool{[]string{"as"}, "apt-get install binutils", "AIRLOCK_REQUIRE_BINUTILS"}
 	Objcopy  = Tool{[]string{"objcopy"}, "apt-get install binutils", "AIRLOCK_REQUIRE_BINUTILS"}
+	// containerd's CRI, as a kubelet drives it (deploy/arc's test).
+	Containerd = Tool{[]string{"containerd"}, "apt-get install containerd runc containernetworking-plugins", "AIRLOCK_REQUIRE_CRI"}
+	Ctr        = Tool{[]string{"ctr"}, "apt-get install containerd", "AIRLOCK_REQUIRE_CRI"}
+	Runc       = Tool{[]string{"runc"}, "apt-get install runc", "AIRLOCK_REQUIRE_CRI"}
+	Crictl     = Tool{[]string{"crictl"}, "CGO_ENABLED=0 GOBIN=/usr/local/bin go install sigs.k8s.io/cri-tools/cmd/crictl@v1.37.0", "AIRLOCK_REQUIRE_CRI"}
+	Busybox    = Tool{[]string{"busybox"}, "apt-get install busybox-static", "AIRLOCK_REQUIRE_CRI"}
 )
+
+// sbin are the directories of system programs that a root shell's PATH
+// may lack (runc is in /usr/sbin).
+const sbin = "/usr/local/sbin:/usr/sbin:/sbin"
 
 // ClientsRequire is the variable that turns the absence of the client
 // packages (Clients) into a failure.
@@ -54,7 +64,7 @@ const ClientsRequire = "AIRLOCK_REQUIRE_CLIENTS"
 // the tool (why) and how to install it.
 func Path(t testing.TB, tool Tool, why string) string {
 	t.Helper()
-	if p := find(tool, os.Getenv("PATH")); p != "" {
+	if p := find(tool, os.Getenv("PATH")+":"+sbin); p != "" {
 		return p
 	}
 	Missing(t, tool.Names[0]+" is not installed (not on PATH)", why, tool.Install, tool.Require)

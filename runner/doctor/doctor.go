@@ -265,8 +265,11 @@ func orNone(s []string) string {
 func checkPlatforms(ctx context.Context, o Options) []Check {
 	var out []Check
 	if took, err := gvisor.ProbePlatform(ctx, o.StateRoot, gvisor.PlatformSystrap); err != nil {
-		out = append(out, bad(Fail, "platform systrap", "a probe sandbox did not boot: "+err.Error(),
-			"see "+probeLog(o.StateRoot, gvisor.PlatformSystrap)+"; systrap needs seccomp and ptrace-free process creation (a container runtime's seccomp profile may forbid it: run the runner unconfined)"))
+		fix := "see " + probeLog(o.StateRoot, gvisor.PlatformSystrap) + "; systrap needs seccomp and ptrace-free process creation"
+		if hint := gvisor.ContainerFix(err.Error()); hint != "" {
+			fix += "; " + hint
+		}
+		out = append(out, bad(Fail, "platform systrap", "a probe sandbox did not boot: "+err.Error(), fix))
 	} else {
 		out = append(out, ok("platform systrap", "a probe sandbox booted in %s", took.Round(time.Millisecond)))
 	}
@@ -317,7 +320,7 @@ func checkSandbox(ctx context.Context, o Options) []Check {
 func checkWorkspaceLimit(context.Context, Options) []Check {
 	fail := func(err error) []Check {
 		return []Check{bad(Fail, "workspace limit", "a workspace could not be bounded: "+err.Error(),
-			"install e2fsprogs (mkfs.ext4); airlock needs loop devices (/dev/loop-control), ext4 and overlayfs; in a container, run the runner privileged; or, organisation only, sandbox.limits.workspace: \"0\" for no limit")}
+			"install e2fsprogs (mkfs.ext4); airlock needs loop devices (/dev/loop-control), ext4 and overlayfs; in a pod without loop devices airlock mounts a tmpfs instead, which needs CAP_SYS_ADMIN (deploy/arc/values.yaml); or, organisation only, sandbox.limits.workspace: \"0\" for no limit")}
 	}
 	base, err := os.MkdirTemp("", "airlock-doctor-workspace-")
 	if err != nil {
@@ -334,6 +337,10 @@ func checkWorkspaceLimit(context.Context, Options) []Check {
 		return fail(err)
 	}
 	took := time.Since(start)
+	medium := "an ext4 image on a loop device"
+	if v.Medium() == quota.MediumTmpfs {
+		medium = "a tmpfs: no loop devices here, so a job's workspace writes are kept in memory until the merge, counted against the pod's memory"
+	}
 	werr := os.WriteFile(filepath.Join(ws, "probe"), []byte("airlock doctor\n"), 0o644)
 	if _, err := v.Release(); err != nil || werr != nil {
 		return fail(errors.Join(werr, err))
@@ -341,7 +348,7 @@ func checkWorkspaceLimit(context.Context, Options) []Check {
 	if b, err := os.ReadFile(filepath.Join(ws, "probe")); err != nil || string(b) != "airlock doctor\n" {
 		return fail(fmt.Errorf("what was written was not merged back: %q %v", b, err))
 	}
-	return []Check{ok("workspace limit", "a workspace bounded (ext4 image on a loop device, overlay) in %s, written and merged back", took.Round(time.Millisecond))}
+	return []Check{ok("workspace limit", "a workspace bounded (%s, overlay) in %s, written and merged back", medium, took.Round(time.Millisecond))}
 }
 
 // checkNetwork makes a job's two network namespaces with their veth
@@ -350,7 +357,7 @@ func checkNetwork(context.Context, Options) []Check {
 	pair, err := netns.New(netns.DefaultSubnet, netns.DefaultPool)
 	if err != nil {
 		return []Check{bad(Fail, "network", "a job's network namespaces and veth pair could not be made: "+err.Error(),
-			"airlock needs network namespaces and veth (CONFIG_NET_NS, CONFIG_VETH) and CAP_NET_ADMIN; in a container, run the runner privileged")}
+			"airlock needs network namespaces and veth (CONFIG_NET_NS, CONFIG_VETH), CAP_SYS_ADMIN and CAP_NET_ADMIN; in a pod, add both to the runner container's capabilities (deploy/arc/values.yaml)")}
 	}
 	if err := pair.Close(); err != nil {
 		return []Check{bad(Warn, "network", "the namespaces were made but not removed cleanly: "+err.Error(), "")}

@@ -1,0 +1,275 @@
+package arc
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-ci/airlock/internal/testimage"
+	"github.com/airlock-ci/airlock/internal/testtool"
+)
+
+// The egress the pod's job may have: an HTTP server inside the pod, on
+// its loopback, under a name the organisation policy pins to it.
+const orgPolicy = `package airlock
+egress: {
+	allow: [{host: "registry.test", ports: [8080]}]
+	resolve: "registry.test": "127.0.0.1"
+	allowCIDRs: ["127.0.0.1/32"]
+}
+attest: key: "/etc/airlock/signing.key"
+`
+
+// TestRunnerPodOnContainerd runs the runner pod of values.yaml on
+// containerd's CRI, driven by crictl as a kubelet drives a node, with
+// images built here (nothing is pulled): the container's capabilities,
+// seccomp profile (the shipped one, as a Localhost profile), user,
+// resources, environment and volumes are the values' own, translated as
+// the kubelet translates them (criContainer); only the image (the test's
+// build: airlock, busybox) and the command (a sleep, for the test to
+// exec into, instead of the runner's run.sh) are the test's. In it:
+//   - airlock doctor says the pod can run jobs;
+//   - a policy-mode job passes, with egress allowed and refused through
+//     the gateway, its record saying that the pod's cgroup enforces the
+//     memory limit (the values' 8Gi) and that the workspace is bounded
+//     in memory, and its attestation signed with the key from the
+//     mounted Secret and verified;
+//   - nothing of the job is left in the pod;
+//   - with a 1Gi limit, a memory bomb is reported as the pod's limit;
+//   - with the runtime's RuntimeDefault seccomp profile, airlock fails
+//     with the message that names the Localhost profile, not a crash.
+func TestRunnerPodOnContainerd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: containerd")
+	}
+	busybox := testtool.Path(t, testtool.Busybox, "the runner image's shell and tools")
+	if !static(busybox) {
+		testtool.Missing(t, busybox+" is not statically linked", "it runs in an image without a C library", testtool.Busybox.Install, testtool.Busybox.Require)
+	}
+	self, err := os.Executable()
+	if err != nil || !static(self) {
+		t.Fatalf("the test binary %s is the pod's pause process and must be static: build the tests with CGO_ENABLED=0 (%v)", self, err)
+	}
+	airlock := airlockBinary(t)
+	c := startCRI(t)
+	v := readValues(t)
+
+	// The images.
+	pauseRoot := t.TempDir()
+	copyFile(t, self, filepath.Join(pauseRoot, "pause"), 0o755)
+	c.importImage("airlock.test/pause:1", testimage.Image(t, runtime.GOARCH, []string{pauseEnv + "=1"}, []string{"/pause"}, "", testimage.LayerOfDir(t, pauseRoot)))
+	c.importImage("airlock.test/runner:1", testimage.Image(t, runtime.GOARCH, []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, nil, "/", testimage.LayerOfDir(t, runnerRoot(t, busybox, airlock))))
+
+	// The node: the seccomp profile where the kubelet looks, and a
+	// directory per volume; the Secret holds the policy and the key.
+	n := node{seccompRoot: filepath.Join(c.dir, "seccomp"), volumes: map[string]string{}}
+	copyFile(t, "seccomp.json", filepath.Join(n.seccompRoot, "airlock", "seccomp.json"), 0o644)
+	for _, vol := range v.Template.Spec.Volumes {
+		dir := filepath.Join(c.dir, "volumes", vol.Name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		n.volumes[vol.Name] = dir
+	}
+	secret := n.volumes["airlock-config"]
+	if secret == "" {
+		t.Fatal("values.yaml has no airlock-config volume")
+	}
+	if err := os.WriteFile(filepath.Join(secret, "org.cue"), []byte(orgPolicy), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(airlock, "keys", "generate", "--out", filepath.Join(secret, "signing")).CombinedOutput(); err != nil {
+		t.Fatalf("airlock keys generate: %v: %s", err, out)
+	}
+
+	pod := c.must("runp", c.writeJSON("pod.json", map[string]any{
+		"metadata":      map[string]any{"name": "airlock-runner", "namespace": "arc-runners", "uid": fmt.Sprintf("arc-test-%d", os.Getpid())},
+		"log_directory": filepath.Join(c.dir, "logs"),
+		"linux":         map[string]any{"security_context": map[string]any{"namespace_options": map[string]any{"network": 0, "pid": 1}}},
+	}))
+	t.Cleanup(func() {
+		c.run("stopp", pod)
+		c.run("rmp", "--force", pod)
+	})
+	podJSON := filepath.Join(c.dir, "pod.json")
+	start := func(t *testing.T, memory string, seccomp map[string]any) string {
+		t.Helper()
+		cc := criContainer(t, v.Template.Spec, n, "airlock.test/runner:1", []string{"/bin/sleep", "100000"}, memory)
+		cc["metadata"] = map[string]any{"name": "runner-" + strings.ToLower(strings.NewReplacer(" ", "-", ",", "", "'", "").Replace(t.Name()[strings.LastIndex(t.Name(), "/")+1:]))}
+		if seccomp != nil {
+			cc["linux"].(map[string]any)["security_context"].(map[string]any)["seccomp"] = seccomp
+		}
+		id := c.must("create", pod, c.writeJSON(t.Name()[strings.LastIndex(t.Name(), "/")+1:]+".json", cc), podJSON)
+		c.must("start", id)
+		t.Cleanup(func() {
+			c.run("stop", "--timeout", "5", id)
+			c.run("rm", "--force", id)
+		})
+		return id
+	}
+	// job runs airlock run in the container's workspace and returns the
+	// result file's outcome and the command's output.
+	job := func(t *testing.T, id string, script string) (outcome, string) {
+		t.Helper()
+		out, code := c.exec(id, 3*time.Minute, "/bin/sh", "-c", `set -e
+mkdir -p /home/runner/_work/repo && chown 1001:1001 /home/runner/_work/repo && cd /home/runner/_work/repo
+airlock run --result /tmp/result.json -- sh -c '`+script+`' 2>&1 || echo "airlock exit $?"`)
+		if code != 0 {
+			t.Fatalf("exec: %d\n%s", code, out)
+		}
+		raw, _ := c.exec(id, time.Minute, "cat", "/tmp/result.json")
+		var o outcome
+		if err := json.Unmarshal([]byte(raw), &o); err != nil {
+			t.Fatalf("the job's result: %v\n%s\n%s", err, raw, out)
+		}
+		return o, out
+	}
+
+	t.Run("as shipped", func(t *testing.T) {
+		id := start(t, "", nil)
+		out, code := c.exec(id, 3*time.Minute, "airlock", "doctor")
+		t.Logf("airlock doctor in the pod:\n%s", out)
+		if code != 0 || !strings.Contains(out, "this host can run airlock's jobs") {
+			t.Fatalf("airlock doctor: exit %d", code)
+		}
+		for _, want := range []string{"read-only (a container that is not privileged)", "the pod's memory limit 8.0 GiB", "a tmpfs: no loop devices here"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("doctor does not say %q", want)
+			}
+		}
+		if out, code := c.exec(id, time.Minute, "/bin/sh", "-c", "mkdir -p /www && echo module-zip > /www/m.zip && httpd -p 127.0.0.1:8080 -h /www"); code != 0 {
+			t.Fatalf("the pod's HTTP server: %d %s", code, out)
+		}
+		o, out := job(t, id, "wget -qO- http://registry.test:8080/m.zip > fetched; wget -qO- http://forbidden.test/ || true")
+		t.Logf("the job:\n%s", out)
+		if !o.Passed || o.Egress.Allowed != 1 || o.Egress.Denied != 1 {
+			t.Fatalf("outcome %+v", o)
+		}
+		if !strings.HasPrefix(o.Sandbox.LimitsEnforcedBy, "the enclosing cgroup") || o.Sandbox.Limits.Memory != 8<<30 {
+			t.Errorf("limits %+v enforced by %q: want the pod's 8Gi, enforced by the enclosing cgroup", o.Sandbox.Limits, o.Sandbox.LimitsEnforcedBy)
+		}
+		if o.WorkspaceVolume.Medium != "tmpfs" {
+			t.Errorf("workspace medium %q, want tmpfs", o.WorkspaceVolume.Medium)
+		}
+		if o.Attestation.Bundle == "" {
+			t.Fatalf("no signed attestation: %+v", o.Attestation)
+		}
+		if out, code := c.exec(id, time.Minute, "airlock", "verify", "--key", "/etc/airlock/signing.pub", o.Attestation.Bundle); code != 0 {
+			t.Errorf("airlock verify of the pod's attestation: %d\n%s", code, out)
+		}
+		if got, _ := c.exec(id, time.Minute, "cat", "/home/runner/_work/repo/fetched"); got != "module-zip\n" && got != "module-zip" {
+			t.Errorf("the job's fetch in the workspace: %q", got)
+		}
+		// Nothing of the job is left in the pod: no mount, no process.
+		// (The mounts of the job's state, workspace volume and sandbox
+		// are below /run/airlock/jobs, /run/airlock/volumes or named
+		// airlock-workspace; runsc's processes are named runsc-*.)
+		left, _ := c.exec(id, time.Minute, "/bin/sh", "-c", "awk '$5 ~ \"^(/run/airlock/jobs|/var/lib/airlock/volumes|/home/runner/_work/repo)\"' /proc/self/mountinfo; pidof runsc-sandbox runsc-gofer runsc airlock-platform-probe; ls /run/airlock/jobs 2>/dev/null; true")
+		if strings.TrimSpace(left) != "" {
+			t.Errorf("left in the pod after the job (mounts, processes, job directories):\n%s", left)
+		}
+	})
+
+	t.Run("a memory bomb", func(t *testing.T) {
+		id := start(t, "1Gi", nil)
+		o, out := job(t, id, "head -c 2000000000 /dev/zero | tail -c 1900000000 > /dev/null")
+		if o.Passed || len(o.Steps) != 1 || o.Steps[0].Limit != "oom" || !strings.Contains(o.Steps[0].Message, "the memory limit of the cgroup enclosing airlock (1 GiB") {
+			t.Fatalf("outcome %+v\n%s", o, out)
+		}
+	})
+
+	t.Run("RuntimeDefault", func(t *testing.T) {
+		id := start(t, "", map[string]any{"profile_type": 0})
+		out, code := c.exec(id, 3*time.Minute, "/bin/sh", "-c", "mkdir -p /home/runner/_work/repo && chown 1001:1001 /home/runner/_work/repo && cd /home/runner/_work/repo && airlock run -- true")
+		t.Logf("airlock run under RuntimeDefault: exit %d\n%s", code, out)
+		if code != 69 || !strings.Contains(out, "forbids pivot_root") || !strings.Contains(out, "deploy/arc/seccomp.json") {
+			t.Fatalf("want exit 69 naming the profile")
+		}
+	})
+}
+
+// outcome is what the test reads of airlock run's result file.
+type outcome struct {
+	Passed  bool `json:"passed"`
+	Sandbox struct {
+		LimitsEnforcedBy string                 `json:"limitsEnforcedBy"`
+		Limits           struct{ Memory int64 } `json:"limits"`
+	} `json:"sandbox"`
+	Steps []struct {
+		Limit   string `json:"limit"`
+		Message string `json:"message"`
+	} `json:"steps"`
+	WorkspaceVolume struct {
+		Medium string `json:"medium"`
+	} `json:"workspaceVolume"`
+	Egress struct {
+		Allowed int `json:"allowed"`
+		Denied  int `json:"denied"`
+	} `json:"egress"`
+	Attestation struct {
+		Bundle string `json:"bundle"`
+	} `json:"attestation"`
+}
+
+// runnerRoot is the runner image's root: airlock, busybox and its
+// applets, the runner's user, and the directories the values mount.
+func runnerRoot(t *testing.T, busybox, airlock string) string {
+	t.Helper()
+	root := t.TempDir()
+	for _, d := range []string{"bin", "usr/local/bin", "etc", "tmp", "run", "var/lib", "proc", "sys", "dev", "home/runner/_work", "opt/airlock"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chmod(filepath.Join(root, "tmp"), 0o1777)
+	copyFile(t, busybox, filepath.Join(root, "bin", "busybox"), 0o755)
+	for _, applet := range []string{"sh", "sleep", "cat", "ls", "mkdir", "chown", "echo", "true", "grep", "pidof", "awk", "wc", "head", "tail", "wget", "httpd", "id"} {
+		if err := os.Symlink("busybox", filepath.Join(root, "bin", applet)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile(t, airlock, filepath.Join(root, "usr/local/bin/airlock"), 0o755)
+	os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\nrunner:x:1001:1001:runner:/home/runner:/bin/sh\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "etc/group"), []byte("root:x:0:\nrunner:x:1001:\n"), 0o644)
+	return root
+}
+
+// airlockBinary is the static airlock to put in the image: the one the
+// Makefile built (AIRLOCK_TEST_BINARY), or one built here.
+func airlockBinary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("AIRLOCK_TEST_BINARY"); p != "" {
+		if !static(p) {
+			t.Fatalf("AIRLOCK_TEST_BINARY %s is not static: build it with CGO_ENABLED=0", p)
+		}
+		return p
+	}
+	out := filepath.Join(t.TempDir(), "airlock")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/airlock")
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/airlock: %v\n%s", err, b)
+	}
+	return out
+}
+
+func copyFile(t *testing.T, from, to string, mode os.FileMode) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, mode); err != nil {
+		t.Fatal(err)
+	}
+}

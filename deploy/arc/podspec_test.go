@@ -1,0 +1,239 @@
+package arc
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// values is the part of the chart's values that the test reads: the
+// runner pod's template (a Kubernetes PodSpec), and containerMode.
+type values struct {
+	ContainerMode struct {
+		Type string `json:"type"`
+	} `json:"containerMode"`
+	Template struct {
+		Spec podSpec `json:"spec"`
+	} `json:"template"`
+}
+
+type podSpec struct {
+	SecurityContext *securityContext `json:"securityContext"`
+	Containers      []container      `json:"containers"`
+	Volumes         []volume         `json:"volumes"`
+}
+
+type container struct {
+	Name            string                         `json:"name"`
+	Image           string                         `json:"image"`
+	Command         []string                       `json:"command"`
+	Env             []struct{ Name, Value string } `json:"env"`
+	SecurityContext *securityContext               `json:"securityContext"`
+	Resources       struct {
+		Limits map[string]string `json:"limits"`
+	} `json:"resources"`
+	VolumeMounts []struct {
+		Name      string `json:"name"`
+		MountPath string `json:"mountPath"`
+		ReadOnly  bool   `json:"readOnly"`
+	} `json:"volumeMounts"`
+}
+
+type securityContext struct {
+	Privileged               *bool  `json:"privileged"`
+	RunAsUser                *int64 `json:"runAsUser"`
+	AllowPrivilegeEscalation *bool  `json:"allowPrivilegeEscalation"`
+	Capabilities             *struct {
+		Add  []string `json:"add"`
+		Drop []string `json:"drop"`
+	} `json:"capabilities"`
+	SeccompProfile *struct {
+		Type             string `json:"type"`
+		LocalhostProfile string `json:"localhostProfile"`
+	} `json:"seccompProfile"`
+}
+
+type volume struct {
+	Name   string `json:"name"`
+	Secret *struct {
+		SecretName string `json:"secretName"`
+	} `json:"secret"`
+	EmptyDir *struct {
+		Medium string `json:"medium"`
+	} `json:"emptyDir"`
+}
+
+// readValues reads deploy/arc/values.yaml.
+func readValues(t *testing.T) values {
+	t.Helper()
+	b, err := os.ReadFile("values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v values
+	if err := yaml.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Template.Spec.Containers) != 1 || v.Template.Spec.Containers[0].Name != "runner" {
+		t.Fatalf("template.spec.containers: want the one runner container, got %+v", v.Template.Spec.Containers)
+	}
+	return v
+}
+
+// node is what a kubelet would have on its node for the pod: the seccomp
+// profile directory, and a directory per volume.
+type node struct {
+	seccompRoot string
+	volumes     map[string]string
+}
+
+// criContainer turns the runner container of the pod spec into the CRI
+// ContainerConfig that the kubelet would give containerd, as crictl reads
+// it (JSON of runtime.v1.ContainerConfig), for image (the test's build of
+// the runner image) running command instead of the runner's run.sh. The
+// pod's security context applies where the container's sets nothing,
+// as in Kubernetes.
+func criContainer(t *testing.T, spec podSpec, n node, image string, command []string, memory string) map[string]any {
+	t.Helper()
+	c := spec.Containers[0]
+	sc := c.SecurityContext
+	if sc == nil {
+		sc = &securityContext{}
+	}
+	if sc.SeccompProfile == nil && spec.SecurityContext != nil {
+		sc.SeccompProfile = spec.SecurityContext.SeccompProfile
+	}
+	security := map[string]any{}
+	if sc.Privileged != nil && *sc.Privileged {
+		t.Fatal("the runner container is privileged")
+	}
+	if sc.RunAsUser != nil {
+		security["run_as_user"] = map[string]any{"value": *sc.RunAsUser}
+	}
+	if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
+		security["no_new_privs"] = true
+	}
+	if caps := sc.Capabilities; caps != nil {
+		security["capabilities"] = map[string]any{"add_capabilities": caps.Add, "drop_capabilities": caps.Drop}
+	}
+	switch p := sc.SeccompProfile; {
+	case p == nil || p.Type == "RuntimeDefault":
+		security["seccomp"] = map[string]any{"profile_type": 0}
+	case p.Type == "Unconfined":
+		security["seccomp"] = map[string]any{"profile_type": 1}
+	case p.Type == "Localhost":
+		// The kubelet's <root>/seccomp/<localhostProfile>.
+		security["seccomp"] = map[string]any{"profile_type": 2, "localhost_ref": filepath.Join(n.seccompRoot, p.LocalhostProfile)}
+	default:
+		t.Fatalf("seccompProfile type %q", p.Type)
+	}
+	resources := map[string]any{}
+	if memory == "" {
+		memory = c.Resources.Limits["memory"]
+	}
+	if memory != "" {
+		resources["memory_limit_in_bytes"] = quantity(t, memory)
+	}
+	if cpu := c.Resources.Limits["cpu"]; cpu != "" {
+		cores, err := strconv.ParseFloat(cpu, 64)
+		if err != nil {
+			t.Fatalf("cpu limit %q", cpu)
+		}
+		resources["cpu_period"], resources["cpu_quota"] = 100000, int64(cores*100000)
+	}
+	var envs []map[string]string
+	for _, e := range c.Env {
+		envs = append(envs, map[string]string{"key": e.Name, "value": e.Value})
+	}
+	var mounts []map[string]any
+	for _, m := range c.VolumeMounts {
+		host, ok := n.volumes[m.Name]
+		if !ok {
+			t.Fatalf("volume %s has no directory on the test's node", m.Name)
+		}
+		mounts = append(mounts, map[string]any{"container_path": m.MountPath, "host_path": host, "readonly": m.ReadOnly})
+	}
+	return map[string]any{
+		"metadata": map[string]any{"name": c.Name},
+		"image":    map[string]any{"image": image},
+		"command":  command,
+		"envs":     envs,
+		"mounts":   mounts,
+		"log_path": c.Name + ".log",
+		"linux":    map[string]any{"resources": resources, "security_context": security},
+	}
+}
+
+// quantity reads a Kubernetes memory quantity (8Gi, 512Mi, 1G, bytes).
+func quantity(t *testing.T, q string) int64 {
+	t.Helper()
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"k", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}}
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(q, u.suffix); ok {
+			v, err := strconv.ParseInt(n, 10, 64)
+			if err != nil {
+				t.Fatalf("quantity %q: %v", q, err)
+			}
+			return v * u.mult
+		}
+	}
+	v, err := strconv.ParseInt(q, 10, 64)
+	if err != nil {
+		t.Fatalf("quantity %q: %v", q, err)
+	}
+	return v
+}
+
+// TestValuesMeetBaselineButForTheNamedControls reads the shipped values
+// as Kubernetes' Pod Security Standards would: baseline allows no
+// privileged container, no hostPath, no Unconfined seccomp, and only its
+// list of added capabilities. The runner container asks for two more,
+// SYS_ADMIN and NET_ADMIN, each named in values.yaml with its reason;
+// anything else beyond baseline fails this test.
+func TestValuesMeetBaselineButForTheNamedControls(t *testing.T) {
+	v := readValues(t)
+	if v.ContainerMode.Type != "" {
+		t.Errorf("containerMode.type %q: want empty (the runner container runs the job through airlock's hook)", v.ContainerMode.Type)
+	}
+	baseline := map[string]bool{"AUDIT_WRITE": true, "CHOWN": true, "DAC_OVERRIDE": true, "FOWNER": true, "FSETID": true, "KILL": true, "MKNOD": true, "NET_BIND_SERVICE": true, "SETFCAP": true, "SETGID": true, "SETPCAP": true, "SETUID": true, "SYS_CHROOT": true}
+	named := map[string]bool{"SYS_ADMIN": true, "NET_ADMIN": true}
+	c := v.Template.Spec.Containers[0]
+	sc := c.SecurityContext
+	if sc == nil || sc.Privileged == nil || *sc.Privileged {
+		t.Fatal("the runner container must say privileged: false")
+	}
+	for _, capability := range sc.Capabilities.Add {
+		if !baseline[capability] && !named[capability] {
+			t.Errorf("capability %s is beyond baseline and not one of the named ones", capability)
+		}
+	}
+	text, err := os.ReadFile("values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for capability := range named {
+		if !strings.Contains(string(text), capability+": ") {
+			t.Errorf("values.yaml does not say why it adds %s", capability)
+		}
+	}
+	if p := sc.SeccompProfile; p == nil || p.Type != "Localhost" {
+		t.Errorf("seccompProfile %+v: want Localhost (airlock's)", p)
+	} else if _, err := os.Stat(strings.TrimPrefix(p.LocalhostProfile, "airlock/")); err != nil {
+		t.Errorf("localhostProfile %s: the profile is not shipped here: %v", p.LocalhostProfile, err)
+	}
+	for _, vol := range v.Template.Spec.Volumes {
+		if vol.Secret == nil && vol.EmptyDir == nil {
+			t.Errorf("volume %s: only secrets and emptyDirs (no hostPath)", vol.Name)
+		}
+	}
+	if c.Resources.Limits["memory"] == "" || c.Resources.Limits["cpu"] == "" {
+		t.Errorf("resources.limits %v: the pod's limits bound the job; give memory and cpu", c.Resources.Limits)
+	}
+}
