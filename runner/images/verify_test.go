@@ -635,19 +635,26 @@ func TestVerifySignature(t *testing.T) {
 				t.Logf("verified: %+v", got)
 				return
 			}
-			if !errors.Is(err, ErrNotSigned) {
-				t.Fatalf("VerifySignature = %+v, %v; want ErrNotSigned", got, err)
-			}
-			t.Logf("refused: %v", err)
-			for _, want := range tc.wantErr {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("the error does not say %q", want)
-				}
-			}
+			refusedSaying(t, got, err, tc.wantErr)
 			if n := sr.blobGets.Load(); tc.noBlobs && n != 0 {
 				t.Errorf("%d blobs read; a hostile signature manifest must be refused before its layers are read", n)
 			}
 		})
+	}
+}
+
+// refusedSaying checks that VerifySignature refused (ErrNotSigned), and
+// that its error says each of wants.
+func refusedSaying(t *testing.T, got Signature, err error, wants []string) {
+	t.Helper()
+	if !errors.Is(err, ErrNotSigned) {
+		t.Fatalf("VerifySignature = %+v, %v; want ErrNotSigned", got, err)
+	}
+	t.Logf("refused: %v", err)
+	for _, want := range wants {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q", want)
+		}
 	}
 }
 
