@@ -76,6 +76,7 @@ bench:
 	go test -run XXX -bench FirstProbe -benchtime 10x ./gvisor/
 	go test -run XXX -bench FirstJobBesideAHangingProbe -benchtime 10x ./gvisor/
 	go test -run XXX -bench Workload -benchtime 1x ./gvisor/
+	go test -run XXX -bench PodToFirstStep -benchtime 5x ./deploy/arc/
 	go test -timeout 30m -run XXX -bench WorkspaceLimit -benchtime 3x ./gvisor/
 	go test -run XXX -bench ConnectionSetup -benchtime 2000x ./runner/egress/gateway/
 	go test -run XXX -bench BulkTransfer -benchtime 3x ./runner/egress/gateway/

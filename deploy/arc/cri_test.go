@@ -43,20 +43,23 @@ func TestMain(m *testing.M) {
 // crictl, as a kubelet drives a node's: its own root, state, socket, runc
 // state and CNI network, all removed at the end.
 type cri struct {
-	t                 *testing.T
+	t                 testing.TB
 	dir, state, sock  string
 	crictl, ctrBinary string
+	// podConfigs are the config files of the pods started, by id:
+	// crictl create wants a container's pod's config again.
+	podConfigs map[string]string
 }
 
 // testBase holds the state of every containerd these tests start, so
 // that a leftover is easy to tell.
 const testBase = "/run/airlock-test-arc"
 
-func startCRI(t *testing.T) *cri {
+func startCRI(t testing.TB) *cri {
 	t.Helper()
 	containerd := testtool.Path(t, testtool.Containerd, "the runner pod runs on containerd's CRI, as on a Kubernetes node")
 	runc := testtool.Path(t, testtool.Runc, "containerd runs the pod's containers with runc")
-	c := &cri{t: t, dir: t.TempDir()}
+	c := &cri{t: t, dir: t.TempDir(), podConfigs: map[string]string{}}
 	c.crictl = testtool.Path(t, testtool.Crictl, "crictl drives the CRI as the kubelet would")
 	c.ctrBinary = testtool.Path(t, testtool.Ctr, "ctr imports the images the test builds (nothing is pulled)")
 	for _, plugin := range []string{"bridge", "host-local", "loopback"} {

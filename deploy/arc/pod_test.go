@@ -48,65 +48,12 @@ func TestRunnerPodOnContainerd(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: containerd")
 	}
-	busybox := testtool.Path(t, testtool.Busybox, "the runner image's shell and tools")
-	if !static(busybox) {
-		testtool.Missing(t, busybox+" is not statically linked", "it runs in an image without a C library", testtool.Busybox.Install, testtool.Busybox.Require)
-	}
-	self, err := os.Executable()
-	if err != nil || !static(self) {
-		t.Fatalf("the test binary %s is the pod's pause process and must be static: build the tests with CGO_ENABLED=0 (%v)", self, err)
-	}
-	airlock := airlockBinary(t)
-	c := startCRI(t)
-	v := readValues(t)
-
-	// The images.
-	pauseRoot := t.TempDir()
-	copyFile(t, self, filepath.Join(pauseRoot, "pause"), 0o755)
-	c.importImage("airlock.test/pause:1", testimage.Image(t, runtime.GOARCH, []string{pauseEnv + "=1"}, []string{"/pause"}, "", testimage.LayerOfDir(t, pauseRoot)))
-	c.importImage("airlock.test/runner:1", testimage.Image(t, runtime.GOARCH, []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, nil, "/", testimage.LayerOfDir(t, runnerRoot(t, busybox, airlock))))
-
-	// The node: the seccomp profile where the kubelet looks, and a
-	// directory per volume; the Secret holds the policy and the key.
-	n := node{seccompRoot: filepath.Join(c.dir, "seccomp"), volumes: map[string]string{}}
-	copyFile(t, "seccomp.json", filepath.Join(n.seccompRoot, "airlock", "seccomp.json"), 0o644)
-	for _, vol := range v.Template.Spec.Volumes {
-		dir := filepath.Join(c.dir, "volumes", vol.Name)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		n.volumes[vol.Name] = dir
-	}
-	secret := n.volumes["airlock-config"]
-	if secret == "" {
-		t.Fatal("values.yaml has no airlock-config volume")
-	}
-	if err := os.WriteFile(filepath.Join(secret, "org.cue"), []byte(orgPolicy), 0o400); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(airlock, "keys", "generate", "--out", filepath.Join(secret, "signing")).CombinedOutput(); err != nil {
-		t.Fatalf("airlock keys generate: %v: %s", err, out)
-	}
-
-	pod := c.must("runp", c.writeJSON("pod.json", map[string]any{
-		"metadata":      map[string]any{"name": "airlock-runner", "namespace": "arc-runners", "uid": fmt.Sprintf("arc-test-%d", os.Getpid())},
-		"log_directory": filepath.Join(c.dir, "logs"),
-		"linux":         map[string]any{"security_context": map[string]any{"namespace_options": map[string]any{"network": 0, "pid": 1}}},
-	}))
-	t.Cleanup(func() {
-		c.run("stopp", pod)
-		c.run("rmp", "--force", pod)
-	})
-	podJSON := filepath.Join(c.dir, "pod.json")
+	c, v, n := setUp(t)
+	pod := c.runPod(t, "airlock-runner")
+	t.Cleanup(func() { c.removePod(pod) })
 	start := func(t *testing.T, memory string, seccomp map[string]any) string {
 		t.Helper()
-		cc := criContainer(t, v.Template.Spec, n, "airlock.test/runner:1", []string{"/bin/sleep", "100000"}, memory)
-		cc["metadata"] = map[string]any{"name": "runner-" + strings.ToLower(strings.NewReplacer(" ", "-", ",", "", "'", "").Replace(t.Name()[strings.LastIndex(t.Name(), "/")+1:]))}
-		if seccomp != nil {
-			cc["linux"].(map[string]any)["security_context"].(map[string]any)["seccomp"] = seccomp
-		}
-		id := c.must("create", pod, c.writeJSON(t.Name()[strings.LastIndex(t.Name(), "/")+1:]+".json", cc), podJSON)
-		c.must("start", id)
+		id := c.startRunner(t, pod, v, n, t.Name()[strings.LastIndex(t.Name(), "/")+1:], memory, seccomp)
 		t.Cleanup(func() {
 			c.run("stop", "--timeout", "5", id)
 			c.run("rm", "--force", id)
@@ -194,6 +141,97 @@ airlock run --result /tmp/result.json -- sh -c '`+script+`' 2>&1 || echo "airloc
 	})
 }
 
+// setUp starts a containerd, imports the pause and runner images, and
+// makes the node: the seccomp profile where the kubelet looks, and a
+// directory per volume of the values; the Secret holds the organisation
+// policy and a signing key.
+func setUp(t testing.TB) (*cri, values, node) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: containerd")
+	}
+	busybox := testtool.Path(t, testtool.Busybox, "the runner image's shell and tools")
+	if !static(busybox) {
+		testtool.Missing(t, busybox+" is not statically linked", "it runs in an image without a C library", testtool.Busybox.Install, testtool.Busybox.Require)
+	}
+	self, err := os.Executable()
+	if err != nil || !static(self) {
+		t.Fatalf("the test binary %s is the pod's pause process and must be static: build the tests with CGO_ENABLED=0 (%v)", self, err)
+	}
+	airlock := airlockBinary(t)
+	c := startCRI(t)
+	v := readValues(t)
+
+	// The images.
+	pauseRoot := t.TempDir()
+	copyFile(t, self, filepath.Join(pauseRoot, "pause"), 0o755)
+	c.importImage("airlock.test/pause:1", testimage.Image(t, runtime.GOARCH, []string{pauseEnv + "=1"}, []string{"/pause"}, "", testimage.LayerOfDir(t, pauseRoot)))
+	c.importImage("airlock.test/runner:1", testimage.Image(t, runtime.GOARCH, []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, nil, "/", testimage.LayerOfDir(t, runnerRoot(t, busybox, airlock))))
+
+	// The node: the seccomp profile where the kubelet looks, and a
+	// directory per volume; the Secret holds the policy and the key.
+	n := node{seccompRoot: filepath.Join(c.dir, "seccomp"), volumes: map[string]string{}}
+	copyFile(t, "seccomp.json", filepath.Join(n.seccompRoot, "airlock", "seccomp.json"), 0o644)
+	for _, vol := range v.Template.Spec.Volumes {
+		dir := filepath.Join(c.dir, "volumes", vol.Name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		n.volumes[vol.Name] = dir
+	}
+	secret := n.volumes["airlock-config"]
+	if secret == "" {
+		t.Fatal("values.yaml has no airlock-config volume")
+	}
+	if err := os.WriteFile(filepath.Join(secret, "org.cue"), []byte(orgPolicy), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(airlock, "keys", "generate", "--out", filepath.Join(secret, "signing")).CombinedOutput(); err != nil {
+		t.Fatalf("airlock keys generate: %v: %s", err, out)
+	}
+
+	return c, v, n
+}
+
+// runPod starts a pod sandbox named name and returns its id.
+func (c *cri) runPod(t testing.TB, name string) string {
+	t.Helper()
+	config := c.writeJSON("pod-"+name+".json", c.podConfig(name))
+	id := c.must("runp", config)
+	c.podConfigs[id] = config
+	return id
+}
+
+func (c *cri) podConfig(name string) map[string]any {
+	return map[string]any{
+		"metadata":      map[string]any{"name": name, "namespace": "arc-runners", "uid": fmt.Sprintf("arc-test-%d-%s", os.Getpid(), name)},
+		"log_directory": filepath.Join(c.dir, "logs"),
+		"linux":         map[string]any{"security_context": map[string]any{"namespace_options": map[string]any{"network": 0, "pid": 1}}},
+	}
+}
+
+func (c *cri) removePod(pod string) {
+	c.run("stopp", pod)
+	c.run("rmp", "--force", pod)
+}
+
+// startRunner creates and starts the runner container of the values in
+// pod, named name, with memory instead of the values' limit where given,
+// and seccomp instead of the values' profile where given; it returns the
+// container's id.
+func (c *cri) startRunner(t testing.TB, pod string, v values, n node, name, memory string, seccomp map[string]any) string {
+	t.Helper()
+	name = strings.ToLower(strings.NewReplacer(" ", "-", ",", "", "'", "").Replace(name))
+	cc := criContainer(t, v.Template.Spec, n, "airlock.test/runner:1", []string{"/bin/sleep", "100000"}, memory)
+	cc["metadata"] = map[string]any{"name": "runner-" + name}
+	if seccomp != nil {
+		cc["linux"].(map[string]any)["security_context"].(map[string]any)["seccomp"] = seccomp
+	}
+	id := c.must("create", pod, c.writeJSON("ctr-"+name+".json", cc), c.podConfigs[pod])
+	c.must("start", id)
+	return id
+}
+
 // outcome is what the test reads of airlock run's result file.
 type outcome struct {
 	Passed  bool `json:"passed"`
@@ -219,7 +257,7 @@ type outcome struct {
 
 // runnerRoot is the runner image's root: airlock, busybox and its
 // applets, the runner's user, and the directories the values mount.
-func runnerRoot(t *testing.T, busybox, airlock string) string {
+func runnerRoot(t testing.TB, busybox, airlock string) string {
 	t.Helper()
 	root := t.TempDir()
 	for _, d := range []string{"bin", "usr/local/bin", "etc", "tmp", "run", "var/lib", "proc", "sys", "dev", "home/runner/_work", "opt/airlock"} {
@@ -242,7 +280,7 @@ func runnerRoot(t *testing.T, busybox, airlock string) string {
 
 // airlockBinary is the static airlock to put in the image: the one the
 // Makefile built (AIRLOCK_TEST_BINARY), or one built here.
-func airlockBinary(t *testing.T) string {
+func airlockBinary(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("AIRLOCK_TEST_BINARY"); p != "" {
 		if !static(p) {
@@ -260,7 +298,7 @@ func airlockBinary(t *testing.T) string {
 	return out
 }
 
-func copyFile(t *testing.T, from, to string, mode os.FileMode) {
+func copyFile(t testing.TB, from, to string, mode os.FileMode) {
 	t.Helper()
 	b, err := os.ReadFile(from)
 	if err != nil {

@@ -68,7 +68,7 @@ type volume struct {
 }
 
 // readValues reads deploy/arc/values.yaml.
-func readValues(t *testing.T) values {
+func readValues(t testing.TB) values {
 	t.Helper()
 	b, err := os.ReadFile("values.yaml")
 	if err != nil {
@@ -97,7 +97,7 @@ type node struct {
 // the runner image) running command instead of the runner's run.sh. The
 // pod's security context applies where the container's sets nothing,
 // as in Kubernetes.
-func criContainer(t *testing.T, spec podSpec, n node, image string, command []string, memory string) map[string]any {
+func criContainer(t testing.TB, spec podSpec, n node, image string, command []string, memory string) map[string]any {
 	t.Helper()
 	c := spec.Containers[0]
 	sc := c.SecurityContext
@@ -169,7 +169,7 @@ func criContainer(t *testing.T, spec podSpec, n node, image string, command []st
 }
 
 // quantity reads a Kubernetes memory quantity (8Gi, 512Mi, 1G, bytes).
-func quantity(t *testing.T, q string) int64 {
+func quantity(t testing.TB, q string) int64 {
 	t.Helper()
 	units := []struct {
 		suffix string
