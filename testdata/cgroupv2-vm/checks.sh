@@ -240,5 +240,38 @@ echo $$ > $CG/pods/pod2/cgroup.procs
     echo "VMCHECK namespace-without-io refusal FAIL exit $rc: $(cat /tmp/refusal.log | tr "\n" " ")"
   fi' || echo "VMCHECK namespace-without-io setup FAIL unshare -C failed"
 reset
+
+# 6. A pod's container that is not privileged: a cgroup namespace of its
+# own with the cgroup file system read-only, and a memory limit on the
+# pod's cgroup. airlock makes no cgroup: the pod's bounds the job, the
+# record says so with the pod's limit, and a memory bomb is reported
+# against it.
+layout=pod
+reset
+echo "+cpuset +cpu +io +memory +pids" > $CG/cgroup.subtree_control
+mkdir -p $CG/kubepods/pod3 && echo "+cpuset +cpu +io +memory +pids" > $CG/kubepods/cgroup.subtree_control
+echo 536870912 > $CG/kubepods/pod3/memory.max
+echo $$ > $CG/kubepods/pod3/cgroup.procs
+/usr/bin/unshare -C -m --propagation private /bin/sh -c '
+  umount /sys/fs/cgroup && mount -t cgroup2 -o ro,nsdelegate cgroup2 /sys/fs/cgroup || echo "VMCHECK pod setup FAIL cannot mount the namespace'"'"'s cgroup2 read-only"
+  ws=$(mktemp -d /tmp/ws.XXXXXX); chown 1000:1000 "$ws"
+  if airlock run -w "$ws" --json -- true > /tmp/pod.json 2>/tmp/pod.err && grep -q "\"limitsEnforcedBy\": \"the enclosing cgroup" /tmp/pod.json && grep -q "\"memory\": 536870912" /tmp/pod.json; then
+    echo "VMCHECK pod job ok"
+  else
+    echo "VMCHECK pod job FAIL $(tail -n 3 /tmp/pod.err | tr "\n" " ")"
+  fi
+  ws=$(mktemp -d /tmp/ws.XXXXXX); chown 1000:1000 "$ws"
+  airlock run -w "$ws" --json -- sh -c "head -c 1500000000 /dev/zero | tail -c 1400000000 > /dev/null" > /tmp/pod-oom.json 2>/tmp/pod-oom.err
+  if grep -q "\"limit\": \"oom\"" /tmp/pod-oom.json && grep -q "cgroup enclosing airlock (512 MiB" /tmp/pod-oom.json; then
+    echo "VMCHECK pod oom ok"
+  else
+    echo "VMCHECK pod oom FAIL $(tail -n 3 /tmp/pod-oom.err | tr "\n" " ")"
+  fi
+  if [ -z "$(find /sys/fs/cgroup -name "airlock-*")" ] && ! grep -q -e /run/airlock/jobs -e airlock-workspace /proc/self/mountinfo; then
+    echo "VMCHECK pod leftovers ok"
+  else
+    echo "VMCHECK pod leftovers FAIL a cgroup or mount of a job is left"
+  fi' || echo "VMCHECK pod setup FAIL unshare -C failed"
+reset
 echo VMDONE
 poweroff -f
