@@ -135,6 +135,9 @@ func onThread(fn func() error) error {
 // in a container that is not privileged: wire then keeps IPv6 addresses
 // off the veth pair instead. A kernel without IPv6 needs neither.
 func disableIPv6() (bool, error) {
+	if _, err := os.Stat("/proc/sys/net/ipv6"); errors.Is(err, os.ErrNotExist) {
+		return true, nil // no IPv6 in this kernel: nothing to turn off
+	}
 	for _, f := range []string{"/proc/sys/net/ipv6/conf/all/disable_ipv6", "/proc/sys/net/ipv6/conf/default/disable_ipv6"} {
 		err := os.WriteFile(f, []byte("1"), 0o644)
 		switch {
