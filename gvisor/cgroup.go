@@ -28,16 +28,16 @@ type cgroups struct {
 	enclosed bool
 }
 
-// cgroupsReadOnly reports whether the cgroup file system is mounted
-// read-only here (the unified hierarchy, or a v1 hierarchy of airlock's),
-// as a container runtime mounts it for a container that is not
-// privileged.
-func cgroupsReadOnly() bool {
+// readOnly reports, of airlock's own cgroups (cgroupsFor), whether the
+// cgroup file system is mounted read-only here (the unified hierarchy,
+// or a v1 hierarchy of airlock's), as a container runtime mounts it for
+// a container that is not privileged.
+func (c cgroups) readOnly() bool {
 	var st unix.Statfs_t
 	if unix.Statfs(cgroupRoot, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
 		return st.Flags&unix.ST_RDONLY != 0
 	}
-	for _, d := range cgroupsFor("").dirs {
+	for _, d := range c.dirs {
 		if unix.Statfs(d, &st) == nil {
 			return st.Flags&unix.ST_RDONLY != 0
 		}
@@ -45,12 +45,13 @@ func cgroupsReadOnly() bool {
 	return false
 }
 
-// enclosingCgroups are airlock's own cgroups, for a job that runs in
-// them (see cgroups.enclosed).
-func enclosingCgroups() cgroups {
-	c := cgroupsFor("")
-	c.enclosed = true
-	return c
+// child is the cgroup name below each of c's directories.
+func (c cgroups) child(name string) cgroups {
+	dirs := make([]string, len(c.dirs))
+	for i, d := range c.dirs {
+		dirs[i] = filepath.Join(d, name)
+	}
+	return cgroups{dirs: dirs}
 }
 
 // Enclosing is what bounds a job that runs in the cgroups enclosing
@@ -106,13 +107,12 @@ func cores(quota, period int64) float64 {
 	return float64(quota) / float64(period)
 }
 
-// cgroupsFor lists where runsc will create the cgroup named name, following
-// runsc's rule for relative paths: relative to the caller's cgroup in each
-// hierarchy ("": the caller's own cgroups).
-func cgroupsFor(name string) cgroups {
+// cgroupsFor lists airlock's own cgroup in each hierarchy: runsc makes
+// a job's cgroup with a relative path below them (cgroups.child).
+func cgroupsFor() cgroups {
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	self, _ := os.ReadFile("/proc/self/cgroup")
-	return cgroupsIn(string(mi), string(self), name)
+	return cgroupsIn(string(mi), string(self))
 }
 
 // cgroupsIn is cgroupsFor from the text of /proc/self/mountinfo and
@@ -120,7 +120,7 @@ func cgroupsFor(name string) cgroups {
 // mount point joined to the path below the mount's root: a container's
 // hierarchies are mounted from its own cgroup (a v1 container sees
 // /k8s.io/<id> in /proc/self/cgroup, mounted as /sys/fs/cgroup/memory).
-func cgroupsIn(mountinfo, self, name string) cgroups {
+func cgroupsIn(mountinfo, self string) cgroups {
 	mounts := cgroupMounts(mountinfo)
 	var dirs []string
 	for _, line := range strings.Split(self, "\n") {
@@ -137,7 +137,7 @@ func cgroupsIn(mountinfo, self, name string) cgroups {
 			if !ok {
 				continue
 			}
-			dirs = append(dirs, filepath.Join(m.point, rel, name))
+			dirs = append(dirs, filepath.Join(m.point, rel))
 			break
 		}
 	}
@@ -325,13 +325,15 @@ func unifiedOnly() bool {
 // and the host directories it will make, preparing the hierarchy on v2.
 func jobCgroup(id string) (string, cgroups, error) {
 	name := "airlock-" + id
-	if cgroupsReadOnly() {
-		return "", enclosingCgroups(), nil
+	own := cgroupsFor()
+	if own.readOnly() {
+		own.enclosed = true
+		return "", own, nil
 	}
 	if !unifiedOnly() {
 		// v1 and hybrid: relative, which runsc nests under airlock's own
 		// cgroup in every hierarchy.
-		return name, cgroupsFor(name), nil
+		return name, own.child(name), nil
 	}
 	parent, err := prepareV2(cgroupRoot, ownV2Cgroup(), v2Controllers)
 	if err != nil {

@@ -138,7 +138,7 @@ func TestCgroupsIn(t *testing.T) {
 		{"v2 host", v2, "0::/system.slice/runner.service\n", "airlock-1", []string{"/sys/fs/cgroup/system.slice/runner.service/airlock-1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := cgroupsIn(tc.mounts, tc.self, tc.job).dirs
+			got := cgroupsIn(tc.mounts, tc.self).child(tc.job).dirs
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("dirs %q, want %q", got, tc.want)
 			}

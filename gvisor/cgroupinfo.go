@@ -42,8 +42,8 @@ func HostCgroups() CgroupInfo {
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	self, _ := os.ReadFile("/proc/self/cgroup")
 	info := cgroupInfo(string(mi), string(self), os.ReadFile)
-	if info.Layout != "none" && cgroupsReadOnly() {
-		e := enclosingCgroups().enclosingLimits()
+	if own := cgroupsIn(string(mi), string(self)); info.Layout != "none" && own.readOnly() {
+		e := own.enclosingLimits()
 		info.ReadOnly, info.Enclosing = true, &e
 	}
 	return info

@@ -27,7 +27,7 @@ func TestEnclosedCgroups(t *testing.T) {
 		podlike.Run(t, "^TestEnclosedCgroups$", l, "TestEnclosedCgroups")
 		return
 	}
-	if !cgroupsReadOnly() {
+	if !cgroupsFor().readOnly() {
 		t.Fatal("the cgroup file system is writable: the set-up did not make it read-only")
 	}
 	if info := HostCgroups(); !info.ReadOnly || info.Enclosing == nil || info.Enclosing.Memory != enclosedLimit {

@@ -347,7 +347,7 @@ func TestReapAfterSIGKILL(t *testing.T) {
 			if b, err := os.ReadFile(filepath.Join(ws, "written")); string(b) != "job\n" {
 				t.Errorf("what the killed job wrote was not merged into the workspace: %q %v", b, err)
 			}
-			for _, d := range cgroupsFor("airlock-" + id).dirs {
+			for _, d := range cgroupsFor().child("airlock-" + id).dirs {
 				if _, err := os.Stat(d); err == nil {
 					t.Errorf("cgroup %s survives reaping", d)
 				}
