@@ -236,10 +236,7 @@ func (s *Sandbox) settle(res *StepResult, waitErr error, stopped, detected strin
 	}
 	res.Limit = limit
 	if limit != "" {
-		res.Message = limitMessage(limit, s.cfg.Limits, timeout)
-		if enc, ok := s.Enclosing(); ok && limit == LimitOOM {
-			res.Message = fmt.Sprintf("sandbox killed: the job exceeded the memory limit of the cgroup enclosing airlock (%s; the pod's); later steps cannot run", humanBytes(enc.Memory))
-		}
+		res.Message = limitMessage(limit, s.cfg.Limits, s.cg, timeout)
 		// It may have exited on its own just before the kill landed: a
 		// limit still means it did not succeed.
 		if res.ExitCode == 0 {
@@ -403,11 +400,17 @@ func (s *Sandbox) diskFull(ctx context.Context) bool {
 	return false
 }
 
-func limitMessage(limit string, l Limits, timeout time.Duration) string {
+// limitMessage says which limit a step hit, with its value: l's, or for
+// memory, where the job runs in the cgroup enclosing airlock (cg), that
+// cgroup's.
+func limitMessage(limit string, l Limits, cg cgroups, timeout time.Duration) string {
 	switch limit {
 	case LimitTimeout:
 		return fmt.Sprintf("step killed: it ran longer than its timeout (%s)", timeout)
 	case LimitOOM:
+		if cg.enclosed {
+			return fmt.Sprintf("sandbox killed: the job exceeded the memory limit of the cgroup enclosing airlock (%s; the pod's); later steps cannot run", humanBytes(cg.enclosingLimits().Memory))
+		}
 		return fmt.Sprintf("sandbox killed: the job exceeded its memory limit (%s); later steps cannot run", humanBytes(l.Memory))
 	case LimitPids:
 		return fmt.Sprintf("step hit the process limit (%d processes and threads): fork/clone failed with EAGAIN", l.Pids)
