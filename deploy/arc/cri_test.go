@@ -3,7 +3,6 @@ package arc
 import (
 	"bytes"
 	"context"
-	"debug/elf"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -21,6 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-ci/airlock/internal/buildinfo"
 	"github.com/airlock-ci/airlock/internal/testtool"
 )
 
@@ -259,18 +259,9 @@ func (c *cri) exec(id string, timeout time.Duration, cmd ...string) (string, int
 	return strings.Join(lines, "\n"), code
 }
 
-// static is true when the ELF file at path names no interpreter: it runs
-// in an image without a C library.
+// static is true when the executable at path runs in an image without a
+// C library.
 func static(path string) bool {
-	f, err := elf.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return false
-		}
-	}
-	return true
+	ok, err := buildinfo.Static(path)
+	return err == nil && ok
 }

@@ -18,7 +18,6 @@ package doctor
 import (
 	"bytes"
 	"context"
-	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +35,7 @@ import (
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/gvisor/quota"
+	"github.com/airlock-ci/airlock/internal/buildinfo"
 	"github.com/airlock-ci/airlock/internal/input"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner/egress/netns"
@@ -168,15 +168,12 @@ func checkRoot(context.Context, Options) []Check {
 // checkBinary: runsc re-executes this binary inside its own chroot, where
 // no ELF interpreter is: a dynamically linked airlock starts no sandbox.
 func checkBinary(context.Context, Options) []Check {
-	f, err := elf.Open("/proc/self/exe")
+	static, err := buildinfo.Static("/proc/self/exe")
 	if err != nil {
 		return []Check{bad(Fail, "binary", "read /proc/self/exe: "+err.Error(), "mount /proc")}
 	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return []Check{bad(Fail, "binary", "airlock is dynamically linked: runsc cannot re-execute it inside its chroot", "build it static: CGO_ENABLED=0 go build ./cmd/airlock (make build does)")}
-		}
+	if !static {
+		return []Check{bad(Fail, "binary", "airlock is dynamically linked: runsc cannot re-execute it inside its chroot", "build it static: CGO_ENABLED=0 go build ./cmd/airlock (make build does)")}
 	}
 	return []Check{ok("binary", "statically linked (runsc re-executes it in its chroot)")}
 }
