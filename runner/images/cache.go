@@ -23,11 +23,18 @@ type Listing struct {
 	Size int64 `json:"size"`
 }
 
+// notMade says that no cache was made in dir (nothing pulled yet): the
+// commands that read it make none.
+func notMade(dir string) bool {
+	_, err := os.Lstat(filepath.Join(dir, "roots"))
+	return errors.Is(err, fs.ErrNotExist)
+}
+
 // ListCache lists the cache in dir without making it: a directory that
 // does not exist is an empty cache (nothing pulled yet).
 func ListCache(dir string) (Listing, error) {
 	l := Listing{Dir: dir, Images: []Entry{}}
-	if _, err := os.Lstat(filepath.Join(dir, "roots")); errors.Is(err, fs.ErrNotExist) {
+	if notMade(dir) {
 		return l, nil
 	}
 	s, err := OpenStore(dir, 0)
@@ -92,7 +99,7 @@ func shortDigest(d string) string {
 // least recently used first, until it holds at most keep bytes, and says
 // what it removed.
 func PruneCache(w io.Writer, dir string, keep int64) error {
-	if _, err := os.Lstat(filepath.Join(dir, "roots")); errors.Is(err, fs.ErrNotExist) {
+	if notMade(dir) {
 		_, err := fmt.Fprintf(w, "no image cache in %s: nothing to prune\n", dir)
 		return err
 	}
