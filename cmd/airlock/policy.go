@@ -198,7 +198,7 @@ func (o *suggestOptions) run(cmd *cobra.Command, args []string, code *int) error
 			return usageError{err}
 		}
 	}
-	runs, err := suggest.ReadRuns(args, ver, o.allowUnsigned, cmd.ErrOrStderr())
+	runs, err := suggest.ReadRuns(args, ver, o.allowUnsigned)
 	var bad suggest.EvidenceError
 	if errors.As(err, &bad) {
 		fmt.Fprintln(cmd.ErrOrStderr(), flagSpelling().Say(err))
@@ -206,6 +206,11 @@ func (o *suggestOptions) run(cmd *cobra.Command, args []string, code *int) error
 		return nil
 	} else if err != nil {
 		return usageError{err}
+	}
+	for _, r := range runs {
+		if r.Unverified {
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s: read UNVERIFIED (--allow-unsigned)\n", r.Name)
+		}
 	}
 	org, err := orgSources(o.orgDir)
 	if err != nil {

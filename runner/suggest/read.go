@@ -1,9 +1,6 @@
 package suggest
 
 import (
-	"fmt"
-	"io"
-
 	"github.com/sigstore/sigstore/pkg/signature"
 
 	"github.com/airlock-ci/airlock/attest"
@@ -22,10 +19,10 @@ func (e EvidenceError) Error() string { return e.Path + ": " + e.Err.Error() }
 func (e EvidenceError) Unwrap() error { return e.Err }
 
 // ReadRuns reads the attested runs in paths: each bundle verified with
-// v, or with allowUnsigned read unverified (said on warn, per file). A
-// file that cannot be read is an error as it is; one that is not usable
-// evidence an EvidenceError.
-func ReadRuns(paths []string, v signature.Verifier, allowUnsigned bool, warn io.Writer) ([]Run, error) {
+// v, or with allowUnsigned read unverified (Run.Unverified). A file that
+// cannot be read is an error as it is; one that is not usable evidence an
+// EvidenceError.
+func ReadRuns(paths []string, v signature.Verifier, allowUnsigned bool) ([]Run, error) {
 	var runs []Run
 	for _, path := range paths {
 		b, err := files.ReadCapped(path, attest.MaxBundleSize)
@@ -36,10 +33,7 @@ func ReadRuns(paths []string, v signature.Verifier, allowUnsigned bool, warn io.
 		if err != nil {
 			return nil, EvidenceError{Path: path, Err: err}
 		}
-		if unverified {
-			fmt.Fprintf(warn, "%s: read UNVERIFIED (--allow-unsigned)\n", path)
-		}
-		runs = append(runs, Run{Name: path, Predicate: ver.Predicate})
+		runs = append(runs, Run{Name: path, Predicate: ver.Predicate, Unverified: unverified})
 	}
 	return runs, nil
 }

@@ -37,10 +37,12 @@ import (
 	"github.com/airlock-ci/airlock/runner/egress/rules"
 )
 
-// Run is one attested run's predicate; Name says where it came from.
+// Run is one attested run's predicate; Name says where it came from, and
+// Unverified that it was read without a verified signature.
 type Run struct {
-	Name      string
-	Predicate attest.Predicate
+	Name       string
+	Predicate  attest.Predicate
+	Unverified bool
 }
 
 // Rule is one suggested egress.allow entry and the evidence behind it.
