@@ -55,7 +55,7 @@ vm-test: build
 # The runner pod of deploy/arc/values.yaml on containerd's CRI, driven by
 # crictl as a kubelet drives a node (deploy/arc): needs root, containerd,
 # runc and the CNI plugins (apt-get install containerd runc
-# containernetworking-plugins busybox-static) and crictl (go install
+# containernetworking-plugins busybox-static nodejs git) and crictl (go install
 # sigs.k8s.io/cri-tools/cmd/crictl@v1.37.0). make test runs it too.
 arc-test: build
 	AIRLOCK_REQUIRE_CRI=1 AIRLOCK_TEST_BINARY=$(CURDIR)/bin/airlock go test -count=1 -v ./deploy/arc

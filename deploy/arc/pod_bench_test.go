@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/airlock-ci/airlock/internal/runnersim"
 )
 
 // BenchmarkPodToFirstStep times a runner pod of the values from nothing
@@ -14,12 +16,17 @@ import (
 // cost of reaching the pod, the baseline); airlock's first job in the
 // pod (`airlock run -- true` in policy mode: the organisation policy
 // from the Secret, the egress gateway, the bounded workspace, a signed
-// attestation); and a second job in the same pod. It reports the
-// medians, and what airlock adds before a first step: the first job less
-// the bare exec.
+// attestation); a second job in the same pod; and a job through the
+// hook, as the runner in the pod runs one (internal/runnersim's
+// payloads): prepare_job (the hook's set-up: node runs index.js, airlock
+// reads the event, the policies and the checkout, and boots the job's
+// sandbox and gateway), a first script step (sh -e, `true`) and
+// cleanup_job. It reports the medians, and what airlock adds before a
+// first step: the first job less the bare exec, and for the hook
+// prepare_job and the first step less two bare execs.
 func BenchmarkPodToFirstStep(b *testing.B) {
 	c, v, n := setUp(b)
-	var pods, bare, first, second []time.Duration
+	var pods, bare, first, second, prepare, hookStep []time.Duration
 	const job = "mkdir -p /home/runner/_work/w && chown 1001:1001 /home/runner/_work/w && cd /home/runner/_work/w && airlock run -- true >/dev/null 2>&1"
 	for i := 0; i < b.N; i++ {
 		name := fmt.Sprintf("bench-%d", i)
@@ -39,7 +46,18 @@ func BenchmarkPodToFirstStep(b *testing.B) {
 			b.Fatalf("second job: %d %s", code, out)
 		}
 		t4 := time.Now()
+		r := podRunner(b, n)
+		state, took := c.prepareJob(b, r, id)
+		t5 := time.Now()
+		if code, out, _ := c.hookCall(b, r, id, runnersim.RunScriptStep, r.ScriptStep(b, state, "sh", "-e {0}", "true", nil)); code != 0 {
+			b.Fatalf("the hook's first step: %d %s", code, out)
+		}
+		t6 := time.Now()
+		if code, out, _ := c.hookCall(b, r, id, runnersim.CleanupJob, runnersim.Payload{State: state}); code != 0 {
+			b.Fatalf("cleanup_job: %d %s", code, out)
+		}
 		pods, bare, first, second = append(pods, t1.Sub(t0)), append(bare, t2.Sub(t1)), append(first, t3.Sub(t2)), append(second, t4.Sub(t3))
+		prepare, hookStep = append(prepare, took), append(hookStep, t6.Sub(t5))
 		c.run("stop", "--timeout", "5", id)
 		c.run("rm", "--force", id)
 		c.removePod(pod)
@@ -54,5 +72,8 @@ func BenchmarkPodToFirstStep(b *testing.B) {
 	b.ReportMetric(ms(first), "first-job-ms")
 	b.ReportMetric(ms(second), "second-job-ms")
 	b.ReportMetric(ms(first)-ms(bare), "airlock-before-first-step-ms")
+	b.ReportMetric(ms(prepare), "hook-prepare-job-ms")
+	b.ReportMetric(ms(hookStep), "hook-first-step-ms")
+	b.ReportMetric(ms(prepare)+ms(hookStep)-2*ms(bare), "hook-before-first-step-ms")
 	b.ReportMetric((ms(pods)+ms(first))/ms(pods), "pod-to-first-step/pod-start")
 }

@@ -24,6 +24,9 @@ egress: {
 	allowCIDRs: ["127.0.0.1/32"]
 }
 attest: key: "/etc/airlock/signing.key"
+// No registry is reachable from the test's pod: the hook's job container
+// (node:20) runs on the pod's root, as an unmapped image does then.
+images: pull: false
 `
 
 // TestRunnerPodOnContainerd runs the runner pod of values.yaml on
@@ -32,15 +35,20 @@ attest: key: "/etc/airlock/signing.key"
 // seccomp profile (the shipped one, as a Localhost profile), user,
 // resources, environment and volumes are the values' own, translated as
 // the kubelet translates them (criContainer); only the image (the test's
-// build: airlock, busybox) and the command (a sleep, for the test to
-// exec into, instead of the runner's run.sh) are the test's. In it:
+// build: airlock, busybox, the host's node and git, the hook's index.js)
+// and the command (a sleep, for the test to exec into, instead of the
+// runner's run.sh) are the test's. In it:
 //   - airlock doctor says the pod can run jobs;
 //   - a policy-mode job passes, with egress allowed and refused through
 //     the gateway, its record saying that the pod's cgroup enforces the
 //     memory limit (the values' 8Gi) and that the workspace is bounded
 //     in memory, and its attestation signed with the key from the
 //     mounted Secret and verified;
-//   - nothing of the job is left in the pod;
+//   - a pull request's job through the hook passes, run as the runner
+//     in the pod runs it (hookJob): a script step with egress allowed
+//     and refused, a JavaScript action, and an attestation signed with
+//     the Secret's key;
+//   - nothing of either job is left in the pod;
 //   - with a 1Gi limit, a memory bomb is reported as the pod's limit;
 //   - with the runtime's RuntimeDefault seccomp profile, airlock fails
 //     with the message that names the Localhost profile, not a crash.
@@ -90,9 +98,7 @@ airlock run --result /tmp/result.json -- sh -c '`+script+`' 2>&1 || echo "airloc
 				t.Errorf("doctor does not say %q", want)
 			}
 		}
-		if out, code := c.exec(id, time.Minute, "/bin/sh", "-c", "mkdir -p /www && echo module-zip > /www/m.zip && httpd -p 127.0.0.1:8080 -h /www"); code != 0 {
-			t.Fatalf("the pod's HTTP server: %d %s", code, out)
-		}
+		serveModule(t, c, id)
 		o, out := job(t, id, "wget -qO- http://registry.test:8080/m.zip > fetched; wget -qO- http://forbidden.test/ || true")
 		t.Logf("the job:\n%s", out)
 		if !o.Passed || o.Egress.Allowed != 1 || o.Egress.Denied != 1 {
@@ -113,14 +119,15 @@ airlock run --result /tmp/result.json -- sh -c '`+script+`' 2>&1 || echo "airloc
 		if got, _ := c.exec(id, time.Minute, "cat", "/home/runner/_work/repo/fetched"); got != "module-zip\n" && got != "module-zip" {
 			t.Errorf("the job's fetch in the workspace: %q", got)
 		}
-		// Nothing of the job is left in the pod: no mount, no process.
-		// (The mounts of the job's state, workspace volume and sandbox
-		// are below /run/airlock/jobs, /run/airlock/volumes or named
-		// airlock-workspace; runsc's processes are named runsc-*.)
-		left, _ := c.exec(id, time.Minute, "/bin/sh", "-c", "awk '$5 ~ \"^(/run/airlock/jobs|/var/lib/airlock/volumes|/home/runner/_work/repo)\"' /proc/self/mountinfo; pidof runsc-sandbox runsc-gofer runsc airlock-platform-probe; ls /run/airlock/jobs 2>/dev/null; true")
-		if strings.TrimSpace(left) != "" {
-			t.Errorf("left in the pod after the job (mounts, processes, job directories):\n%s", left)
-		}
+		nothingLeft(t, c, id)
+	})
+
+	t.Run("a job through the hook", func(t *testing.T) {
+		id := start(t, "", nil)
+		serveModule(t, c, id)
+		setUp := c.hookJob(t, n, id)
+		t.Logf("the hook's set-up before the first step (prepare_job through index.js): %v", setUp.Round(time.Millisecond))
+		nothingLeft(t, c, id)
 	})
 
 	t.Run("a memory bomb", func(t *testing.T) {
@@ -139,6 +146,34 @@ airlock run --result /tmp/result.json -- sh -c '`+script+`' 2>&1 || echo "airloc
 			t.Fatalf("want exit 69 naming the profile")
 		}
 	})
+}
+
+// serveModule starts the pod's HTTP server that the organisation policy
+// lets jobs reach as registry.test:8080 (orgPolicy), with one file,
+// m.zip ("module-zip"), in the runner container id.
+func serveModule(t *testing.T, c *cri, id string) {
+	t.Helper()
+	if out, code := c.exec(id, time.Minute, "/bin/sh", "-c", "mkdir -p /www && echo module-zip > /www/m.zip && httpd -p 127.0.0.1:8080 -h /www"); code != 0 {
+		t.Fatalf("the pod's HTTP server: %d %s", code, out)
+	}
+}
+
+// nothingLeft checks that no job is left in the runner container id: no
+// mount below airlock's volumes or the work volume (the jobs' state, the
+// bounded workspace, the sandbox's), no job directory, and no process
+// but the test's own (the container's first, a sleep; the pod's httpd;
+// this shell) and the exited: the job's daemon outlives the hook call
+// that started it, and the sleep it is left to does not reap it (the
+// runner image's run.sh, a bash, would), so once it has ended it is a
+// zombie, holding nothing.
+func nothingLeft(t *testing.T, c *cri, id string) {
+	t.Helper()
+	left, _ := c.exec(id, time.Minute, "/bin/sh", "-c", `awk '$5 ~ "^(/run/airlock|/var/lib/airlock|/home/runner/_work)/" {print "mount " $5}' /proc/self/mountinfo
+ls -d /run/airlock/jobs/* /run/airlock/hooks/hook-* 2>/dev/null
+for f in /proc/[0-9]*/stat; do read -r l < "$f" && set -- $l && [ "$1" != 1 ] && [ "$1" != $$ ] && [ "$2" != "(httpd)" ] && [ "$3" != Z ] && echo "process $l"; done; true`)
+	if strings.TrimSpace(left) != "" {
+		t.Errorf("left in the pod after the job (mounts, job directories, processes):\n%s", left)
+	}
 }
 
 // setUp starts a containerd, imports the pause and runner images, and
@@ -273,6 +308,20 @@ func runnerRoot(t testing.TB, busybox, airlock string) string {
 		}
 	}
 	copyFile(t, airlock, filepath.Join(root, "usr/local/bin/airlock"), 0o755)
+	// What the actions-runner image has and the hook uses: the runner's
+	// node in its externals (it runs index.js and JavaScript actions) and
+	// git (airlock reads the pull request's commits with it), each with
+	// the host's libraries; and the hook, where the Dockerfile puts it.
+	node := testtool.Path(t, testtool.Node, "the runner's node runs the hook's index.js and the job's JavaScript action")
+	copyFile(t, node, filepath.Join(root, podNode), 0o755)
+	testimage.CopyLibraries(t, root, node)
+	git, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal("git: ", err)
+	}
+	testimage.CopyIntoRoot(t, root, git)
+	testimage.CopyLibraries(t, root, git)
+	copyFile(t, "../../runner/hook/index.js", filepath.Join(root, podHook), 0o644)
 	os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\nrunner:x:1001:1001:runner:/home/runner:/bin/sh\n"), 0o644)
 	os.WriteFile(filepath.Join(root, "etc/group"), []byte("root:x:0:\nrunner:x:1001:\n"), 0o644)
 	return root

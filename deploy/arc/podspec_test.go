@@ -1,6 +1,7 @@
 package arc
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -28,11 +29,11 @@ type podSpec struct {
 }
 
 type container struct {
-	Name            string                         `json:"name"`
-	Image           string                         `json:"image"`
-	Command         []string                       `json:"command"`
-	Env             []struct{ Name, Value string } `json:"env"`
-	SecurityContext *securityContext               `json:"securityContext"`
+	Name            string           `json:"name"`
+	Image           string           `json:"image"`
+	Command         []string         `json:"command"`
+	Env             []envVar         `json:"env"`
+	SecurityContext *securityContext `json:"securityContext"`
 	Resources       struct {
 		Limits map[string]string `json:"limits"`
 	} `json:"resources"`
@@ -41,6 +42,19 @@ type container struct {
 		MountPath string `json:"mountPath"`
 		ReadOnly  bool   `json:"readOnly"`
 	} `json:"volumeMounts"`
+}
+
+// envVar is a container's variable: a value, or a Secret's key.
+type envVar struct {
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	ValueFrom *struct {
+		SecretKeyRef *struct {
+			Name     string `json:"name"`
+			Key      string `json:"key"`
+			Optional bool   `json:"optional"`
+		} `json:"secretKeyRef"`
+	} `json:"valueFrom"`
 }
 
 type securityContext struct {
@@ -147,7 +161,10 @@ func criContainer(t testing.TB, spec podSpec, n node, image string, command []st
 	}
 	var envs []map[string]string
 	for _, e := range c.Env {
-		envs = append(envs, map[string]string{"key": e.Name, "value": e.Value})
+		value, ok := envValue(t, spec, n, e)
+		if ok {
+			envs = append(envs, map[string]string{"key": e.Name, "value": value})
+		}
 	}
 	var mounts []map[string]any
 	for _, m := range c.VolumeMounts {
@@ -157,6 +174,9 @@ func criContainer(t testing.TB, spec podSpec, n node, image string, command []st
 		}
 		mounts = append(mounts, map[string]any{"container_path": m.MountPath, "host_path": host, "readonly": m.ReadOnly})
 	}
+	// The kubelet's namespaces for a pod without shareProcessNamespace:
+	// the pod's network and IPC, a PID namespace of the container's own.
+	security["namespace_options"] = map[string]any{"network": 0, "pid": 1, "ipc": 0}
 	return map[string]any{
 		"metadata": map[string]any{"name": c.Name},
 		"image":    map[string]any{"image": image},
@@ -169,6 +189,36 @@ func criContainer(t testing.TB, spec podSpec, n node, image string, command []st
 }
 
 // quantity reads a Kubernetes memory quantity (8Gi, 512Mi, 1G, bytes).
+// envValue is the value the kubelet gives a container's variable: its
+// value, or its Secret's key (read here from the directory of the pod's
+// volume of that Secret, the test's store of it); a missing optional
+// key leaves the variable unset (ok false), as Kubernetes does.
+func envValue(t testing.TB, spec podSpec, n node, e envVar) (value string, ok bool) {
+	t.Helper()
+	if e.ValueFrom == nil {
+		return e.Value, true
+	}
+	ref := e.ValueFrom.SecretKeyRef
+	if ref == nil {
+		t.Fatalf("env %s: only value and valueFrom.secretKeyRef are translated", e.Name)
+	}
+	for _, v := range spec.Volumes {
+		if v.Secret == nil || v.Secret.SecretName != ref.Name {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(n.volumes[v.Name], ref.Key))
+		switch {
+		case err == nil:
+			return string(b), true
+		case os.IsNotExist(err) && ref.Optional:
+			return "", false
+		}
+		t.Fatalf("env %s: key %s of Secret %s: %v", e.Name, ref.Key, ref.Name, err)
+	}
+	t.Fatalf("env %s: Secret %s is not a volume of the pod: the test keeps a Secret as its volume's directory", e.Name, ref.Name)
+	return "", false
+}
+
 func quantity(t testing.TB, q string) int64 {
 	t.Helper()
 	units := []struct {
@@ -235,5 +285,48 @@ func TestValuesMeetBaselineButForTheNamedControls(t *testing.T) {
 	}
 	if c.Resources.Limits["memory"] == "" || c.Resources.Limits["cpu"] == "" {
 		t.Errorf("resources.limits %v: the pod's limits bound the job; give memory and cpu", c.Resources.Limits)
+	}
+}
+
+// A variable from a Secret's key is the key's content; an optional key
+// the Secret lacks leaves the variable unset, as the kubelet does (the
+// values' GitHub App), and a required one fails the pod.
+func TestEnvFromSecret(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "github-app-id"), []byte("12345"), 0o400)
+	spec := podSpec{Volumes: []volume{{Name: "airlock-config", Secret: &struct {
+		SecretName string `json:"secretName"`
+	}{SecretName: "airlock-config"}}}}
+	n := node{volumes: map[string]string{"airlock-config": dir}}
+	ref := func(key string, optional bool) envVar {
+		var e envVar
+		if err := yaml.Unmarshal([]byte(fmt.Sprintf("name: X\nvalueFrom: {secretKeyRef: {name: airlock-config, key: %s, optional: %v}}", key, optional)), &e); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	for _, tc := range []struct {
+		name  string
+		env   envVar
+		value string
+		set   bool
+	}{
+		{"a value", envVar{Name: "X", Value: "v"}, "v", true},
+		{"a Secret's key", ref("github-app-id", true), "12345", true},
+		{"an optional key the Secret lacks", ref("github-app-installation-id", true), "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			value, set := envValue(t, spec, n, tc.env)
+			if value != tc.value || set != tc.set {
+				t.Errorf("got %q (set %v), want %q (set %v)", value, set, tc.value, tc.set)
+			}
+		})
+	}
+	// The values' own: every Secret key they name is optional or there.
+	v := readValues(t)
+	for _, e := range v.Template.Spec.Containers[0].Env {
+		if e.ValueFrom != nil && (e.ValueFrom.SecretKeyRef == nil || !e.ValueFrom.SecretKeyRef.Optional) {
+			t.Errorf("env %s: a value from anything but an optional Secret key: a Secret without it would keep the pod from starting", e.Name)
+		}
 	}
 }

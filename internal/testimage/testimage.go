@@ -1,7 +1,8 @@
 // Package testimage builds container images in tests, never pulling one:
 // layers from files or a directory, images for a platform with their
-// config, pushed to a registry the test runs on loopback. The pull, the
-// cache and the hook's tests share it.
+// config, pushed to a registry the test runs on loopback, and a host's
+// binaries copied into an image's root with their libraries. The pull,
+// the cache, the hook's and the runner pod's tests share it.
 //
 // Layer 0: the bottom, for tests only; imports nothing of airlock's.
 package testimage
@@ -13,6 +14,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -163,4 +165,40 @@ func Push(t testing.TB, ref string, img v1.Image, opts ...remote.Option) v1.Hash
 		t.Fatal(err)
 	}
 	return h
+}
+
+// CopyLibraries copies the shared libraries a host binary loads (as ldd
+// lists them, the dynamic loader included) to their paths under root: a
+// host binary in an image needs them where the loader looks.
+func CopyLibraries(t testing.TB, root, bin string) {
+	t.Helper()
+	out, _ := exec.Command("ldd", bin).Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		for _, f := range strings.Fields(line) {
+			if strings.HasPrefix(f, "/") {
+				CopyIntoRoot(t, root, f)
+			}
+		}
+	}
+}
+
+// CopyIntoRoot copies a host file to the same path under root, following
+// the host's symlinks (/lib64 -> usr/lib64) to the real file.
+func CopyIntoRoot(t testing.TB, root, p string) {
+	t.Helper()
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dst := range []string{p, real} {
+		d := filepath.Join(root, dst)
+		os.MkdirAll(filepath.Dir(d), 0o755)
+		if err := os.WriteFile(d, b, 0o755); err != nil && !os.IsExist(err) {
+			t.Fatal(err)
+		}
+	}
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/internal/runnersim"
+	"github.com/airlock-ci/airlock/internal/testimage"
 )
 
 // The conformance suite: the hook driven exactly as the official runner
@@ -45,7 +47,7 @@ func TestConformancePrepareJob(t *testing.T) {
 		t.Fatalf("prepare_job: exit %d: %s", code, out)
 	}
 	raw, _ := os.ReadFile(respFile)
-	r, err := readResponse(respFile, true, len(h.job.Services))
+	r, err := runnersim.ReadResponse(respFile, true, len(h.job.Services))
 	if err != nil {
 		t.Fatalf("the runner cannot read the response: %v", err)
 	}
@@ -58,7 +60,7 @@ func TestConformancePrepareJob(t *testing.T) {
 	if r.Context.Container == nil || *r.Context.Container.ID == "" {
 		t.Errorf("no container id: %s", raw)
 	}
-	services := r.services()
+	services := r.Services()
 	want := []struct {
 		id    string
 		ports map[string]string
@@ -116,7 +118,7 @@ func TestConformanceIsAlpine(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("prepare_job: exit %d: %s", code, out)
 	}
-	r, err := readResponse(respFile, true, 0)
+	r, err := runnersim.ReadResponse(respFile, true, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +191,7 @@ func TestConformanceJob(t *testing.T) {
 	jobRoot := imageRootFS(t, "image-ci")
 	os.MkdirAll(filepath.Join(jobRoot, "opt", "tool", "bin"), 0o755)
 	os.WriteFile(filepath.Join(jobRoot, "opt", "tool", "bin", "mytool"), []byte("#!/usr/bin/bash\necho \"mytool from the image, TOOL_HOME=$TOOL_HOME\"\n"), 0o755)
-	copyLibsInto(t, jobRoot, node)
+	testimage.CopyLibraries(t, jobRoot, node)
 	jobImage := writeBundle(t, jobRoot, []string{"/usr/bin/bash"}, []string{"PATH=/opt/tool/bin:/usr/bin:/bin", "TOOL_HOME=/opt/tool"})
 	svc := writeBundle(t, imageRootFS(t, "image-redis"), []string{"/usr/bin/sleep", "600"}, nil)
 	actionRoot := imageRootFS(t, "image-action")
@@ -292,38 +294,12 @@ func (h *runnerHost) ownProcesses() map[string]string {
 	return out
 }
 
-// javaScriptAction runs a small node action the way the runner runs one
-// (NodeScriptActionHandler.cs): its node from the externals, the script's
-// path (its quotes trimmed by ResolvePathForStepHost), INPUT_ variables
-// and file commands that the runner creates, empty, before the step.
+// javaScriptAction runs the runner simulation's node action
+// (acme/greet@v1) the way the runner runs one.
 func (h *runnerHost) javaScriptAction(state map[string]any, inputs map[string]string) (int, string) {
 	h.t.Helper()
-	dir := filepath.Join(h.work, "_actions", "acme", "greet", "v1")
-	os.MkdirAll(dir, 0o755)
-	os.WriteFile(filepath.Join(dir, "action.yml"), []byte("name: greet\ninputs:\n  who: {required: true}\nruns:\n  using: node20\n  main: index.js\n"), 0o644)
-	os.WriteFile(filepath.Join(dir, "index.js"), []byte(`const fs = require("fs");
-const who = process.env.INPUT_WHO;
-fs.appendFileSync(process.env.GITHUB_OUTPUT, "greeting=Hello " + who + "\n");
-fs.appendFileSync(process.env.GITHUB_STEP_SUMMARY, "### greeted " + who + "\n");
-console.log("::notice::greeted " + who + " with node " + process.version + " in " + process.cwd());
-`), 0o644)
-	commands := filepath.Join(h.temp, "_runner_file_commands")
-	env := map[string]string{
-		"GITHUB_OUTPUT":       "/__w/_temp/_runner_file_commands/set_output_js",
-		"GITHUB_STEP_SUMMARY": "/__w/_temp/_runner_file_commands/step_summary_js",
-		"GITHUB_ENV":          "/__w/_temp/_runner_file_commands/set_env_js",
-		"GITHUB_PATH":         "/__w/_temp/_runner_file_commands/add_path_js",
-		"GITHUB_WORKSPACE":    "/__w/app/app",
-	}
-	for k, v := range inputs {
-		env[k] = v
-	}
-	for _, f := range []string{"set_output_js", "step_summary_js", "set_env_js", "add_path_js"} {
-		os.WriteFile(filepath.Join(commands, f), nil, 0o666)
-	}
 	stateJSON, _ := json.Marshal(state)
-	code, out, _ := h.send(RunScriptStep, payload{EntryPoint: "/__e/node20/bin/node", Args: []string{"/__w/_actions/acme/greet/v1/index.js"},
-		Env: env, PrependPath: []string{}, State: stateJSON})
+	code, out, _ := h.send(RunScriptStep, h.sim.JavaScriptAction(h.t, stateJSON, inputs))
 	return code, out
 }
 

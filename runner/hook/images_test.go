@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock-ci/airlock/internal/testimage"
 )
 
 // imageRootFS makes an unpacked "image" for tests: bash and a few tools
@@ -31,8 +33,8 @@ func imageRootFS(t testing.TB, marker string) string {
 		if err != nil {
 			t.Skipf("needs %s", bin)
 		}
-		copyIntoRoot(t, root, p)
-		copyLibsInto(t, root, p)
+		testimage.CopyIntoRoot(t, root, p)
+		testimage.CopyLibraries(t, root, p)
 	}
 	os.WriteFile(filepath.Join(root, "etc", "image-release"), []byte(marker+"\n"), 0o644)
 	// As `docker export` leaves them: empty files the runtime fills.
@@ -41,41 +43,6 @@ func imageRootFS(t testing.TB, marker string) string {
 	}
 	os.WriteFile(filepath.Join(root, "etc", "passwd"), []byte("root:x:0:0::/root:/bin/bash\n"), 0o644)
 	return root
-}
-
-// copyLibsInto copies the shared libraries a host binary loads to their
-// paths under root.
-func copyLibsInto(t testing.TB, root, bin string) {
-	t.Helper()
-	out, _ := exec.Command("ldd", bin).Output()
-	for _, line := range strings.Split(string(out), "\n") {
-		for _, f := range strings.Fields(line) {
-			if strings.HasPrefix(f, "/") {
-				copyIntoRoot(t, root, f)
-			}
-		}
-	}
-}
-
-// copyIntoRoot copies a host file to the same path under root, following
-// the host's symlinks (/lib64 -> usr/lib64) to the real file.
-func copyIntoRoot(t testing.TB, root, p string) {
-	t.Helper()
-	real, err := filepath.EvalSymlinks(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(real)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, dst := range []string{p, real} {
-		d := filepath.Join(root, dst)
-		os.MkdirAll(filepath.Dir(d), 0o755)
-		if err := os.WriteFile(d, b, 0o755); err != nil && !os.IsExist(err) {
-			t.Fatal(err)
-		}
-	}
 }
 
 // The job container's image, mapped by the organisation policy to an

@@ -10,11 +10,12 @@ import (
 	"testing"
 
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/runnersim"
 	"github.com/airlock-ci/airlock/runner"
 )
 
 // planInputs is tested here without a host: no root, no sandbox, no
-// files. The payloads are testdata/runner/prepare_job.json (the runner's
+// files. The payloads are internal/runnersim/payloads/prepare_job.json (the runner's
 // own shape, see its README) with the runner's directories where an
 // actions/runner install in /home/runner has them
 // (ContainerOperationProvider.MountWellKnownDirectories; the paths of
@@ -53,7 +54,7 @@ func runnerArgs(t *testing.T, job payload, edits ...string) PrepareArgs {
 	job.Actions, job.Tool = "/home/runner/_work/_actions", "/home/runner/_work/_tool"
 	job.Home, job.Workflow = "/home/runner/_work/_temp/_github_home", "/home/runner/_work/_temp/_github_workflow"
 	job.Response = "/home/runner/_work/_temp/_runner_hook_responses/0b6f5c1e.json"
-	line := string(renderPayload(t, PrepareJob, job))
+	line := string(runnersim.Render(t, PrepareJob, job))
 	for i := 0; i+1 < len(edits); i += 2 {
 		if !strings.Contains(line, edits[i]) {
 			t.Fatalf("the payload has no %s: %s", edits[i], line)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/runnersim"
 )
 
 // A whole job as the runner drives it: a fresh hook process per call;
@@ -209,7 +210,7 @@ func TestHookCancelAndFailedPrepare(t *testing.T) {
 
 	// A prepare that fails (no work directory mount) answers nothing;
 	// the runner's cleanup with an empty state succeeds.
-	bad := bytes.Replace(h.render(PrepareJob, payload{Response: h.newResponseFile(), Image: "node:20", Services: []servicePayload{}}),
+	bad := bytes.Replace(h.render(PrepareJob, payload{Response: h.sim.NewResponseFile(h.t), Image: "node:20", Services: []servicePayload{}}),
 		[]byte(`"targetVolumePath":"/__w"`), []byte(`"targetVolumePath":"/elsewhere"`), 1)
 	if code, out := h.call(bad); code == 0 || !strings.Contains(out, "/__w") {
 		t.Errorf("bad prepare: exit %d: %s", code, out)
@@ -241,7 +242,7 @@ func BenchmarkHookStep(b *testing.B) {
 	os.WriteFile(filepath.Join(h.temp, "bench.sh"), []byte("true\n"), 0o644)
 	stateJSON, _ := json.Marshal(state)
 	input := func() []byte {
-		return h.render(RunScriptStep, payload{Response: h.newResponseFile(), EntryPoint: "bash", Args: strings.Split("--noprofile --norc -e -o pipefail /__w/_temp/bench.sh", " "),
+		return h.render(RunScriptStep, payload{Response: h.sim.NewResponseFile(h.t), EntryPoint: "bash", Args: strings.Split("--noprofile --norc -e -o pipefail /__w/_temp/bench.sh", " "),
 			Env: map[string]string{"GITHUB_WORKSPACE": "/__w/app/app"}, PrependPath: []string{"/__w/_temp/bin"}, State: stateJSON})
 	}
 	var direct, viaNode, viaHook time.Duration
@@ -356,7 +357,7 @@ func TestHookStaleJob(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "still runs on "+h.work) {
 		t.Fatalf("prepare_job of the next job: exit %d: %s", code, out)
 	}
-	r, err := readResponse(resp, true, 0)
+	r, err := runnersim.ReadResponse(resp, true, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

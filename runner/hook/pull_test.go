@@ -26,6 +26,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/airlock-ci/airlock/internal/runnersim"
 	"github.com/airlock-ci/airlock/internal/testimage"
 	"github.com/airlock-ci/airlock/runner/images"
 )
@@ -135,8 +136,8 @@ func pushPulledImages(t testing.TB) pulledImages {
 		if err != nil {
 			t.Skipf("needs %s", bin)
 		}
-		copyIntoRoot(t, root, p)
-		copyLibsInto(t, root, p)
+		testimage.CopyIntoRoot(t, root, p)
+		testimage.CopyLibraries(t, root, p)
 	}
 	// An Alpine image, as far as the runner's isAlpine looks (its
 	// os-release), whose PATH goes first to a directory of its own.
@@ -241,14 +242,14 @@ func TestHookPulledImages(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("prepare_job: exit %d: %s", code, out)
 	}
-	r, err := readResponse(resp, true, 2)
+	r, err := runnersim.ReadResponse(resp, true, 2)
 	if err != nil {
 		t.Fatalf("the runner cannot read the response: %v", err)
 	}
 	var state map[string]any
 	json.Unmarshal(r.State, &state)
 	t.Cleanup(func() { h.cleanup(state) })
-	if s := r.services(); s[0].ID != "service-db" || s[1].ID != "service-cache" {
+	if s := r.Services(); s[0].ID != "service-db" || s[1].ID != "service-cache" {
 		t.Errorf("services: %+v", s)
 	}
 	// isAlpine is the pulled root's (prepare-job-test.ts's test, read

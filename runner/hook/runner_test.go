@@ -2,18 +2,15 @@ package hook
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"text/template"
 
 	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/internal/runnersim"
 	"github.com/airlock-ci/airlock/internal/testhost"
 	"github.com/airlock-ci/airlock/internal/testtool"
 	"github.com/airlock-ci/airlock/runner/report"
@@ -41,6 +38,8 @@ type runnerHost struct {
 	org                    string // the organisation policy's directory
 	origin                 string // the repository GitHub has (a clone the job never touches)
 	keyPub                 string
+	// sim is the runner's side: its payloads and directories.
+	sim runnersim.Runner
 	// job is prepare_job's payload (its container and services), which
 	// a test may change before h.prepare.
 	job payload
@@ -49,39 +48,12 @@ type runnerHost struct {
 	worker string
 }
 
-// payload fills a template of testdata/runner.
-type payload struct {
-	Response                                   string
-	Work, Externals, Temp, Actions, Tool, Home string
-	Workflow, FileCommands, Repo               string
-	// prepare_job's job container (none: NoContainer, a job with
-	// services only) and services.
-	NoContainer bool
-	Image       string
-	Options     *string
-	// The container's registry block: none unless one of these is set
-	// (RegistryUser "octocat" unless given).
-	RegistryUser, RegistryPassword string
-	Services                       []servicePayload
-	// A step's.
-	EntryPoint  string
-	Args        []string
-	Env         map[string]string
-	PrependPath any // a list, or a string (runners up to 2.293)
-	Dockerfile  *string
-	State       json.RawMessage
-}
-
-// servicePayload is one service of prepare_job.
-type servicePayload struct {
-	Image   string
-	Args    []string
-	Options *string
-	Env     map[string]string
-	Ports   []string
-	// The service's registry block: none unless RegistryUser is set.
-	RegistryUser, RegistryPassword string
-}
+// payload and servicePayload are the runner's prepare_job and step
+// payloads (internal/runnersim's templates).
+type (
+	payload        = runnersim.Payload
+	servicePayload = runnersim.Service
+)
 
 // agentWorkflow is what the agent's pull request adds: a workflow that
 // runs with the base repository's secrets.
@@ -97,10 +69,10 @@ func newRunnerHost(t testing.TB) *runnerHost {
 	h.work = filepath.Join(h.root, "_work")
 	h.temp = filepath.Join(h.work, "_temp")
 	h.externals = filepath.Join(h.root, "externals")
-	for _, d := range []string{h.temp, filepath.Join(h.temp, "_github_home"), filepath.Join(h.temp, "_github_workflow"), filepath.Join(h.temp, "_runner_file_commands"),
-		filepath.Join(h.temp, responsesDir), filepath.Join(h.work, "_actions"), filepath.Join(h.work, "_tool"), filepath.Join(h.externals, "node20", "bin")} {
-		os.MkdirAll(d, 0o755)
-	}
+	h.repo = filepath.Join(h.work, "app", "app")
+	h.sim = runnersim.Runner{Work: h.work, Disk: h.work, Externals: h.externals, Repo: h.repo}
+	h.sim.MakeDirs(t)
+	os.MkdirAll(filepath.Join(h.externals, "node20", "bin"), 0o755)
 	// The runner's node for JavaScript actions, where the runner keeps it.
 	linkOrCopy(t, nodeBinary(t), filepath.Join(h.externals, "node20", "bin", "node"))
 	repo, git := testhost.NewRepo(t)
@@ -118,20 +90,13 @@ func newRunnerHost(t testing.TB) *runnerHost {
 	git("commit", "-q", "-m", "agent")
 	h.head = git("rev-parse", "HEAD")
 	// The checkout, where the runner has it: _work/app/app.
-	h.repo = filepath.Join(h.work, "app", "app")
 	os.MkdirAll(filepath.Dir(h.repo), 0o755)
 	if out, err := exec.Command("cp", "-a", repo, h.repo).CombinedOutput(); err != nil {
 		t.Fatalf("%v %s", err, out)
 	}
 	// The runner runs as root: all of this is root's.
 	h.origin = repo
-	event := map[string]any{"action": "opened", "number": 7, "pull_request": map[string]any{
-		"number": 7, "user": map[string]any{"login": "Copilot", "type": "Bot"},
-		"head": map[string]any{"ref": "copilot/x", "sha": h.head, "repo": map[string]any{"full_name": "acme/app"}},
-		"base": map[string]any{"ref": "main", "sha": h.base, "repo": map[string]any{"full_name": "acme/app"}},
-	}}
-	eb, _ := json.Marshal(event)
-	os.WriteFile(filepath.Join(h.temp, "_github_workflow", "event.json"), eb, 0o644)
+	h.sim.WriteEvent(t, h.base, h.head)
 
 	state := stateDir(t)
 	dir := t.TempDir()
@@ -186,69 +151,11 @@ func (h *runnerHost) hooksRoot() string {
 	return ""
 }
 
-// render fills a template of testdata/runner with p and this host's
-// paths, as one compact line, as the runner writes it.
+// render fills a template of the runner's payloads with p and this
+// host's paths, as one compact line, as the runner writes it.
 func (h *runnerHost) render(command string, p payload) []byte {
 	h.t.Helper()
-	p.Work, p.Externals, p.Temp = h.work, h.externals, h.temp
-	p.Actions, p.Tool = filepath.Join(h.work, "_actions"), filepath.Join(h.work, "_tool")
-	p.Home, p.Workflow = filepath.Join(h.temp, "_github_home"), filepath.Join(h.temp, "_github_workflow")
-	p.FileCommands, p.Repo = filepath.Join(h.temp, "_runner_file_commands"), h.repo
-	return renderPayload(h.t, command, p)
-}
-
-// renderPayload fills a template of testdata/runner with p (its paths
-// included), as one compact line, as the runner writes it.
-func renderPayload(t testing.TB, command string, p payload) []byte {
-	t.Helper()
-	if p.State == nil {
-		p.State = json.RawMessage("null")
-	}
-	tmpl, err := template.New(command + ".json").Funcs(template.FuncMap{"json": func(v any) (string, error) {
-		b, err := json.Marshal(v)
-		return string(b), err
-	}, "registryServer": registryServer}).ParseFiles(filepath.Join("testdata", "runner", command+".json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b, line bytes.Buffer
-	if err := tmpl.Execute(&b, p); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Compact(&line, b.Bytes()); err != nil {
-		t.Fatalf("%s: %v\n%s", command, err, b.String())
-	}
-	return line.Bytes()
-}
-
-// registryServer is the serverUrl the runner sends with a container's
-// credentials (actions/runner src/Runner.Worker/Container/DockerUtil.cs,
-// ParseRegistryHostnameFromImageName, as ContainerInfo.cs sets
-// RegistryServer): the first component of a name of two that has a ':'
-// or a '.', the first of a name of three or more, else "" (Docker Hub).
-func registryServer(image string) string {
-	parts := strings.Split(image, "/")
-	switch {
-	case len(parts) == 2 && strings.ContainsAny(parts[0], ":."):
-		return parts[0]
-	case len(parts) > 2:
-		return parts[0]
-	}
-	return ""
-}
-
-// newResponseFile is where the runner wants the call's response: a new
-// empty file in _runner_hook_responses (GenerateResponsePath,
-// IOUtil.CreateEmptyFile).
-func (h *runnerHost) newResponseFile() string {
-	b := make([]byte, 16)
-	rand.Read(b)
-	p := filepath.Join(h.temp, responsesDir, hex.EncodeToString(b)+".json")
-	os.MkdirAll(filepath.Dir(p), 0o755)
-	if err := os.WriteFile(p, nil, 0o644); err != nil {
-		h.t.Fatal(err)
-	}
-	return p
+	return runnersim.Render(h.t, command, h.sim.Fill(p))
 }
 
 // call launches the hook as the runner does, with input on its standard
@@ -280,7 +187,7 @@ func (h *runnerHost) call(input []byte) (int, string) {
 // response file is made and named as the runner does.
 func (h *runnerHost) send(command string, p payload) (code int, out, response string) {
 	h.t.Helper()
-	p.Response = h.newResponseFile()
+	p.Response = h.sim.NewResponseFile(h.t)
 	code, out = h.call(h.render(command, p))
 	return code, out, p.Response
 }
@@ -293,7 +200,7 @@ func (h *runnerHost) prepare() map[string]any {
 	if code != 0 {
 		h.t.Fatalf("prepare_job: exit %d: %s", code, out)
 	}
-	r, err := readResponse(resp, true, len(h.job.Services))
+	r, err := runnersim.ReadResponse(resp, true, len(h.job.Services))
 	if err != nil {
 		h.t.Fatalf("prepare_job's response: %v", err)
 	}
@@ -329,19 +236,8 @@ func (h *runnerHost) step(state map[string]any, script string) (int, string) {
 // cut at single spaces as the runner cuts it.
 func (h *runnerHost) script(state map[string]any, shell, format, script string, env map[string]string) (int, string) {
 	h.t.Helper()
-	b := make([]byte, 8)
-	rand.Read(b)
-	name := hex.EncodeToString(b) + ".sh"
-	os.WriteFile(filepath.Join(h.temp, name), []byte(script), 0o644)
-	stepEnv := map[string]string{"GITHUB_WORKSPACE": "/__w/app/app", "STEP_VAR": "x"}
-	for k, v := range env {
-		stepEnv[k] = v
-	}
 	stateJSON, _ := json.Marshal(state)
-	code, out, _ := h.send(RunScriptStep, payload{
-		EntryPoint: shell, Args: strings.Split(strings.ReplaceAll(format, "{0}", "/__w/_temp/"+name), " "),
-		Env: stepEnv, PrependPath: []string{"/__w/_temp/bin"}, State: stateJSON,
-	})
+	code, out, _ := h.send(RunScriptStep, h.sim.ScriptStep(h.t, stateJSON, shell, format, script, env))
 	return code, out
 }
 
@@ -349,87 +245,6 @@ func (h *runnerHost) cleanup(state map[string]any) (int, string) {
 	stateJSON, _ := json.Marshal(state)
 	code, out, _ := h.send(CleanupJob, payload{State: stateJSON})
 	return code, out
-}
-
-// runnerResponse is prepare_job's response as the runner reads it
-// (HookResponse.cs: PrepareJobResponse); pointers tell a null from a
-// missing value.
-type runnerResponse struct {
-	State   json.RawMessage `json:"state"`
-	Context *struct {
-		Container *struct {
-			ID      *string `json:"id"`
-			Network *string `json:"network"`
-		} `json:"container"`
-		Services json.RawMessage `json:"services"`
-	} `json:"context"`
-	IsAlpine *bool `json:"isAlpine"`
-}
-
-// responseService is one entry of context.services.
-type responseService struct {
-	ID      string             `json:"id"`
-	Network string             `json:"network"`
-	Ports   *map[string]string `json:"ports"`
-}
-
-// services are the response's services (none when it has none).
-func (r runnerResponse) services() []responseService {
-	var list []responseService
-	if r.Context != nil {
-		json.Unmarshal(r.Context.Services, &list)
-	}
-	return list
-}
-
-// readResponse reads a response file the way the runner does
-// (ContainerHookManager.GetResponse and UpdateJobContext) and fails where
-// the runner would: no file or an empty one for a job with a container,
-// isAlpine missing, a state that is not an object (SaveHookState keeps
-// the old one), services null, more of them than were asked for, or one
-// with null ports (the runner iterates them without a null check).
-// Encoding/json, like Newtonsoft, matches names without regard to case.
-func readResponse(path string, hasContainer bool, services int) (runnerResponse, error) {
-	var r runnerResponse
-	b, err := os.ReadFile(path)
-	if err != nil || len(bytes.TrimSpace(b)) == 0 {
-		if hasContainer {
-			return r, fmt.Errorf("response file is required but not found or empty: %v", err)
-		}
-		return r, nil
-	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return r, fmt.Errorf("response %q: %v", b, err)
-	}
-	os.Remove(path) // the runner deletes it once read
-	switch {
-	case hasContainer && r.IsAlpine == nil:
-		return r, fmt.Errorf("the property 'isAlpine' is required but was not found in the response file: %s", b)
-	case len(r.State) == 0 || r.State[0] != '{':
-		return r, fmt.Errorf("state is not an object: %s", b)
-	case r.Context == nil:
-		return r, nil // the runner sets no job context then
-	case r.Context.Container != nil && r.Context.Container.ID == nil:
-		return r, fmt.Errorf("context.container has no id: %s", b)
-	}
-	if string(r.Context.Services) == "null" {
-		return r, fmt.Errorf("context.services is null: the runner counts it: %s", b)
-	}
-	if len(r.Context.Services) > 0 {
-		var list []responseService
-		if err := json.Unmarshal(r.Context.Services, &list); err != nil {
-			return r, fmt.Errorf("context.services: %v: %s", err, b)
-		}
-		if len(list) != services {
-			return r, fmt.Errorf("%d services answered for %d asked (the runner matches them by index): %s", len(list), services, b)
-		}
-		for i, s := range list {
-			if s.Ports == nil {
-				return r, fmt.Errorf("services[%d].ports is null: the runner dereferences it: %s", i, b)
-			}
-		}
-	}
-	return r, nil
 }
 
 // The event payload decides the pull request, and so the policy: one
