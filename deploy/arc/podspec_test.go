@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"sigs.k8s.io/yaml"
 )
 
@@ -328,5 +330,79 @@ func TestEnvFromSecret(t *testing.T) {
 		if e.ValueFrom != nil && (e.ValueFrom.SecretKeyRef == nil || !e.ValueFrom.SecretKeyRef.Optional) {
 			t.Errorf("env %s: a value from anything but an optional Secret key: a Secret without it would keep the pod from starting", e.Name)
 		}
+	}
+}
+
+// The Dockerfile builds the image the values and the pod test assume: a
+// base of actions-runner named by digest only (a build without one, or
+// with a tag in its place, is an invalid reference), the files it copies
+// taken from what make build and the repository have, put where the
+// values' environment and the pod test look for them.
+func TestDockerfile(t *testing.T) {
+	b, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Instructions, with their continuation lines joined.
+	var instructions [][]string
+	for _, line := range strings.Split(strings.ReplaceAll(string(b), "\\\n", " "), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && !strings.HasPrefix(f[0], "#") {
+			instructions = append(instructions, f)
+		}
+	}
+	env := map[string]string{}
+	copies := map[string]string{} // destination -> source
+	var from string
+	for _, in := range instructions {
+		switch in[0] {
+		case "FROM":
+			from = in[1]
+		case "COPY":
+			args := slices.DeleteFunc(slices.Clone(in[1:]), func(a string) bool { return strings.HasPrefix(a, "--") })
+			copies[args[len(args)-1]] = args[0]
+		case "ENV":
+			for _, kv := range in[1:] {
+				k, v, _ := strings.Cut(kv, "=")
+				env[k] = v
+			}
+		}
+	}
+	for _, tc := range []struct {
+		digest string
+		valid  bool
+	}{
+		{"sha256:" + strings.Repeat("ab", 32), true},
+		{"", false},
+		{"2.321.0", false},
+		{"latest", false},
+	} {
+		ref := strings.ReplaceAll(from, "${RUNNER_DIGEST}", tc.digest)
+		d, err := name.NewDigest(ref)
+		if (err == nil) != tc.valid || (err == nil && d.Context().Name() != "ghcr.io/actions/actions-runner") {
+			t.Errorf("FROM %s with RUNNER_DIGEST=%q: %v, want valid %v (actions-runner by digest)", from, tc.digest, err, tc.valid)
+		}
+	}
+	for _, src := range copies {
+		if src == "bin/airlock" {
+			mk, _ := os.ReadFile("../../Makefile")
+			if !strings.Contains(string(mk), "-o bin/airlock ./cmd/airlock") {
+				t.Errorf("COPY %s: make build does not make it", src)
+			}
+		} else if _, err := os.Stat(filepath.Join("../..", src)); err != nil {
+			t.Errorf("COPY %s: not in the repository: %v", src, err)
+		}
+	}
+	if copies[podHook] != "runner/hook/index.js" || copies["/usr/local/bin/airlock"] != "bin/airlock" {
+		t.Errorf("the Dockerfile copies %v: want the hook at %s and airlock at /usr/local/bin/airlock", copies, podHook)
+	}
+	// The values set the same: the image works with or without them.
+	v := readValues(t)
+	for _, e := range v.Template.Spec.Containers[0].Env {
+		if want, ok := env[e.Name]; ok && e.Value != want {
+			t.Errorf("%s is %q in the Dockerfile and %q in the values", e.Name, want, e.Value)
+		}
+	}
+	if env["ACTIONS_RUNNER_CONTAINER_HOOKS"] != podHook || env["AIRLOCK_BIN"] != "/usr/local/bin/airlock" {
+		t.Errorf("the Dockerfile's environment %v: want ACTIONS_RUNNER_CONTAINER_HOOKS=%s and AIRLOCK_BIN=/usr/local/bin/airlock", env, podHook)
 	}
 }
