@@ -120,7 +120,7 @@ func BenchmarkIdleMemory(b *testing.B) {
 			b.Fatalf("exec: %v %+v", err, res)
 		}
 		time.Sleep(time.Second) // let it settle
-		mem := sb.cg.memoryDir()
+		mem := sb.cg.MemoryDir()
 		pss += float64(cgroupPSS(mem))
 		if v, err := os.ReadFile(filepath.Join(mem, "memory.usage_in_bytes")); err == nil {
 			n, _ := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64)

@@ -34,6 +34,11 @@
 // where it cannot boot is refused before anything is created. runsc's
 // logs of a failed start are kept under the shared root, never printed.
 //
+// Cgroups: package cgroup finds airlock's own and the job's below them
+// (or, in a pod, the enclosing ones, whose limits then bound the job);
+// this package gives runsc the job's cgroupsPath, reads the limits a step
+// hit from the set, and removes it with the sandbox.
+//
 // runsc runs in two ways: its Go API in this process creates, starts,
 // execs in and destroys containers (create.go, control.go), and the gofer
 // and sandbox processes it starts are our own binary (/proc/self/exe)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-ci/airlock/gvisor/cgroup"
 	"github.com/airlock-ci/airlock/internal/podlike"
 )
 
@@ -27,21 +28,21 @@ func TestEnclosedCgroups(t *testing.T) {
 		podlike.Run(t, "^TestEnclosedCgroups$", l, "TestEnclosedCgroups")
 		return
 	}
-	if !cgroupsFor().readOnly() {
+	if !cgroup.Own().ReadOnly() {
 		t.Fatal("the cgroup file system is writable: the set-up did not make it read-only")
 	}
-	if info := HostCgroups(); !info.ReadOnly || info.Enclosing == nil || info.Enclosing.Memory != enclosedLimit {
-		t.Fatalf("HostCgroups() = %+v, want read-only with the enclosing %d bytes", info, enclosedLimit)
+	if info := cgroup.Host(); !info.ReadOnly || info.Enclosing == nil || info.Enclosing.Memory != enclosedLimit {
+		t.Fatalf("cgroup.Host() = %+v, want read-only with the enclosing %d bytes", info, enclosedLimit)
 	}
 	sb := newTestSandbox(t, nil)
 	enc, ok := sb.Enclosing()
 	if !ok || enc.Memory != enclosedLimit {
 		t.Fatalf("Enclosing() = %+v, %t; want the enclosing cgroup's %d bytes", enc, ok, enclosedLimit)
 	}
-	if sb.cg.dirs == nil || !sb.cg.enclosed {
+	if sb.cg.Dirs() == nil || !sb.cg.Enclosed() {
 		t.Fatalf("cgroups %+v", sb.cg)
 	}
-	for _, d := range sb.cg.dirs {
+	for _, d := range sb.cg.Dirs() {
 		if strings.Contains(d, "airlock-"+sb.ID()) {
 			t.Errorf("a cgroup of the job's own: %s", d)
 		}

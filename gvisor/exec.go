@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-ci/airlock/gvisor/cgroup"
 	"github.com/airlock-ci/airlock/gvisor/quota"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -213,8 +214,8 @@ type usage struct {
 }
 
 func (s *Sandbox) usage() usage {
-	kills, _ := s.cg.oomKills()
-	return usage{forksRefused: s.record.ForkRefused(), oomKills: kills, pidsHits: s.cg.pidsHits()}
+	kills, _ := s.cg.OOMKills()
+	return usage{forksRefused: s.record.ForkRefused(), oomKills: kills, pidsHits: s.cg.PidsHits()}
 }
 
 // settle completes the result of a step or container whose process has
@@ -300,25 +301,25 @@ func (s *Sandbox) stopStep(pid int32, exited <-chan exit) exit {
 // detectLimit works out which limit, if any, a finished step ran into.
 // diskFull, when not nil, tells whether its writable filesystems are full.
 func (s *Sandbox) detectLimit(exitCode int, before usage, diskFull func() bool) string {
-	if kills, _ := s.cg.oomKills(); kills > before.oomKills {
+	if kills, _ := s.cg.OOMKills(); kills > before.oomKills {
 		s.markDead("killed by the host after hitting the memory limit")
 		return LimitOOM
 	}
 	// A step that exited 0 ran in a live sandbox; only a failure can
 	// mean the sandbox itself died.
 	if exitCode != 0 && !s.ctl.running() {
-		if _, hits := s.cg.oomKills(); hits > 0 {
+		if _, hits := s.cg.OOMKills(); hits > 0 {
 			s.markDead("killed by the host after hitting the memory limit")
 			return LimitOOM
 		}
-		if s.cg.pidsHits() > before.pidsHits {
+		if s.cg.PidsHits() > before.pidsHits {
 			s.markDead("stopped after the host's process limit refused it a thread")
 			return LimitPids
 		}
 		s.markDead(s.crashReason())
 		return ""
 	}
-	if s.record.ForkRefused() > before.forksRefused || s.cg.pidsHits() > before.pidsHits {
+	if s.record.ForkRefused() > before.forksRefused || s.cg.PidsHits() > before.pidsHits {
 		return LimitPids
 	}
 	// Under a flood of events the sentry may drop the refused forks; a
@@ -403,13 +404,13 @@ func (s *Sandbox) diskFull(ctx context.Context) bool {
 // limitMessage says which limit a step hit, with its value: l's, or for
 // memory, where the job runs in the cgroup enclosing airlock (cg), that
 // cgroup's.
-func limitMessage(limit string, l Limits, cg cgroups, timeout time.Duration) string {
+func limitMessage(limit string, l Limits, cg cgroup.Set, timeout time.Duration) string {
 	switch limit {
 	case LimitTimeout:
 		return fmt.Sprintf("step killed: it ran longer than its timeout (%s)", timeout)
 	case LimitOOM:
-		if cg.enclosed {
-			return fmt.Sprintf("sandbox killed: the job exceeded the memory limit of the cgroup enclosing airlock (%s; the pod's); later steps cannot run", humanBytes(cg.enclosingLimits().Memory))
+		if cg.Enclosed() {
+			return fmt.Sprintf("sandbox killed: the job exceeded the memory limit of the cgroup enclosing airlock (%s; the pod's); later steps cannot run", humanBytes(cg.EnclosingLimits().Memory))
 		}
 		return fmt.Sprintf("sandbox killed: the job exceeded its memory limit (%s); later steps cannot run", humanBytes(l.Memory))
 	case LimitPids:

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/airlock-ci/airlock/gvisor/cgroup"
 	"github.com/airlock-ci/airlock/gvisor/quota"
 	"golang.org/x/sys/unix"
 )
@@ -69,7 +70,7 @@ func reapOne(ctx context.Context, dir, id string) (Reaped, bool, error) {
 		json.Unmarshal(b, &own)
 	}
 	r := runsc{global: []string{"--root=" + filepath.Join(dir, "runsc"), "--shared-root=" + sharedRoot, "--log=" + filepath.Join(dir, "runsc.log")}, logDir: dir}
-	err = destroyJob(r, id, dir, cgroups{dirs: own.Cgroups})
+	err = destroyJob(r, id, dir, cgroup.Recorded(own.Cgroups))
 	// The volume's own record names its workspace: released even when the
 	// owner file was never written.
 	if _, rerr := quota.Release(volumeDir(filepath.Dir(filepath.Dir(dir)), id)); rerr != nil {

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/runsc/container"
 
+	"github.com/airlock-ci/airlock/gvisor/cgroup"
 	"github.com/airlock-ci/airlock/gvisor/monitor"
 	"github.com/airlock-ci/airlock/gvisor/platform"
 	"github.com/airlock-ci/airlock/gvisor/quota"
@@ -31,7 +32,7 @@ type Sandbox struct {
 	lock     *os.File // flock held for the sandbox's lifetime
 	record   *monitor.Record
 	recv     *monitor.Receiver
-	cg       cgroups
+	cg       cgroup.Set
 	ctl      *controller   // set once the sandbox runs
 	shim     string        // the exec shim's host file ("" where there is none)
 	volume   *quota.Volume // bounds the workspace (nil: no limit)
@@ -221,12 +222,12 @@ func (s *Sandbox) prepare(exe string) error {
 	if err != nil {
 		return err
 	}
-	cgPath, cg, err := jobCgroup(s.cfg.ID)
+	cgPath, cg, err := cgroup.ForJob(s.cfg.ID)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrStartFailure, err)
 	}
 	spec.Linux.CgroupsPath, s.cg = cgPath, cg
-	if cg.enclosed {
+	if cg.Enclosed() {
 		// runsc would write the spec's limits into cgroups of its own;
 		// here the enclosing cgroups bound the job (Sandbox.Enclosing).
 		spec.Linux.Resources = nil
@@ -241,8 +242,8 @@ func (s *Sandbox) prepare(exe string) error {
 		return err
 	}
 	own := owner{ID: s.cfg.ID, PID: os.Getpid(), Created: time.Now().UTC(), Workspace: s.cfg.Workspace, UID: s.cfg.User.UID}
-	if !s.cg.enclosed {
-		own.Cgroups = s.cg.dirs // a reaper removes them; never the enclosing ones
+	if !s.cg.Enclosed() {
+		own.Cgroups = s.cg.Dirs() // a reaper removes them; never the enclosing ones
 	}
 	if err := writeJSON(filepath.Join(s.dir, "owner.json"), own); err != nil {
 		return err
@@ -344,7 +345,7 @@ func (s *Sandbox) startOnce() error {
 // where it runs in the enclosing ones, runsc makes none.
 func (s *Sandbox) newRunsc() runsc {
 	r := newRunsc(s.cfg, s.dir)
-	if s.cg.enclosed {
+	if s.cg.Enclosed() {
 		r.global = append(r.global, "--ignore-cgroups")
 	}
 	return r
@@ -354,11 +355,11 @@ func (s *Sandbox) newRunsc() runsc {
 // airlock (the cgroup file system is read-only here, as in a pod), what
 // bounds it; ok is false where airlock made the sandbox's own cgroup and
 // the configured limits hold.
-func (s *Sandbox) Enclosing() (e Enclosing, ok bool) {
-	if !s.cg.enclosed {
-		return Enclosing{}, false
+func (s *Sandbox) Enclosing() (e cgroup.Enclosing, ok bool) {
+	if !s.cg.Enclosed() {
+		return cgroup.Enclosing{}, false
 	}
-	return s.cg.enclosingLimits(), true
+	return s.cg.EnclosingLimits(), true
 }
 
 // ID is the job id.
@@ -491,7 +492,7 @@ func (s *Sandbox) Released() Workspace { return s.released }
 // state, kills any process still naming the job directory and removes its
 // cgroups. Shared by Destroy and Reap, so a crashed airlock's leftovers
 // get exactly the same cleanup.
-func destroyJob(r runsc, id, dir string, cg cgroups) error {
+func destroyJob(r runsc, id, dir string, cg cgroup.Set) error {
 	var errs []error
 	// runsc's own destroy, in-process, when its state is there: it kills
 	// the containers' processes and gofers, the sandbox, and removes their
@@ -514,7 +515,7 @@ func destroyJob(r runsc, id, dir string, cg cgroups) error {
 	// a failed destroy: find the processes by their command line, which
 	// names the job directory.
 	killProcessesUsing(dir)
-	if err := cg.remove(); err != nil {
+	if err := cg.Remove(); err != nil {
 		errs = append(errs, err)
 	}
 	unmountUnder(dir)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-ci/airlock/gvisor/cgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -347,7 +348,7 @@ func TestReapAfterSIGKILL(t *testing.T) {
 			if b, err := os.ReadFile(filepath.Join(ws, "written")); string(b) != "job\n" {
 				t.Errorf("what the killed job wrote was not merged into the workspace: %q %v", b, err)
 			}
-			for _, d := range cgroupsFor().child("airlock-" + id).dirs {
+			for _, d := range cgroup.Own().Child("airlock-" + id).Dirs() {
 				if _, err := os.Stat(d); err == nil {
 					t.Errorf("cgroup %s survives reaping", d)
 				}
@@ -553,7 +554,7 @@ func TestDirectoryRootFS(t *testing.T) {
 // The CPU quota reaches the host cgroup of the sandbox.
 func TestCPUQuota(t *testing.T) {
 	sb := newTestSandbox(t, func(c *Config) { c.Limits.CPUs = 0.5 })
-	for _, d := range sb.cg.dirs {
+	for _, d := range sb.cg.Dirs() {
 		b, err := os.ReadFile(filepath.Join(d, "cpu.cfs_quota_us"))
 		if err != nil {
 			continue

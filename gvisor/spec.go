@@ -69,7 +69,7 @@ func buildSpec(c Config, skeleton, exe, reaper, shim, emptyFile string) (*specs.
 				{Type: specs.MountNamespace},
 				{Type: specs.NetworkNamespace, Path: c.NetNS},
 			},
-			// CgroupsPath is set by the caller (jobCgroup): below
+			// CgroupsPath is set by the caller (cgroup.ForJob): below
 			// airlock's own cgroup, so that a runner host's limits on
 			// airlock also bound its sandboxes.
 			Resources: resources(c.Limits),

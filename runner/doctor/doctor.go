@@ -34,6 +34,7 @@ import (
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/gvisor/cgroup"
 	"github.com/airlock-ci/airlock/gvisor/quota"
 	"github.com/airlock-ci/airlock/internal/buildinfo"
 	"github.com/airlock-ci/airlock/internal/input"
@@ -208,7 +209,7 @@ func kernelAtLeast(release string, min [2]int) ([2]int, bool) {
 // enclosedCheck is the cgroups line where the cgroup file system is
 // read-only (a pod's container): jobs run in the enclosing cgroup, and
 // only its limits hold.
-func enclosedCheck(detail string, e gvisor.Enclosing) Check {
+func enclosedCheck(detail string, e cgroup.Enclosing) Check {
 	detail += "; read-only (a container that is not privileged): jobs run in the enclosing cgroup, one job per pod, and the policy's memory and CPU limits do not hold here"
 	var unset []string
 	if e.Memory > 0 {
@@ -228,7 +229,7 @@ func enclosedCheck(detail string, e gvisor.Enclosing) Check {
 }
 
 func checkCgroups(context.Context, Options) []Check {
-	info := gvisor.HostCgroups()
+	info := cgroup.Host()
 	where := info.Cgroup
 	if where == "" {
 		where = "/"

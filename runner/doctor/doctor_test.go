@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/gvisor/cgroup"
 	"github.com/airlock-ci/airlock/internal/leakcheck"
 	"github.com/airlock-ci/airlock/internal/testhost"
 )
@@ -227,13 +228,13 @@ func TestWriteText(t *testing.T) {
 func TestEnclosedCheck(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		e      gvisor.Enclosing
+		e      cgroup.Enclosing
 		status string
 		want   []string
 	}{
-		{"pod with limits", gvisor.Enclosing{Memory: 8 << 30, CPUs: 2}, "ok", []string{"read-only", "enclosing cgroup", "policy's memory and CPU limits do not hold", "memory limit 8.0 GiB", "CPU limit 2"}},
-		{"pod without a memory limit", gvisor.Enclosing{CPUs: 2}, "warn", []string{"nothing bounds a job's memory", "resources.limits (memory)"}},
-		{"pod without limits", gvisor.Enclosing{}, "warn", []string{"nothing bounds a job's memory or cpu", "resources.limits (memory, cpu)"}},
+		{"pod with limits", cgroup.Enclosing{Memory: 8 << 30, CPUs: 2}, "ok", []string{"read-only", "enclosing cgroup", "policy's memory and CPU limits do not hold", "memory limit 8.0 GiB", "CPU limit 2"}},
+		{"pod without a memory limit", cgroup.Enclosing{CPUs: 2}, "warn", []string{"nothing bounds a job's memory", "resources.limits (memory)"}},
+		{"pod without limits", cgroup.Enclosing{}, "warn", []string{"nothing bounds a job's memory or cpu", "resources.limits (memory, cpu)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := enclosedCheck("v2 layout", tc.e)

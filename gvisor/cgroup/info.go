@@ -1,4 +1,4 @@
-package gvisor
+package cgroup
 
 import (
 	"os"
@@ -6,9 +6,9 @@ import (
 	"strings"
 )
 
-// CgroupInfo is the host's cgroup layout as a job's sandbox meets it:
+// Info is the host's cgroup layout as a job's sandbox meets it:
 // for `airlock doctor`.
-type CgroupInfo struct {
+type Info struct {
 	// Layout is v1 (controller hierarchies only), hybrid (v1 controllers
 	// and a unified v2 mount without them), v2 (the unified hierarchy
 	// alone) or none (no cgroup file system at /sys/fs/cgroup).
@@ -37,21 +37,21 @@ type CgroupInfo struct {
 // memory (--memory), pids (--pids) and cpu (--cpus).
 var limitControllers = []string{"memory", "pids", "cpu"}
 
-// HostCgroups inspects this host's cgroups from this process's view.
-func HostCgroups() CgroupInfo {
+// Host inspects this host's cgroups from this process's view.
+func Host() Info {
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	self, _ := os.ReadFile("/proc/self/cgroup")
-	info := cgroupInfo(string(mi), string(self), os.ReadFile)
-	if own := cgroupsIn(string(mi), string(self)); info.Layout != "none" && own.readOnly() {
-		e := own.enclosingLimits()
+	info := info(string(mi), string(self), os.ReadFile)
+	if own := In(string(mi), string(self)); info.Layout != "none" && own.ReadOnly() {
+		e := own.EnclosingLimits()
 		info.ReadOnly, info.Enclosing = true, &e
 	}
 	return info
 }
 
-// cgroupInfo reads the layout from mountinfo and /proc/self/cgroup's
+// info reads the layout from mountinfo and /proc/self/cgroup's
 // text; read reads a file of the unified hierarchy.
-func cgroupInfo(mountinfo, self string, read func(string) ([]byte, error)) CgroupInfo {
+func info(mountinfo, self string, read func(string) ([]byte, error)) Info {
 	var rootType string
 	var v1, unified bool
 	for _, line := range strings.Split(mountinfo, "\n") {
@@ -69,7 +69,7 @@ func cgroupInfo(mountinfo, self string, read func(string) ([]byte, error)) Cgrou
 			unified = true
 		}
 	}
-	info := CgroupInfo{Layout: "none"}
+	info := Info{Layout: "none"}
 	switch {
 	case rootType == "cgroup2":
 		info.Layout = "v2"

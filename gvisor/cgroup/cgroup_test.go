@@ -1,7 +1,8 @@
-package gvisor
+package cgroup
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // unifiedMount is where this host mounts the cgroup v2 hierarchy (all of
@@ -36,12 +38,14 @@ func unifiedMount() string {
 // controller the hierarchy does not delegate is refused in one line that
 // names it and says how to delegate it.
 func TestPrepareV2(t *testing.T) {
-	requireRoot(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it makes cgroups")
+	}
 	mount := unifiedMount()
 	if mount == "" {
 		t.Skip("no cgroup v2 hierarchy mounted on this host")
 	}
-	own := "/airlock-test-" + strings.TrimPrefix(newID(), "job-")
+	own := fmt.Sprintf("/airlock-test-%d-%d", os.Getpid(), time.Now().UnixNano())
 	dir := filepath.Join(mount, own)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Skipf("cannot create a cgroup in %s (%v): the v2 preparation is tested where one can", mount, err)
@@ -98,12 +102,12 @@ func TestPrepareV2(t *testing.T) {
 // The host's pids limit is read where v1 and v2 keep it: pids.events.
 func TestPidsHits(t *testing.T) {
 	dir := t.TempDir()
-	cg := cgroups{dirs: []string{filepath.Join(dir, "memory-only"), dir}}
-	if n := cg.pidsHits(); n != 0 {
+	cg := Set{dirs: []string{filepath.Join(dir, "memory-only"), dir}}
+	if n := cg.PidsHits(); n != 0 {
 		t.Errorf("no pids.events: %d", n)
 	}
 	os.WriteFile(filepath.Join(dir, "pids.events"), []byte("max 7\n"), 0o644)
-	if n := cg.pidsHits(); n != 7 {
+	if n := cg.PidsHits(); n != 7 {
 		t.Errorf("pids.events max 7: %d", n)
 	}
 }
@@ -138,7 +142,7 @@ func TestCgroupsIn(t *testing.T) {
 		{"v2 host", v2, "0::/system.slice/runner.service\n", "airlock-1", []string{"/sys/fs/cgroup/system.slice/runner.service/airlock-1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := cgroupsIn(tc.mounts, tc.self).child(tc.job).dirs
+			got := In(tc.mounts, tc.self).Child(tc.job).dirs
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("dirs %q, want %q", got, tc.want)
 			}

@@ -1,4 +1,4 @@
-package gvisor
+package cgroup
 
 import (
 	"errors"
@@ -43,7 +43,7 @@ func TestCgroupInfo(t *testing.T) {
 		{"v2, no io or pids at the root", v2Mounts, v2Self, controllers("cpuset cpu memory"), "v2", "/system.slice/runner.service", []string{"cpuset", "cpu", "memory"}, []string{"io", "pids"}},
 		{"none", "22 1 0:20 / /sys rw - sysfs sysfs rw\n", "", controllers(""), "none", "", nil, []string{"memory", "pids", "cpu"}},
 	} {
-		got := cgroupInfo(tc.mounts, tc.self, tc.read)
+		got := info(tc.mounts, tc.self, tc.read)
 		if got.Layout != tc.layout || got.Cgroup != tc.cgroup || !slices.Equal(got.Available, tc.available) || !slices.Equal(got.Missing, tc.missed) {
 			t.Errorf("%s: %+v", tc.name, got)
 		}

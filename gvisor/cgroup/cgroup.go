@@ -1,4 +1,15 @@
-package gvisor
+// Package cgroup finds and reads the host cgroups a job's sandbox runs
+// in: airlock's own cgroup in each hierarchy (Own, from mountinfo and
+// /proc/self/cgroup), the job's cgroup below it that runsc makes (ForJob:
+// a relative path on v1, a prepared absolute one on pure v2), what its
+// controllers report after a step (OOM kills, pids refusals), and its
+// removal. Where the cgroup file system is read-only (a container that
+// is not privileged, such as a Kubernetes pod's) it makes nothing: the
+// job runs in the cgroups enclosing airlock, whose limits it reads
+// (EnclosingLimits). Host describes the layout for airlock doctor.
+//
+// Layer 1: primitives; imports nothing of airlock's.
+package cgroup
 
 import (
 	"errors"
@@ -16,23 +27,34 @@ import (
 // cgroupRoot is where the host mounts its cgroup hierarchies.
 const cgroupRoot = "/sys/fs/cgroup"
 
-// cgroups are the host cgroup directories runsc creates for one sandbox:
+// Set is the host cgroup directories runsc creates for one sandbox:
 // the job's relative cgroupsPath joined to airlock's own cgroup in every
 // hierarchy (v1 controllers, and the v2 unified one). Where the cgroup
 // file system is read-only (a container that is not privileged, such as
-// a Kubernetes pod's), airlock makes none: dirs are then the cgroups
-// that enclose airlock (the pod's), read for their limits and events,
-// never written or removed, and enclosed is set.
-type cgroups struct {
+// a Kubernetes pod's), airlock makes none: the directories are then the
+// cgroups that enclose airlock (the pod's), read for their limits and
+// events, never written or removed, and Enclosed is true.
+type Set struct {
 	dirs     []string
 	enclosed bool
 }
 
-// readOnly reports, of airlock's own cgroups (cgroupsFor), whether the
+// Recorded is the set of a job's cgroup directories as its sandbox's
+// record kept them, for a reaper to remove.
+func Recorded(dirs []string) Set { return Set{dirs: slices.Clone(dirs)} }
+
+// Dirs are the set's directories, one per hierarchy.
+func (c Set) Dirs() []string { return slices.Clone(c.dirs) }
+
+// Enclosed says the set is the cgroups enclosing airlock, not a job's
+// own: nothing of it is airlock's to write or remove.
+func (c Set) Enclosed() bool { return c.enclosed }
+
+// ReadOnly reports, of airlock's own cgroups (Own), whether the
 // cgroup file system is mounted read-only here (the unified hierarchy,
 // or a v1 hierarchy of airlock's), as a container runtime mounts it for
 // a container that is not privileged.
-func (c cgroups) readOnly() bool {
+func (c Set) ReadOnly() bool {
 	var st unix.Statfs_t
 	if unix.Statfs(cgroupRoot, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
 		return st.Flags&unix.ST_RDONLY != 0
@@ -45,13 +67,13 @@ func (c cgroups) readOnly() bool {
 	return false
 }
 
-// child is the cgroup name below each of c's directories.
-func (c cgroups) child(name string) cgroups {
+// Child is the cgroup name below each of c's directories.
+func (c Set) Child(name string) Set {
 	dirs := make([]string, len(c.dirs))
 	for i, d := range c.dirs {
 		dirs[i] = filepath.Join(d, name)
 	}
-	return cgroups{dirs: dirs}
+	return Set{dirs: dirs}
 }
 
 // Enclosing is what bounds a job that runs in the cgroups enclosing
@@ -62,9 +84,9 @@ type Enclosing struct {
 	CPUs   float64 `json:"cpus"`
 }
 
-// enclosingLimits reads the limits of the cgroups enclosing airlock:
+// EnclosingLimits reads the limits of the cgroups enclosing airlock:
 // v2 memory.max and cpu.max, v1 memory.limit_in_bytes and the CFS quota.
-func (c cgroups) enclosingLimits() Enclosing {
+func (c Set) EnclosingLimits() Enclosing {
 	var e Enclosing
 	for _, d := range c.dirs {
 		if b, err := os.ReadFile(filepath.Join(d, "memory.max")); err == nil {
@@ -107,20 +129,20 @@ func cores(quota, period int64) float64 {
 	return float64(quota) / float64(period)
 }
 
-// cgroupsFor lists airlock's own cgroup in each hierarchy: runsc makes
-// a job's cgroup with a relative path below them (cgroups.child).
-func cgroupsFor() cgroups {
+// Own lists airlock's own cgroup in each hierarchy: runsc makes a job's
+// cgroup with a relative path below them (Set.Child).
+func Own() Set {
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	self, _ := os.ReadFile("/proc/self/cgroup")
-	return cgroupsIn(string(mi), string(self))
+	return In(string(mi), string(self))
 }
 
-// cgroupsIn is cgroupsFor from the text of /proc/self/mountinfo and
+// In is Own from the text of /proc/self/mountinfo and
 // /proc/self/cgroup. A hierarchy's directory for a cgroup path is its
 // mount point joined to the path below the mount's root: a container's
 // hierarchies are mounted from its own cgroup (a v1 container sees
 // /k8s.io/<id> in /proc/self/cgroup, mounted as /sys/fs/cgroup/memory).
-func cgroupsIn(mountinfo, self string) cgroups {
+func In(mountinfo, self string) Set {
 	mounts := cgroupMounts(mountinfo)
 	var dirs []string
 	for _, line := range strings.Split(self, "\n") {
@@ -141,7 +163,7 @@ func cgroupsIn(mountinfo, self string) cgroups {
 			break
 		}
 	}
-	return cgroups{dirs: dirs}
+	return Set{dirs: dirs}
 }
 
 // cgroupMount is a cgroup hierarchy's mount: where, from which cgroup of
@@ -198,8 +220,8 @@ func below(path, root string) (string, bool) {
 	return "/" + rel, ok
 }
 
-// memoryDir is the directory holding the memory controller's files.
-func (c cgroups) memoryDir() string {
+// MemoryDir is the directory holding the memory controller's files.
+func (c Set) MemoryDir() string {
 	for _, d := range c.dirs {
 		if _, err := os.Stat(filepath.Join(d, "memory.oom_control")); err == nil {
 			return d
@@ -211,11 +233,11 @@ func (c cgroups) memoryDir() string {
 	return ""
 }
 
-// oomKills returns how many times the kernel's OOM killer fired in the
+// OOMKills returns how many times the kernel's OOM killer fired in the
 // sandbox's cgroup (v1 memory.oom_control or v2 memory.events), and
 // whether the limit was ever reached (v1 failcnt, v2 max).
-func (c cgroups) oomKills() (kills, hits uint64) {
-	d := c.memoryDir()
+func (c Set) OOMKills() (kills, hits uint64) {
+	d := c.MemoryDir()
 	if d == "" {
 		return 0, 0
 	}
@@ -231,10 +253,10 @@ func (c cgroups) oomKills() (kills, hits uint64) {
 	return kills, hits
 }
 
-// pidsHits is how many forks the host's pids limit (the backstop under
+// PidsHits is how many forks the host's pids limit (the backstop under
 // the sandbox's own RLIMIT_NPROC) refused in the sandbox's cgroup:
 // pids.events "max", on v1 and v2 alike.
-func (c cgroups) pidsHits() uint64 {
+func (c Set) PidsHits() uint64 {
 	for _, d := range c.dirs {
 		if v, ok := readKey(filepath.Join(d, "pids.events"), "max"); ok {
 			return v
@@ -258,10 +280,10 @@ func readKey(file, key string) (uint64, bool) {
 	return 0, false
 }
 
-// remove deletes the cgroup directories that are left. runsc normally
+// Remove deletes the cgroup directories that are left. runsc normally
 // removes them itself; after a crash they may remain with processes that
 // are being killed, so retry briefly.
-func (c cgroups) remove() error {
+func (c Set) Remove() error {
 	if c.enclosed {
 		return nil // not airlock's
 	}
@@ -302,7 +324,7 @@ func (c cgroups) remove() error {
 //     leaf's), so that limits on the runner's service bound its jobs too.
 //
 // runsc then creates the job's cgroup itself, writes its limits, and
-// removes it; airlock removes it too on every path (cgroups.remove).
+// removes it; airlock removes it too on every path (Set.Remove).
 
 // airlockLeaf is the leaf cgroup that a v2 cgroup's processes are moved
 // into so that its children may have controllers.
@@ -321,26 +343,28 @@ func unifiedOnly() bool {
 	return unix.Statfs(cgroupRoot, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
 }
 
-// jobCgroup returns the cgroupsPath to give runsc for the job's sandbox
-// and the host directories it will make, preparing the hierarchy on v2.
-func jobCgroup(id string) (string, cgroups, error) {
+// ForJob returns the cgroupsPath to give runsc for the job's sandbox
+// and the host directories it will make, preparing the hierarchy on v2;
+// where the cgroup file system is read-only, no path and the enclosing
+// cgroups (Enclosed).
+func ForJob(id string) (string, Set, error) {
 	name := "airlock-" + id
-	own := cgroupsFor()
-	if own.readOnly() {
+	own := Own()
+	if own.ReadOnly() {
 		own.enclosed = true
 		return "", own, nil
 	}
 	if !unifiedOnly() {
 		// v1 and hybrid: relative, which runsc nests under airlock's own
 		// cgroup in every hierarchy.
-		return name, own.child(name), nil
+		return name, own.Child(name), nil
 	}
 	parent, err := prepareV2(cgroupRoot, ownV2Cgroup(), v2Controllers)
 	if err != nil {
-		return "", cgroups{}, err
+		return "", Set{}, err
 	}
 	path := filepath.Join(parent, name)
-	return path, cgroups{dirs: []string{filepath.Join(cgroupRoot, path)}}, nil
+	return path, Set{dirs: []string{filepath.Join(cgroupRoot, path)}}, nil
 }
 
 // ownV2Cgroup is this process's cgroup in the unified hierarchy ("/" when
@@ -460,5 +484,5 @@ func delegationError(mount, dir, controller string, err error) error {
 	case errors.Is(err, unix.EROFS), errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
 		why = "the cgroup file system is not writable here"
 	}
-	return fmt.Errorf("%w: cgroup v2: cannot enable the %s controller for the cgroups below %s (%s), which a job's cgroup needs: delegate it to the runner (systemd: Delegate=yes in the runner's service; a container: a writable cgroup namespace with the controller enabled)", ErrStartFailure, controller, at, why)
+	return fmt.Errorf("cgroup v2: cannot enable the %s controller for the cgroups below %s (%s), which a job's cgroup needs: delegate it to the runner (systemd: Delegate=yes in the runner's service; a container: a writable cgroup namespace with the controller enabled)", controller, at, why)
 }
