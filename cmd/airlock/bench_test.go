@@ -6,6 +6,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -20,80 +23,153 @@ import (
 //	         go test of testdata/sample-pr): airlock run against runsc
 //	         do, and natively
 //
-// Targets (BENCHMARKS.md): cold ≤ 1.25x runsc do, warm ≤ 1.10x runsc
-// do; warm against native has none (it depends on the host's platform).
-// The airlock binary is this test binary run as airlock (it holds the
-// tests too, and starts alike); runsc do is the same binary as runsc.
+// Targets (BENCHMARKS.md, issue 38): cold ≤ runsc do + 30 ms or 1.15x,
+// whichever is larger; warm ≤ 1.05x runsc do; warm against native ≤ 4x
+// where KVM cannot run. The airlock binary is this test binary run as
+// airlock (it holds the tests too, and starts alike); runsc do is the
+// same binary as runsc.
 func BenchmarkWholeProcess(b *testing.B) {
+	w := newWarmStep(b)
+	empty := workspace(b) // for cold: a workspace the job's tidy-up walks in no time
+	runs := []timedRun{
+		{"cold-airlock", w.airlock(empty, "--", "true")},
+		{"cold-runsc-do", w.runscDo(empty, "true")},
+		{"warm-airlock", w.airlockStep()},
+		{"warm-runsc-do", w.runscDoStep()},
+		{"warm-native", w.native},
+	}
+	med := interleave(b, runs)
+	b.ReportMetric(med["cold-airlock"]/med["cold-runsc-do"], "cold-airlock/runsc-do")
+	b.ReportMetric(med["warm-airlock"]/med["warm-runsc-do"], "warm-airlock/runsc-do")
+	b.ReportMetric(med["warm-airlock"]/med["warm-native"], "warm-airlock/native")
+}
+
+// BenchmarkGVisorSettings is gVisor's own tax on the warm step (issue
+// 38, item 4): the step through airlock as it ships, and with one of the
+// runsc settings airlock controls changed at a time, against runsc do
+// and native, interleaved in each iteration. The settings:
+//
+//	exclusive-mounts  --file-access-mounts=exclusive: the workspace
+//	                  mount's dentries and attributes cached, not
+//	                  revalidated on each lookup (airlock keeps it
+//	                  shared: it writes the workspace between steps)
+//	overlay-memory    --overlay2=root:memory: the root overlay's upper
+//	                  layer in memory instead of a file of the job's
+//	                  directory
+//	no-directfs       --directfs=false: every file operation through the
+//	                  gofer instead of host FDs in the sentry
+//	workspace-unbounded  --workspace-size 0: no bounded workspace
+//
+// It reports each median and its ratio to airlock as it ships.
+func BenchmarkGVisorSettings(b *testing.B) {
+	w := newWarmStep(b)
+	settings := []struct{ name, flag string }{
+		{"exclusive-mounts", "--runsc-flag=--file-access-mounts=exclusive"},
+		{"overlay-memory", "--runsc-flag=--overlay2=root:memory"},
+		{"no-directfs", "--runsc-flag=--directfs=false"},
+		{"workspace-unbounded", "--workspace-size=0"},
+	}
+	runs := []timedRun{{"native", w.native}, {"runsc-do", w.runscDoStep()}, {"airlock", w.airlockStep()}}
+	for _, s := range settings {
+		runs = append(runs, timedRun{s.name, w.airlockStep(s.flag)})
+	}
+	med := interleave(b, runs)
+	b.ReportMetric(med["airlock"]/med["runsc-do"], "airlock/runsc-do")
+	b.ReportMetric(med["runsc-do"]/med["native"], "runsc-do/native")
+	for _, s := range settings {
+		b.ReportMetric(med[s.name]/med["airlock"], s.name+"/airlock")
+	}
+}
+
+// warmStep is the warm step of the whole-process benchmarks: a copy of
+// testdata/sample-pr with a Go build cache per runner (files one writes
+// as root another could not use), warmed before the timing.
+type warmStep struct {
+	b                testing.TB
+	ws, state, runsc string
+}
+
+// The step: go vet and go test of the sample, with the Go toolchain of
+// the host (the workspace is /workspace in airlock's sandbox, where
+// /tmp is the sandbox's own).
+const warmWork = "go vet ./... && go test -count=1 ./..."
+
+func newWarmStep(b *testing.B) *warmStep {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root")
 	}
-	goBin := "/usr/local/go/bin/go"
-	if _, err := os.Stat(goBin); err != nil {
+	if _, err := os.Stat("/usr/local/go/bin/go"); err != nil {
 		b.Skip("needs the Go toolchain at /usr/local/go")
 	}
-	ws := workspace(b)
-	if out, err := exec.Command("cp", "-R", "../../testdata/sample-pr/.", ws).CombinedOutput(); err != nil {
+	w := &warmStep{b: b, ws: workspace(b), state: stateDir(b), runsc: b.TempDir()}
+	if out, err := exec.Command("cp", "-R", "../../testdata/sample-pr/.", w.ws).CombinedOutput(); err != nil {
 		b.Fatalf("%v %s", err, out)
 	}
-	exec.Command("chown", "-R", "1000:1000", ws).Run()
-	state := stateDir(b)
-	runscRoot := b.TempDir()
-	// Each runner has a build cache of its own (files one writes as root
-	// another could not use), warmed before the timing.
-	// (The workspace is /workspace in airlock's sandbox, where /tmp is
-	// the sandbox's own.)
-	env := func(cache string) []string {
-		return []string{"GOCACHE=" + cache, "GOFLAGS=-buildvcs=false", "GOTOOLCHAIN=local", "HOME=/tmp", "PATH=/usr/local/go/bin:/usr/bin:/bin"}
-	}
-	const work = "go vet ./... && go test -count=1 ./..."
-	empty := workspace(b) // for cold: a workspace the job's tidy-up walks in no time
-	airlock := func(ws string, args ...string) func() error {
-		return func() error {
-			a := append([]string{"run", "-w", ws, "--state-dir", state}, args...)
-			cmd := cli(b, a...)
-			return quiet(cmd)
-		}
-	}
-	var airlockWarm []string
-	for _, e := range env("/workspace/.gocache-airlock") {
-		airlockWarm = append(airlockWarm, "-e", e)
-	}
-	airlockWarm = append(airlockWarm, "--", "sh", "-c", work)
-	runscDo := func(dir string, args ...string) func() error {
-		return func() error {
-			exe, _ := os.Executable()
-			cmd := exec.Command(exe, append([]string{"--root=" + runscRoot, "--network=none", "--host-settings=ignore", "do"}, args...)...)
-			cmd.Args[0] = "runsc"
-			cmd.Dir = dir
-			return quiet(cmd)
-		}
-	}
-	native := func() error {
-		cmd := exec.Command("/bin/sh", "-c", work)
-		cmd.Dir, cmd.Env = ws, env(filepath.Join(ws, ".gocache-native"))
-		return quiet(cmd)
-	}
-	runs := []struct {
-		name string
-		run  func() error
-	}{
-		{"cold-airlock", airlock(empty, "--", "true")},
-		{"cold-runsc-do", runscDo(empty, "true")},
-		{"warm-airlock", airlock(ws, airlockWarm...)},
-		{"warm-runsc-do", runscDo(ws, append([]string{"--", "env"}, append(env(filepath.Join(ws, ".gocache-runsc-do")), "sh", "-c", work)...)...)},
-		{"warm-native", native},
-	}
-	// Warm the build caches (and the page cache) once. runsc do keeps
-	// what its sandbox writes in memory (--overlay2=all:memory), so its
-	// cache is warmed natively, as root, as it runs.
-	warmDo := exec.Command("/bin/sh", "-c", work)
-	warmDo.Dir, warmDo.Env = ws, env(filepath.Join(ws, ".gocache-runsc-do"))
-	for _, run := range []func() error{runs[2].run, func() error { return quiet(warmDo) }, runs[3].run, runs[4].run} {
+	exec.Command("chown", "-R", "1000:1000", w.ws).Run()
+	// runsc do keeps what its sandbox writes in memory, so its cache is
+	// warmed natively, as root, as it runs; airlock's by a first step.
+	warmDo := exec.Command("/bin/sh", "-c", warmWork)
+	warmDo.Dir, warmDo.Env = w.ws, warmEnv(filepath.Join(w.ws, ".gocache-runsc-do"))
+	for _, run := range []func() error{w.airlockStep(), func() error { return quiet(warmDo) }, w.runscDoStep(), w.native} {
 		if err := run(); err != nil {
 			b.Fatalf("warming up: %v", err)
 		}
 	}
+	return w
+}
+
+func warmEnv(cache string) []string {
+	return []string{"GOCACHE=" + cache, "GOFLAGS=-buildvcs=false", "GOTOOLCHAIN=local", "HOME=/tmp", "PATH=/usr/local/go/bin:/usr/bin:/bin"}
+}
+
+// airlock runs airlock run in ws with args.
+func (w *warmStep) airlock(ws string, args ...string) func() error {
+	return func() error {
+		return quiet(cli(w.b, append([]string{"run", "-w", ws, "--state-dir", w.state}, args...)...))
+	}
+}
+
+// airlockStep runs the warm step through airlock run, with flags.
+func (w *warmStep) airlockStep(flags ...string) func() error {
+	args := slices.Clone(flags)
+	for _, e := range warmEnv("/workspace/.gocache-airlock") {
+		args = append(args, "-e", e)
+	}
+	return w.airlock(w.ws, append(args, "--", "sh", "-c", warmWork)...)
+}
+
+// runscDo runs the embedded runsc's runsc do in dir.
+func (w *warmStep) runscDo(dir string, args ...string) func() error {
+	return func() error {
+		exe, _ := os.Executable()
+		cmd := exec.Command(exe, append([]string{"--root=" + w.runsc, "--network=none", "--host-settings=ignore", "do"}, args...)...)
+		cmd.Args[0] = "runsc"
+		cmd.Dir = dir
+		return quiet(cmd)
+	}
+}
+
+// runscDoStep runs the warm step through runsc do.
+func (w *warmStep) runscDoStep() func() error {
+	return w.runscDo(w.ws, append(append([]string{"--", "env"}, warmEnv(filepath.Join(w.ws, ".gocache-runsc-do"))...), "sh", "-c", warmWork)...)
+}
+
+// native runs the warm step on the host.
+func (w *warmStep) native() error {
+	cmd := exec.Command("/bin/sh", "-c", warmWork)
+	cmd.Dir, cmd.Env = w.ws, warmEnv(filepath.Join(w.ws, ".gocache-native"))
+	return quiet(cmd)
+}
+
+// timedRun is one of the processes a benchmark interleaves.
+type timedRun struct {
+	name string
+	run  func() error
+}
+
+// interleave runs each of runs once per iteration, in order, and
+// reports and returns their medians in milliseconds.
+func interleave(b *testing.B, runs []timedRun) map[string]float64 {
 	times := map[string][]time.Duration{}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -112,9 +188,7 @@ func BenchmarkWholeProcess(b *testing.B) {
 		med[name] = float64(ts[len(ts)/2].Microseconds()) / 1000
 		b.ReportMetric(med[name], name+"-ms")
 	}
-	b.ReportMetric(med["cold-airlock"]/med["cold-runsc-do"], "cold-airlock/runsc-do")
-	b.ReportMetric(med["warm-airlock"]/med["warm-runsc-do"], "warm-airlock/runsc-do")
-	b.ReportMetric(med["warm-airlock"]/med["warm-native"], "warm-airlock/native")
+	return med
 }
 
 // quiet runs cmd with its output kept for the error only.
@@ -130,4 +204,85 @@ func lastBytes(b []byte, n int) []byte {
 		return b[len(b)-n:]
 	}
 	return b
+}
+
+// BenchmarkIdleJobMemory is the host memory of one idle job as a runner
+// host (or an ARC pod) carries it (issue 38, item 5): a whole `airlock
+// run` in policy mode (the organisation policy, so the egress gateway
+// too) whose step sleeps, measured once it has settled: the
+// proportional set size (Pss) of airlock's process and of every process
+// below it (the gofer, the sandbox's sentry and its systrap stubs, the
+// step's exec shim), and their resident set size (Rss, shared pages
+// counted in each). BENCHMARKS.md §3 has the sandbox's own share.
+func BenchmarkIdleJobMemory(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	org := egressOrg(b, 443)
+	var pss, rss, procs float64
+	for i := 0; i < b.N; i++ {
+		ws := workspace(b)
+		cmd := cli(b, "run", "-w", ws, "--state-dir", stateDir(b), "--org", org, "--", "sh", "-c", "touch started; exec sleep 600")
+		startAndWaitFor(b, cmd, filepath.Join(ws, "started"))
+		time.Sleep(time.Second) // let it settle
+		tree := processTree(cmd.Process.Pid)
+		for _, pid := range tree {
+			p, r := memoryOf(pid)
+			pss, rss = pss+float64(p), rss+float64(r)
+		}
+		procs += float64(len(tree))
+		cmd.Process.Signal(syscall.SIGTERM) // airlock ends the job and cleans up
+		cmd.Wait()
+	}
+	n := float64(b.N)
+	b.ReportMetric(pss/n/(1<<20), "pss-MiB")
+	b.ReportMetric(rss/n/(1<<20), "rss-MiB")
+	b.ReportMetric(procs/n, "processes")
+}
+
+// processTree is pid and every process below it.
+func processTree(pid int) []int {
+	children := map[int][]int{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, not ")".
+		_, after, ok := strings.Cut(string(b), ") ")
+		var me, parent int
+		fmt.Sscan(filepath.Base(filepath.Dir(f)), &me)
+		if f := strings.Fields(after); ok && len(f) > 1 {
+			fmt.Sscan(f[1], &parent)
+			children[parent] = append(children[parent], me)
+		}
+	}
+	tree := []int{pid}
+	for i := 0; i < len(tree); i++ {
+		tree = append(tree, children[tree[i]]...)
+	}
+	return tree
+}
+
+// memoryOf is a process's Pss and Rss in bytes (smaps_rollup).
+func memoryOf(pid int) (pss, rss int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "Pss:":
+			pss = kb << 10
+		case "Rss:":
+			rss = kb << 10
+		}
+	}
+	return pss, rss
 }

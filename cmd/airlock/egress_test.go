@@ -19,7 +19,7 @@ import (
 
 // egressOrg writes an organisation policy that allows registry.test on
 // port, pinned to 127.0.0.1 (a test-only pin, with its explicit CIDR).
-func egressOrg(t *testing.T, port int) string {
+func egressOrg(t testing.TB, port int) string {
 	t.Helper()
 	return orgPolicy(t, fmt.Sprintf(`egress: {
 	allow: [{host: "registry.test", ports: [%d]}]

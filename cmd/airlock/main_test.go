@@ -43,7 +43,7 @@ func workspace(t testing.TB) string { return testhost.Workspace(t) }
 
 // orgPolicy writes an organisation policy directory holding org.cue
 // with body after its package clause.
-func orgPolicy(t *testing.T, body string) string {
+func orgPolicy(t testing.TB, body string) string {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "org.cue"), []byte("package airlock\n"+body), 0o644); err != nil {
@@ -440,7 +440,7 @@ func TestKilledAirlockReleasesItsOutput(t *testing.T) {
 
 // startAndWaitFor starts an airlock process and waits until its step has
 // created file, so a signal lands while the step runs.
-func startAndWaitFor(t *testing.T, cmd *exec.Cmd, file string) {
+func startAndWaitFor(t testing.TB, cmd *exec.Cmd, file string) {
 	t.Helper()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
