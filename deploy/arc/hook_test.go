@@ -39,17 +39,7 @@ func podRunner(t testing.TB, n node) runnersim.Runner {
 	r := runnersim.Runner{Work: podWork, Disk: n.volumes["work"], Externals: podExternals, Repo: podWork + "/app/app"}
 	r.MakeDirs(t)
 	os.MkdirAll(r.OnDisk(podCalls), 0o755)
-	repo, git := testhost.NewRepo(t)
-	os.MkdirAll(filepath.Join(repo, ".github"), 0o755)
-	os.WriteFile(filepath.Join(repo, ".github", "airlock.cue"), []byte("// acme/app's policy: the organisation's holds.\npackage airlock\n"), 0o644)
-	os.WriteFile(filepath.Join(repo, "main.go"), []byte("package main\n"), 0o644)
-	git("init", "-q")
-	git("add", "-A")
-	git("commit", "-q", "-m", "base")
-	base := git("rev-parse", "HEAD")
-	os.WriteFile(filepath.Join(repo, "main.go"), []byte("package main\n// agent\n"), 0o644)
-	git("commit", "-q", "-am", "agent")
-	head := git("rev-parse", "HEAD")
+	repo, base, head := testhost.PullRequestRepo(t, "// acme/app's policy: the organisation's holds.\npackage airlock\n", nil)
 	os.RemoveAll(r.OnDisk(r.Repo)) // an earlier job's, in the same volume
 	os.MkdirAll(filepath.Dir(r.OnDisk(r.Repo)), 0o755)
 	if out, err := exec.Command("cp", "-a", repo, r.OnDisk(r.Repo)).CombinedOutput(); err != nil {

@@ -44,6 +44,38 @@ func StateDir(t testing.TB, base string) string {
 	return d
 }
 
+// PullRequestRepo makes the repository of an agent's pull request: a base
+// commit with the repository policy (.github/airlock.cue: policy) and a
+// main.go, and the agent's head commit on it, which changes main.go and
+// adds files (path -> content). It returns the repository and the two
+// commits.
+func PullRequestRepo(t testing.TB, policy string, files map[string]string) (repo, base, head string) {
+	t.Helper()
+	repo, git := NewRepo(t)
+	write := func(name, content string) {
+		p := filepath.Join(repo, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(".github/airlock.cue", policy)
+	write("main.go", "package main\n")
+	git("init", "-q")
+	git("add", "-A")
+	git("commit", "-q", "-m", "base")
+	base = git("rev-parse", "HEAD")
+	write("main.go", "package main\n// agent\n")
+	for name, content := range files {
+		write(name, content)
+	}
+	git("add", "-A")
+	git("commit", "-q", "-m", "agent")
+	return repo, base, git("rev-parse", "HEAD")
+}
+
 // NewRepo makes an empty directory for a git repository and a function
 // that runs git in it (as user t, with no global config), failing the
 // test on error.

@@ -75,20 +75,8 @@ func newRunnerHost(t testing.TB) *runnerHost {
 	os.MkdirAll(filepath.Join(h.externals, "node20", "bin"), 0o755)
 	// The runner's node for JavaScript actions, where the runner keeps it.
 	linkOrCopy(t, nodeBinary(t), filepath.Join(h.externals, "node20", "bin", "node"))
-	repo, git := testhost.NewRepo(t)
-	os.MkdirAll(filepath.Join(repo, ".github"), 0o755)
-	os.WriteFile(filepath.Join(repo, ".github", "airlock.cue"), []byte("sandbox: limits: pids: 400\n"), 0o644)
-	os.WriteFile(filepath.Join(repo, "main.go"), []byte("package main\n"), 0o644)
-	git("init", "-q")
-	git("add", "-A")
-	git("commit", "-q", "-m", "base")
-	h.base = git("rev-parse", "HEAD")
-	os.WriteFile(filepath.Join(repo, "main.go"), []byte("package main\n// agent\n"), 0o644)
-	os.MkdirAll(filepath.Join(repo, ".github", "workflows"), 0o755)
-	os.WriteFile(filepath.Join(repo, ".github", "workflows", "ci.yml"), []byte(agentWorkflow), 0o644)
-	git("add", "-A")
-	git("commit", "-q", "-m", "agent")
-	h.head = git("rev-parse", "HEAD")
+	repo, base, head := testhost.PullRequestRepo(t, "sandbox: limits: pids: 400\n", map[string]string{".github/workflows/ci.yml": agentWorkflow})
+	h.base, h.head = base, head
 	// The checkout, where the runner has it: _work/app/app.
 	os.MkdirAll(filepath.Dir(h.repo), 0o755)
 	if out, err := exec.Command("cp", "-a", repo, h.repo).CombinedOutput(); err != nil {
