@@ -167,13 +167,17 @@ type timedRun struct {
 	run  func() error
 }
 
-// interleave runs each of runs once per iteration, in order, and
-// reports and returns their medians in milliseconds.
+// interleave runs each of runs once per iteration, starting each
+// iteration one run further on (so that no run always follows the same
+// one), and reports and returns their medians in milliseconds, with
+// each run's spread: the interquartile range as a percentage of the
+// median.
 func interleave(b *testing.B, runs []timedRun) map[string]float64 {
 	times := map[string][]time.Duration{}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		for _, r := range runs {
+		for j := range runs {
+			r := runs[(i+j)%len(runs)]
 			t := time.Now()
 			if err := r.run(); err != nil {
 				b.Fatalf("%s: %v", r.name, err)
@@ -185,8 +189,10 @@ func interleave(b *testing.B, runs []timedRun) map[string]float64 {
 	med := map[string]float64{}
 	for name, ts := range times {
 		slices.Sort(ts)
-		med[name] = float64(ts[len(ts)/2].Microseconds()) / 1000
+		ms := func(q int) float64 { return float64(ts[(len(ts)-1)*q/4].Microseconds()) / 1000 }
+		med[name] = ms(2)
 		b.ReportMetric(med[name], name+"-ms")
+		b.ReportMetric(100*(ms(3)-ms(1))/med[name], name+"-iqr-%")
 	}
 	return med
 }
