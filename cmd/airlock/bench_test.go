@@ -21,7 +21,10 @@ import (
 //	         `runsc do true`
 //	warm     a syscall-heavy step with a warm Go build cache (go vet and
 //	         go test of testdata/sample-pr): airlock run against runsc
-//	         do, and natively
+//	         do, and natively; and in policy mode, as the hook runs a
+//	         step (an organisation policy: the egress gateway, and the
+//	         repository's git hooks and config read-only in the sandbox,
+//	         so its opens traced for the writes refused there)
 //
 // Targets (BENCHMARKS.md, issue 38): cold ≤ runsc do + 30 ms or 1.15x,
 // whichever is larger; warm ≤ 1.05x runsc do; warm against native ≤ 4x
@@ -35,6 +38,7 @@ func BenchmarkWholeProcess(b *testing.B) {
 		{"cold-airlock", w.airlock(empty, "--", "true")},
 		{"cold-runsc-do", w.runscDo(empty, "true")},
 		{"warm-airlock", w.airlockStep()},
+		{"warm-airlock-policy", w.airlockStep("--org", orgPolicy(b, `egress: default: "deny"`+"\n"))},
 		{"warm-runsc-do", w.runscDoStep()},
 		{"warm-native", w.native},
 	}
@@ -42,6 +46,7 @@ func BenchmarkWholeProcess(b *testing.B) {
 	b.ReportMetric(med["cold-airlock"]/med["cold-runsc-do"], "cold-airlock/runsc-do")
 	b.ReportMetric(med["warm-airlock"]/med["warm-runsc-do"], "warm-airlock/runsc-do")
 	b.ReportMetric(med["warm-airlock"]/med["warm-native"], "warm-airlock/native")
+	b.ReportMetric(med["warm-airlock-policy"]/med["warm-runsc-do"], "warm-airlock-policy/runsc-do")
 }
 
 // BenchmarkGVisorSettings is gVisor's own tax on the warm step (issue
@@ -104,6 +109,13 @@ func newWarmStep(b *testing.B) *warmStep {
 	w := &warmStep{b: b, ws: workspace(b), state: stateDir(b), runsc: b.TempDir()}
 	if out, err := exec.Command("cp", "-R", "../../testdata/sample-pr/.", w.ws).CombinedOutput(); err != nil {
 		b.Fatalf("%v %s", err, out)
+	}
+	// A repository, as a job's checkout is: its git hooks and config are
+	// what policy mode makes read-only.
+	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}, {"-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "sample"}} {
+		if out, err := exec.Command("git", append([]string{"-C", w.ws, "-c", "safe.directory=*"}, args...)...).CombinedOutput(); err != nil {
+			b.Fatalf("git %v: %v %s", args, err, out)
+		}
 	}
 	exec.Command("chown", "-R", "1000:1000", w.ws).Run()
 	// runsc do keeps what its sandbox writes in memory, so its cache is
