@@ -132,9 +132,15 @@ func cores(quota, period int64) float64 {
 // Own lists airlock's own cgroup in each hierarchy: runsc makes a job's
 // cgroup with a relative path below them (Set.Child).
 func Own() Set {
+	return In(readSelf())
+}
+
+// readSelf is the text of this process's /proc/self/mountinfo and
+// /proc/self/cgroup, what In and the v2 path read.
+func readSelf() (mountinfo, self string) {
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
-	self, _ := os.ReadFile("/proc/self/cgroup")
-	return In(string(mi), string(self))
+	cg, _ := os.ReadFile("/proc/self/cgroup")
+	return string(mi), string(cg)
 }
 
 // In is Own from the text of /proc/self/mountinfo and
@@ -349,7 +355,8 @@ func unifiedOnly() bool {
 // cgroups (Enclosed).
 func ForJob(id string) (string, Set, error) {
 	name := "airlock-" + id
-	own := Own()
+	mountinfo, self := readSelf()
+	own := In(mountinfo, self)
 	if own.ReadOnly() {
 		own.enclosed = true
 		return "", own, nil
@@ -359,19 +366,12 @@ func ForJob(id string) (string, Set, error) {
 		// cgroup in every hierarchy.
 		return name, own.Child(name), nil
 	}
-	parent, err := prepareV2(cgroupRoot, ownV2Cgroup(), v2Controllers)
+	parent, err := prepareV2(cgroupRoot, v2CgroupIn(self), v2Controllers)
 	if err != nil {
 		return "", Set{}, err
 	}
 	path := filepath.Join(parent, name)
 	return path, Set{dirs: []string{filepath.Join(cgroupRoot, path)}}, nil
-}
-
-// ownV2Cgroup is this process's cgroup in the unified hierarchy ("/" when
-// unknown), as /proc/self/cgroup's "0::" line gives it.
-func ownV2Cgroup() string {
-	b, _ := os.ReadFile("/proc/self/cgroup")
-	return v2CgroupIn(string(b))
 }
 
 // v2CgroupIn is the unified hierarchy's path in the text of a

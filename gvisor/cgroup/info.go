@@ -39,10 +39,9 @@ var limitControllers = []string{"memory", "pids", "cpu"}
 
 // Host inspects this host's cgroups from this process's view.
 func Host() Info {
-	mi, _ := os.ReadFile("/proc/self/mountinfo")
-	self, _ := os.ReadFile("/proc/self/cgroup")
-	info := info(string(mi), string(self), os.ReadFile)
-	if own := In(string(mi), string(self)); info.Layout != "none" && own.ReadOnly() {
+	mountinfo, self := readSelf()
+	info := info(mountinfo, self, os.ReadFile)
+	if own := In(mountinfo, self); info.Layout != "none" && own.ReadOnly() {
 		e := own.EnclosingLimits()
 		info.ReadOnly, info.Enclosing = true, &e
 	}
