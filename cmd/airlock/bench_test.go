@@ -267,11 +267,13 @@ func processTree(pid int) []int {
 		if err != nil {
 			continue
 		}
-		// pid (comm) state ppid ...: comm may hold spaces, not ")".
-		_, after, ok := strings.Cut(string(b), ") ")
+		// pid (comm) state ppid ...: comm may hold spaces and ")", so
+		// the fields start after the last ")" (as runner's parentPID
+		// reads them).
+		i := strings.LastIndexByte(string(b), ')')
 		var me, parent int
 		fmt.Sscan(filepath.Base(filepath.Dir(f)), &me)
-		if f := strings.Fields(after); ok && len(f) > 1 {
+		if f := strings.Fields(string(b[i+1:])); i >= 0 && len(f) > 1 {
 			fmt.Sscan(f[1], &parent)
 			children[parent] = append(children[parent], me)
 		}
