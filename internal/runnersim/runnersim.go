@@ -25,10 +25,9 @@ import (
 
 // The runner's names for what it sends and keeps.
 const (
-	PrepareJob       = "prepare_job"
-	RunScriptStep    = "run_script_step"
-	RunContainerStep = "run_container_step"
-	CleanupJob       = "cleanup_job"
+	PrepareJob    = "prepare_job"
+	RunScriptStep = "run_script_step"
+	CleanupJob    = "cleanup_job"
 	// ResponsesDir is where, under its temp directory, the runner
 	// creates a call's response file (ContainerHookManager's
 	// GenerateResponsePath).
