@@ -234,6 +234,70 @@ func TestVerifyRejects(t *testing.T) {
 	}
 }
 
+// The DSSE envelope airlock writes beside each bundle (.dsse.json) is
+// verified as its bundle is: same signature, same checks; tampering with
+// it is refused, and the unsigned statement airlock writes without a key
+// is named as such instead of failing on its first field.
+func TestVerifyEnvelope(t *testing.T) {
+	keys := keyFiles(t)
+	s, _ := LoadSigner(context.Background(), keys["ecdsa"].ref, nil)
+	v, _ := LoadVerifier(keys["ecdsa"].pub)
+	other, _ := LoadVerifier(keys["ed25519"].pub)
+	stmt := statement(t, commitA, predicate(2, 2, 1))
+	good, err := Sign(s, stmt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit := func(f func(m map[string]any)) []byte {
+		var m map[string]any
+		if err := json.Unmarshal(good.Envelope, &m); err != nil {
+			t.Fatal(err)
+		}
+		f(m)
+		b, _ := json.Marshal(m)
+		return b
+	}
+	sig := func(m map[string]any) map[string]any { return m["signatures"].([]any)[0].(map[string]any) }
+	otherStmt := statement(t, strings.Repeat("9", 40), predicate(1, 1, 0))
+	for _, tc := range []struct {
+		name string
+		file []byte
+		v    signature.Verifier
+		want string // "" when it verifies
+	}{
+		{"as written", good.Envelope, v, ""},
+		{"URL-safe base64", edit(func(m map[string]any) {
+			p, _ := base64.StdEncoding.DecodeString(m["payload"].(string))
+			m["payload"] = base64.URLEncoding.EncodeToString(p)
+		}), v, ""},
+		{"wrong key", good.Envelope, other, "signature"},
+		{"payload swapped", edit(func(m map[string]any) { m["payload"] = base64.StdEncoding.EncodeToString(otherStmt) }), v, "signature"},
+		{"signature removed", edit(func(m map[string]any) { m["signatures"] = []any{} }), v, "0 signatures"},
+		{"signature not base64", edit(func(m map[string]any) { sig(m)["sig"] = "%%%" }), v, "signature 1: not base64"},
+		{"payload type", edit(func(m map[string]any) { m["payloadType"] = "text/plain" }), v, "payload type"},
+		{"unknown field", edit(func(m map[string]any) { m["extra"] = 1 }), v, `unknown field "extra"`},
+		{"the same key twice", []byte(`{"payloadType":"a","PayloadType":"b","payload":"","signatures":[]}`), v, "not a DSSE envelope"},
+		{"unsigned statement", stmt, v, "without a signature"},
+		{"neither", []byte(`{"hello":1}`), v, "nor a DSSE envelope"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Verify(tc.file, tc.v, VerifyOptions{Commit: commitA})
+			if tc.want == "" {
+				if err != nil || got.Subject.Digest["gitCommit"] != commitA {
+					t.Fatalf("Verify = %+v, %v; want the statement verified", got, err)
+				}
+				if _, err := Inspect(tc.file); err != nil {
+					t.Fatalf("Inspect: %v", err)
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, ErrNotSigned) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want a signature failure naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
 // The compliance policy sees the predicate under "predicate".
 func TestCompliance(t *testing.T) {
 	p := predicate(2, 20, 1)

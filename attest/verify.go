@@ -3,6 +3,7 @@ package attest
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -163,11 +164,14 @@ func predicateTypeOf(payload []byte) (string, error) {
 	return head.PredicateType, nil
 }
 
-// signedPayload checks a Sigstore bundle up to its signature: its size
-// and depth, its media type, one DSSE envelope of the in-toto payload
-// type with exactly one signature, and that signature by v over exactly
-// the stored payload; only then is the payload returned, for its
-// caller to parse. Every airlock statement is checked here.
+// signedPayload checks a signed statement up to its signature: its
+// size and depth; its form, a Sigstore bundle of airlock's media type
+// (.sigstore.json) or the bare DSSE envelope airlock writes beside it
+// (.dsse.json), which carries the same signature; one envelope of the
+// in-toto payload type with exactly one signature, and that signature
+// by v over exactly the stored payload. Only then is the payload
+// returned, for its caller to parse. Every airlock statement is checked
+// here.
 func signedPayload(bundle []byte, v signature.Verifier) ([]byte, error) {
 	if len(bundle) > MaxBundleSize {
 		return nil, unsigned("the bundle is %d bytes, more than the %d a verifier reads", len(bundle), MaxBundleSize)
@@ -175,28 +179,98 @@ func signedPayload(bundle []byte, v signature.Verifier) ([]byte, error) {
 	if err := checkDepth(bundle, maxJSONDepth); err != nil {
 		return nil, unsigned("%v", err)
 	}
-	var b protobundle.Bundle
-	if err := (protojson.UnmarshalOptions{}).Unmarshal(bundle, &b); err != nil {
-		return nil, unsigned("not a Sigstore bundle: %v", err)
+	env, err := readEnvelope(bundle)
+	if err != nil {
+		return nil, unsigned("%v", err)
 	}
-	if b.GetMediaType() != BundleMediaType {
-		return nil, unsigned("bundle media type %q, want %q", b.GetMediaType(), BundleMediaType)
+	if env.payloadType != PayloadType {
+		return nil, unsigned("payload type %q, want %q", env.payloadType, PayloadType)
 	}
-	env := b.GetDsseEnvelope()
-	if env == nil {
-		return nil, unsigned("the bundle holds no DSSE envelope")
-	}
-	if env.GetPayloadType() != PayloadType {
-		return nil, unsigned("payload type %q, want %q", env.GetPayloadType(), PayloadType)
-	}
-	if n := len(env.GetSignatures()); n != 1 {
+	if n := len(env.sigs); n != 1 {
 		return nil, unsigned("the envelope has %d signatures; airlock bundles have exactly one", n)
 	}
-	pae := dsse.PAE(env.GetPayloadType(), env.GetPayload())
-	if err := v.VerifySignature(bytes.NewReader(env.GetSignatures()[0].GetSig()), bytes.NewReader(pae)); err != nil {
+	pae := dsse.PAE(env.payloadType, env.payload)
+	if err := v.VerifySignature(bytes.NewReader(env.sigs[0]), bytes.NewReader(pae)); err != nil {
 		return nil, unsigned("signature: %v: the bundle was not signed with this key, or it was changed since (check that --key is the public key of the runner's attest.key)", err)
 	}
-	return env.GetPayload(), nil
+	return env.payload, nil
+}
+
+// envelope is a DSSE envelope's content, from a Sigstore bundle or bare.
+type envelope struct {
+	payloadType string
+	payload     []byte
+	sigs        [][]byte
+}
+
+// readEnvelope decodes a Sigstore bundle of airlock's media type, or a
+// bare DSSE envelope, into its envelope; it does not check the
+// signature. What airlock writes besides them (an unsigned statement)
+// and anything else are refused with what the file is and which to give.
+func readEnvelope(b []byte) (envelope, error) {
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(b, &keys); err != nil {
+		return envelope{}, fmt.Errorf("not a Sigstore bundle (.sigstore.json) nor a DSSE envelope (.dsse.json): %v", err)
+	}
+	_, isBundle := keys["mediaType"]
+	_, isEnvelope := keys["payloadType"]
+	_, isStatement := keys["_type"]
+	switch {
+	case isStatement && !isBundle && !isEnvelope:
+		return envelope{}, errors.New("an in-toto statement without a signature (airlock writes its .UNSIGNED.intoto.json when the job had no signing key): there is nothing to verify; `airlock report` shows it, marked unverified")
+	case isEnvelope && !isBundle:
+		return readDSSE(b)
+	}
+	var pb protobundle.Bundle
+	if err := (protojson.UnmarshalOptions{}).Unmarshal(b, &pb); err != nil {
+		return envelope{}, fmt.Errorf("not a Sigstore bundle (.sigstore.json) nor a DSSE envelope (.dsse.json): %v", err)
+	}
+	if pb.GetMediaType() != BundleMediaType {
+		return envelope{}, fmt.Errorf("bundle media type %q, want %q", pb.GetMediaType(), BundleMediaType)
+	}
+	env := pb.GetDsseEnvelope()
+	if env == nil {
+		return envelope{}, errors.New("the bundle holds no DSSE envelope")
+	}
+	out := envelope{payloadType: env.GetPayloadType(), payload: env.GetPayload()}
+	for _, s := range env.GetSignatures() {
+		out.sigs = append(out.sigs, s.GetSig())
+	}
+	return out, nil
+}
+
+// readDSSE decodes a bare DSSE envelope strictly: its fields and nothing
+// else, payload and signatures in standard base64 as the DSSE
+// specification's JSON form has them (URL-safe base64 is accepted too,
+// as go-securesystemslib's verifier accepts it).
+func readDSSE(b []byte) (envelope, error) {
+	var raw dsse.Envelope
+	if err := strictJSON(b, &raw); err != nil {
+		return envelope{}, fmt.Errorf("not a DSSE envelope: %v", err)
+	}
+	payload, err := raw.DecodeB64Payload()
+	if err != nil {
+		return envelope{}, fmt.Errorf("DSSE envelope: payload: %v", err)
+	}
+	out := envelope{payloadType: raw.PayloadType, payload: payload}
+	for i, s := range raw.Signatures {
+		sig, err := decodeB64(s.Sig)
+		if err != nil {
+			return envelope{}, fmt.Errorf("DSSE envelope: signature %d: %v", i+1, err)
+		}
+		out.sigs = append(out.sigs, sig)
+	}
+	return out, nil
+}
+
+// decodeB64 decodes standard base64, or URL-safe base64, padded or not.
+func decodeB64(s string) ([]byte, error) {
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding, base64.RawStdEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(s); err == nil {
+			return b, nil
+		}
+	}
+	return nil, errors.New("not base64")
 }
 
 // checkDepth refuses JSON nested deeper than max, before any decoder
@@ -227,8 +301,9 @@ func checkDepth(b []byte, max int) error {
 	return nil
 }
 
-// Inspect decodes a bundle's statement WITHOUT checking its signature,
-// for rendering a report the caller labels as unverified.
+// Inspect decodes a bundle's (or a bare DSSE envelope's) statement
+// WITHOUT checking its signature, for rendering a report the caller
+// labels as unverified.
 func Inspect(bundle []byte) (*Verified, error) {
 	if len(bundle) > MaxBundleSize {
 		return nil, fmt.Errorf("the bundle is %d bytes, more than %d", len(bundle), MaxBundleSize)
@@ -236,14 +311,14 @@ func Inspect(bundle []byte) (*Verified, error) {
 	if err := checkDepth(bundle, maxJSONDepth); err != nil {
 		return nil, err
 	}
-	var b protobundle.Bundle
-	if err := protojson.Unmarshal(bundle, &b); err != nil {
-		return nil, fmt.Errorf("not a Sigstore bundle: %v", err)
+	env, err := readEnvelope(bundle)
+	if err != nil {
+		return nil, err
 	}
-	if pt := b.GetDsseEnvelope().GetPayloadType(); pt != PayloadType {
-		return nil, fmt.Errorf("payload type %q, want %q", pt, PayloadType)
+	if env.payloadType != PayloadType {
+		return nil, fmt.Errorf("payload type %q, want %q", env.payloadType, PayloadType)
 	}
-	return inspectStatement(b.GetDsseEnvelope().GetPayload())
+	return inspectStatement(env.payload)
 }
 
 // InspectStatement decodes an unsigned in-toto statement (what airlock

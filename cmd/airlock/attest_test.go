@@ -45,19 +45,23 @@ func TestAttestationRoundTrip(t *testing.T) {
 	}
 	pub := filepath.Join(dir, "k.pub")
 	policy := filepath.Join(dir, "compliance.cue")
+	// The bare DSSE envelope written beside the bundle verifies the same.
+	envelope := strings.TrimSuffix(bundles[0], ".sigstore.json") + ".dsse.json"
 	for _, tc := range []struct {
 		name   string
+		file   string
 		policy string
 		code   int
 		want   string
 	}{
-		{"verified", "predicate: steps: [...{name: string}]\n", 0, "VERIFIED"},
-		{"failed job fails compliance", "predicate: verdict: passed: true\n", 1, "NOT VERIFIED: compliance"},
+		{"verified", bundles[0], "predicate: steps: [...{name: string}]\n", 0, "VERIFIED"},
+		{"envelope verified", envelope, "predicate: steps: [...{name: string}]\n", 0, "VERIFIED"},
+		{"failed job fails compliance", bundles[0], "predicate: verdict: passed: true\n", 1, "NOT VERIFIED: compliance"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			os.WriteFile(policy, []byte(tc.policy), 0o644)
 			var out, errb bytes.Buffer
-			code := execute([]string{"verify", "--key", pub, "--policy", policy, bundles[0]}, &out, &errb)
+			code := execute([]string{"verify", "--key", pub, "--policy", policy, tc.file}, &out, &errb)
 			if code != tc.code || !strings.Contains(out.String()+errb.String(), tc.want) {
 				t.Errorf("exit %d, output %s%s", code, out.String(), errb.String())
 			}

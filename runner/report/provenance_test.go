@@ -142,6 +142,13 @@ func TestProvenanceFromResult(t *testing.T) {
 			}
 			if tc.name == "signed" {
 				checkSignedProvenance(t, att, key, sha256Hex(zip), log)
+				// The bare envelope written beside the bundle verifies
+				// too, its run attestation found by the name it gives.
+				env := strings.TrimSuffix(att.Provenance.Bundle, ProvenanceSuffix) + ".provenance.dsse.json"
+				rep, err := VerifyArtifact(ArtifactQuery{Artifact: filepath.Join(ws, "dist", "app.tar.gz"), Provenance: env}, key.v)
+				if err != nil || len(rep.Jobs) != 1 || rep.Jobs[0].RunBundle == "" {
+					t.Errorf("verify --artifact with %s: %+v, %v", env, rep, err)
+				}
 			}
 		})
 	}
