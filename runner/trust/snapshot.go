@@ -314,7 +314,11 @@ func (s *Snapshot) walkHooks(root *os.Root, dir string) {
 func (s *Snapshot) add(root *os.Root, p string, c Category) *Entry {
 	fi, err := root.Lstat(p)
 	if err != nil {
-		s.note("%s: %v", p, err)
+		// An absent file is what the snapshot records by leaving it out
+		// (.git/config.worktree mostly is): not a note.
+		if !errors.Is(err, fs.ErrNotExist) {
+			s.note("%s: %v", p, err)
+		}
 		return nil
 	}
 	e := &Entry{Category: c, Mode: fi.Mode(), Size: fi.Size()}

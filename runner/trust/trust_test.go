@@ -321,6 +321,27 @@ func mustRead(t *testing.T, p string) string {
 	return string(b)
 }
 
+// A plain repository's snapshot has no notes: the files it looks up
+// by name and does not find (.git/config.worktree) are simply absent,
+// not something a reader of the attestation must weigh.
+func TestSnapshotOfAPlainRepositoryHasNoNotes(t *testing.T) {
+	ws := t.TempDir()
+	if out, err := exec.Command("git", "init", "-q", ws).CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v: %s", err, out)
+	}
+	os.WriteFile(filepath.Join(ws, "main.go"), []byte("package main\n"), 0o644)
+	s, err := Take(ws, defaultSet(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Notes) != 0 {
+		t.Errorf("notes %q, want none", s.Notes)
+	}
+	if _, ok := s.Entries[".git/config"]; !ok {
+		t.Error(".git/config not in the snapshot")
+	}
+}
+
 // A .git that is a symlink, or a file, is reported and not followed.
 func TestSnapshotOddGitDirs(t *testing.T) {
 	set := defaultSet(t)
