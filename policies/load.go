@@ -8,9 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -217,13 +219,14 @@ func evaluate(sources []Source) (*Effective, error) {
 	if err := schema.Err(); err != nil {
 		return nil, fmt.Errorf("embedded schema: %w", err)
 	}
-	v := schema.LookupPath(cue.ParsePath("#Policy"))
+	schemaPolicy := schema.LookupPath(cue.ParsePath("#Policy"))
+	v := schemaPolicy
 	var problems []string
 	compiled := make([]cue.Value, len(sources))
 	for i, s := range sources {
 		fv, err := compile(cctx, s)
 		if err != nil {
-			problems = append(problems, describe(err)...)
+			problems = append(problems, describe(err, schemaPolicy)...)
 			continue
 		}
 		compiled[i] = fv
@@ -233,13 +236,14 @@ func evaluate(sources []Source) (*Effective, error) {
 		return nil, &Error{Problems: problems}
 	}
 	if err := v.Validate(cue.Concrete(true), cue.Final()); err != nil {
-		return nil, &Error{Problems: describe(err)}
+		return nil, &Error{Problems: describe(err, schemaPolicy)}
 	}
 	var p Policy
 	if err := v.Decode(&p); err != nil {
-		return nil, &Error{Problems: describe(err)}
+		return nil, &Error{Problems: describe(err, schemaPolicy)}
 	}
-	if problems := p.Images.check(); len(problems) > 0 {
+	problems = append(p.Images.check(), unknownCategories(schemaPolicy, v, p.Trust)...)
+	if len(problems) > 0 {
 		return nil, &Error{Problems: problems}
 	}
 	canon, err := json.Marshal(p)
@@ -389,31 +393,188 @@ func firstInvalidUTF8(b []byte) int {
 	return len(b)
 }
 
-// describe turns a CUE error into one line per problem, each naming every
-// position involved (both sides of a conflict).
-func describe(err error) []string {
+// schemaFile names the embedded schema in CUE's positions.
+const schemaFile = "airlock:schema.cue"
+
+// describe turns a CUE error into one line per value at fault. Each line
+// starts with the position in a policy file (file:line:column), then the
+// value's path and what is wrong with it, then what the schema allows
+// there where the value is outside it (a word not in an enumeration, a
+// string for a number, a field the schema lacks), then any further
+// policy positions involved (the other side of a conflict). The schema's
+// own positions are left out: they are airlock's, not the reader's.
+func describe(err error, schema cue.Value) []string {
 	var ce cueerrors.Error
 	if !errors.As(err, &ce) {
 		return []string{err.Error()}
 	}
-	var out []string
+	type problem struct {
+		path        string
+		pos         []string
+		msgs        []string
+		conflicts   int
+		values      map[string]int // how many conflicts each value is in
+		disjunction bool
+		outside     bool // the schema does not allow the value at all
+	}
+	var order []*problem
+	byPath := map[string]*problem{}
 	for _, e := range cueerrors.Errors(err) {
-		var pos []string
-		for _, p := range cueerrors.Positions(e) {
-			pos = append(pos, p.String())
+		path := strings.TrimPrefix(strings.Join(e.Path(), "."), "#Policy")
+		path = strings.TrimPrefix(path, ".")
+		p := byPath[path]
+		if p == nil {
+			p = &problem{path: path, values: map[string]int{}}
+			byPath[path] = p
+			order = append(order, p)
+		}
+		for _, pos := range cueerrors.Positions(e) {
+			if at := pos.String(); !strings.HasPrefix(at, schemaFile) && !slices.Contains(p.pos, at) {
+				p.pos = append(p.pos, at)
+			}
 		}
 		format, args := e.Msg()
 		msg := fmt.Sprintf(format, args...)
-		if path := strings.TrimPrefix(strings.Join(e.Path(), "."), "#Policy."); path != "" && path != "#Policy" {
-			msg = path + ": " + msg
+		switch {
+		case strings.Contains(format, "empty disjunction"):
+			p.disjunction, p.outside = true, true
+			continue
+		case strings.HasPrefix(format, "conflicting values %s and %s") && len(args) >= 2:
+			p.conflicts++
+			for _, a := range args[:2] {
+				p.values[fmt.Sprint(a)]++
+			}
+			if strings.Contains(msg, "mismatched types") {
+				p.outside = true
+			}
+		case strings.Contains(format, "field not allowed"):
+			p.outside = true
 		}
-		if len(pos) > 0 {
-			msg += " (" + strings.Join(pos, ", ") + ")"
+		if !slices.Contains(p.msgs, msg) {
+			p.msgs = append(p.msgs, msg)
 		}
-		out = append(out, msg)
+	}
+	var out []string
+	for _, p := range order {
+		var b strings.Builder
+		if len(p.pos) > 0 {
+			b.WriteString(p.pos[0] + ": ")
+		}
+		if p.path != "" {
+			b.WriteString(p.path + ": ")
+		}
+		if v := commonValue(p.values, p.conflicts); p.disjunction && v != "" {
+			b.WriteString(v + " is not allowed")
+		} else {
+			b.WriteString(strings.Join(p.msgs, "; "))
+		}
+		if p.outside {
+			if allowed := schemaAllows(schema, p.path); allowed != "" {
+				b.WriteString("; " + allowed)
+			}
+		}
+		if len(p.pos) > 1 {
+			b.WriteString(" (also " + strings.Join(p.pos[1:], ", ") + ")")
+		}
+		out = append(out, b.String())
 	}
 	if len(out) == 0 {
 		out = append(out, err.Error())
 	}
 	return out
+}
+
+// commonValue is the value that every one of n conflicts names (the
+// policy's, against each alternative of the schema's disjunction), or "".
+func commonValue(values map[string]int, n int) string {
+	if n == 0 {
+		return ""
+	}
+	for v, c := range values {
+		if c == n {
+			return v
+		}
+	}
+	return ""
+}
+
+// schemaAllows says what the schema (#Policy) allows at path: for a
+// field the schema lacks, the fields of its parent; otherwise the value's
+// constraint as CUE (an enumeration, a type, a bound). "" when the path
+// is not in the schema or the constraint is too long to be a hint.
+func schemaAllows(schema cue.Value, path string) string {
+	if path == "" || !schema.Exists() {
+		return ""
+	}
+	v := schema.LookupPath(cue.ParsePath(path))
+	if !v.Exists() {
+		sels := cue.ParsePath(path).Selectors()
+		if len(sels) == 0 {
+			return ""
+		}
+		parentPath := cue.MakePath(sels[:len(sels)-1]...)
+		parent := parentPath.String()
+		it, err := schema.LookupPath(parentPath).Fields(cue.Optional(true))
+		if err != nil {
+			return ""
+		}
+		var names []string
+		for it.Next() {
+			names = append(names, it.Selector().Unquoted())
+		}
+		if len(names) == 0 {
+			return ""
+		}
+		where := "the policy"
+		if parent != "" {
+			where = parent
+		}
+		return where + " has the fields " + strings.Join(names, ", ")
+	}
+	if k := v.IncompleteKind(); k&(cue.StructKind|cue.ListKind) != 0 {
+		return ""
+	}
+	text := fmt.Sprint(v)
+	if len(text) > 200 || strings.Contains(text, "\n") {
+		return ""
+	}
+	if strings.Contains(text, "*") {
+		text += " (* marks the default)"
+	}
+	return "allowed: " + text
+}
+
+// unknownCategories refuses a trust action for a category that is
+// neither built in (the schema's) nor given files in trust.globs: CUE
+// accepts any name there, for categories of the policy's own, so a
+// misspelt "git-hookz": "fail" would otherwise be accepted and do
+// nothing.
+func unknownCategories(schema, v cue.Value, t Trust) []string {
+	builtin := map[string]bool{}
+	var names []string
+	if it, err := schema.LookupPath(cue.ParsePath("trust.runtime")).Fields(); err == nil {
+		for it.Next() {
+			builtin[it.Selector().Unquoted()] = true
+			names = append(names, it.Selector().Unquoted())
+		}
+	}
+	var problems []string
+	for _, field := range []string{"authored", "runtime"} {
+		actions := t.Authored
+		if field == "runtime" {
+			actions = t.Runtime
+		}
+		for _, name := range slices.Sorted(maps.Keys(actions)) {
+			if builtin[name] || t.Globs[name] != nil {
+				continue
+			}
+			path := cue.MakePath(cue.Str("trust"), cue.Str(field), cue.Str(name))
+			msg := fmt.Sprintf("%s: no such category: the built-in ones are %s; a category of the policy's own needs its files in trust.globs.%s", path, strings.Join(names, ", "), cue.MakePath(cue.Str(name)))
+			if pos := v.LookupPath(path).Pos(); pos.IsValid() {
+				msg = pos.String() + ": " + msg
+			}
+			problems = append(problems, msg)
+		}
+	}
+	return problems
 }

@@ -2,6 +2,7 @@ package policies
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -154,6 +155,66 @@ func TestOrgAndRepo(t *testing.T) {
 			}
 			tc.check(t, eff.Policy)
 		})
+	}
+}
+
+// A mistake in the organisation's own policy is reported file and line
+// first, then the value's path, what is wrong, and what the schema
+// allows there; the schema's own positions are not shown.
+func TestOrgPolicyErrorsSayWhatIsAllowed(t *testing.T) {
+	base, err := os.ReadFile("examples/org/org.cue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pinned = "egress: default: \"deny\"\n"
+	if !strings.Contains(string(base), pinned) {
+		t.Fatalf("examples/org/org.cue no longer pins %q", pinned)
+	}
+	for _, tc := range []struct {
+		name, replace string
+		want          string // the first line of the error, from its start
+		also          []string
+	}{
+		{"a word outside an enumeration", "egress: default: \"maybe\"\n", "org.cue:8:18: egress.default: \"maybe\" is not allowed; allowed: *\"deny\" | \"allow\"", []string{"* marks the default"}},
+		{"a string for a number", pinned + "sandbox: limits: pids: \"lots\"\n", "org.cue:9:24: sandbox.limits.pids: conflicting values \"lots\" and <=2048 (mismatched types string and number); allowed:", []string{"uint", "(also ", "org.cue:"}},
+		{"a misspelt field", "egress: defalt: \"deny\"\n", "org.cue:8:9: egress.defalt: field not allowed; egress has the fields default, mode, allow,", nil},
+		{"a misspelt top-level field", pinned + "sanbox: {}\n", "org.cue:9:1: sanbox: field not allowed; the policy has the fields agents, sandbox, egress, trust,", nil},
+		{"a misspelt trust category", pinned + "trust: runtime: \"git-hookz\": \"fail\"\n", "org.cue:9:30: trust.runtime.\"git-hookz\": no such category: the built-in ones are git-hooks, git-config,", []string{"trust.globs.\"git-hookz\""}},
+		{"a trust action outside the enumeration", pinned + "trust: authored: ci: \"revert\"\n", "org.cue:9:22: trust.authored.ci: \"revert\" is not allowed; allowed: *\"warn\" | \"allow\" | \"fail\"", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			text := strings.Replace(string(base), pinned, tc.replace, 1)
+			os.WriteFile(filepath.Join(dir, "org.cue"), []byte(text), 0o644)
+			srcs, err := LoadOrgDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = Load(context.Background(), srcs)
+			var pe *Error
+			if !errors.As(err, &pe) || len(pe.Problems) != 1 {
+				t.Fatalf("err = %v, want one problem", err)
+			}
+			got := strings.TrimPrefix(pe.Problems[0], dir+"/")
+			if !strings.HasPrefix(got, tc.want) {
+				t.Errorf("problem\n  %s\nwant it to start\n  %s", got, tc.want)
+			}
+			for _, w := range tc.also {
+				if !strings.Contains(got, w) {
+					t.Errorf("problem %q lacks %q", got, w)
+				}
+			}
+			if strings.Contains(got, "schema.cue") {
+				t.Errorf("problem %q names the schema's positions", got)
+			}
+		})
+	}
+	// A category of the policy's own, with its files, is accepted.
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "org.cue"), append(base, "trust: runtime: mine: \"fail\"\ntrust: globs: mine: [\"tools/**\"]\n"...), 0o644)
+	srcs, _ := LoadOrgDir(dir)
+	if eff, err := Load(context.Background(), srcs); err != nil || eff.Policy.Trust.Runtime["mine"] != "fail" {
+		t.Errorf("own category: %v", err)
 	}
 }
 
