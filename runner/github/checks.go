@@ -46,7 +46,7 @@ func (c *Client) StartCheck(ctx context.Context, owner, repo, headSHA string) (i
 		Name: CheckName, HeadSHA: headSHA, Status: gh.String("in_progress"), StartedAt: &gh.Timestamp{Time: time.Now()},
 	})
 	if err != nil {
-		return 0, fmt.Errorf("github: create check run on %.12s: %w", headSHA, err)
+		return 0, fmt.Errorf("github: create check run on %.12s: %w", headSHA, c.explain(ctx, err))
 	}
 	return run.GetID(), nil
 }
@@ -70,11 +70,11 @@ func (c *Client) CompleteCheck(ctx context.Context, owner, repo string, id int64
 		CompletedAt: &gh.Timestamp{Time: time.Now()}, Output: out(first),
 	})
 	if err != nil {
-		return fmt.Errorf("github: complete check run %d: %w", id, err)
+		return fmt.Errorf("github: complete check run %d: %w", id, c.explain(ctx, err))
 	}
 	for i, b := range batches[min(1, len(batches)):] {
 		if _, _, err := c.gh.Checks.UpdateCheckRun(ctx, owner, repo, id, gh.UpdateCheckRunOptions{Name: CheckName, Output: out(b)}); err != nil {
-			return fmt.Errorf("github: annotations batch %d of check run %d: %w", i+2, id, err)
+			return fmt.Errorf("github: annotations batch %d of check run %d: %w", i+2, id, c.explain(ctx, err))
 		}
 	}
 	return nil

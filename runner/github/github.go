@@ -185,6 +185,16 @@ func (c *Client) call(ctx context.Context) (context.Context, context.CancelFunc)
 	return context.WithTimeout(ctx, c.timeout)
 }
 
+// explain says, of a call that ran out of its deadline (ctx is the
+// call's), that the API did not answer in time, rather than only
+// "context deadline exceeded".
+func (c *Client) explain(ctx context.Context, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("no answer within %s, retries included (GitHub's API is down or unreachable from this runner): %w", c.timeout, err)
+	}
+	return err
+}
+
 // PullRequest is what airlock needs of a pull request.
 type PullRequest struct {
 	Number         int
@@ -216,7 +226,7 @@ func (c *Client) GetPullRequest(ctx context.Context, owner, repo string, number 
 	defer cancel()
 	pr, _, err := c.gh.PullRequests.Get(ctx, owner, repo, number)
 	if err != nil {
-		return PullRequest{}, fmt.Errorf("github: pull request %s/%s#%d: %w", owner, repo, number, err)
+		return PullRequest{}, fmt.Errorf("github: pull request %s/%s#%d: %w", owner, repo, number, c.explain(ctx, err))
 	}
 	out := PullRequest{Number: number, Author: pr.GetUser().GetLogin(), AuthorType: pr.GetUser().GetType(), BaseSHA: pr.GetBase().GetSHA(), HeadSHA: pr.GetHead().GetSHA()}
 	for _, l := range pr.Labels {
@@ -232,7 +242,7 @@ func (c *Client) listFiles(ctx context.Context, owner, repo string, number int) 
 	for {
 		files, resp, err := c.gh.PullRequests.ListFiles(ctx, owner, repo, number, opts)
 		if err != nil {
-			return out, false, fmt.Errorf("github: files of %s/%s#%d: %w", owner, repo, number, err)
+			return out, false, fmt.Errorf("github: files of %s/%s#%d: %w", owner, repo, number, c.explain(ctx, err))
 		}
 		for _, f := range files {
 			out = append(out, ChangedFile{Path: f.GetFilename(), Previous: f.GetPreviousFilename(), Status: f.GetStatus()})
@@ -261,7 +271,7 @@ func (c *Client) FileAtRef(ctx context.Context, owner, repo, path, ref string) (
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("github: %s at %.12s: %w", path, ref, err)
+		return nil, fmt.Errorf("github: %s at %.12s: %w", path, ref, c.explain(ctx, err))
 	}
 	if fc == nil || fc.GetType() != "file" {
 		return nil, fmt.Errorf("github: %s at %.12s is not a file (a symlink or directory is refused)", path, ref)
@@ -272,7 +282,7 @@ func (c *Client) FileAtRef(ctx context.Context, owner, repo, path, ref string) (
 	// GetContent decodes the base64 the API sends.
 	content, err := fc.GetContent()
 	if err != nil {
-		return nil, fmt.Errorf("github: %s at %.12s: %w", path, ref, err)
+		return nil, fmt.Errorf("github: %s at %.12s: %w", path, ref, c.explain(ctx, err))
 	}
 	if len(content) > maxFile {
 		return nil, fmt.Errorf("github: %s at %.12s is larger than %d bytes", path, ref, maxFile)
@@ -288,7 +298,7 @@ func (c *Client) MergeBase(ctx context.Context, owner, repo, base, head string) 
 	// One commit per page: only the merge base is wanted.
 	cmp, _, err := c.gh.Repositories.CompareCommits(ctx, owner, repo, base, head, &gh.ListOptions{PerPage: 1})
 	if err != nil {
-		return "", fmt.Errorf("github: compare %.12s...%.12s: %w", base, head, err)
+		return "", fmt.Errorf("github: compare %.12s...%.12s: %w", base, head, c.explain(ctx, err))
 	}
 	sha := cmp.GetMergeBaseCommit().GetSHA()
 	if sha == "" {
@@ -310,7 +320,7 @@ func (c *Client) Tree(ctx context.Context, owner, repo, commit string) ([]TreeFi
 	defer cancel()
 	t, _, err := c.gh.Git.GetTree(ctx, owner, repo, commit, true)
 	if err != nil {
-		return nil, false, fmt.Errorf("github: tree of %.12s: %w", commit, err)
+		return nil, false, fmt.Errorf("github: tree of %.12s: %w", commit, c.explain(ctx, err))
 	}
 	var out []TreeFile
 	for _, e := range t.Entries {
@@ -329,7 +339,7 @@ func (c *Client) Blob(ctx context.Context, owner, repo, sha string) ([]byte, err
 	defer cancel()
 	b, _, err := c.gh.Git.GetBlobRaw(ctx, owner, repo, sha)
 	if err != nil {
-		return nil, fmt.Errorf("github: blob %.12s: %w", sha, err)
+		return nil, fmt.Errorf("github: blob %.12s: %w", sha, c.explain(ctx, err))
 	}
 	if len(b) > maxFile {
 		return nil, fmt.Errorf("github: blob %.12s is larger than %d bytes", sha, maxFile)

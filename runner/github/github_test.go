@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -254,5 +255,95 @@ func TestAppInstallationTokens(t *testing.T) {
 	}
 	if _, err := c.FileAtRef(context.Background(), "acme", "app", "missing.cue", "main"); err != nil {
 		t.Errorf("a missing file is not an error: %v", err)
+	}
+}
+
+// A GitHub API that fails and keeps failing (5xx every time, a
+// connection reset, an answer that never comes) costs a bounded wait:
+// the call gives up within its deadline, after its retries, with an
+// error that says what the API did; nothing hangs.
+func TestAPIFaultsAreBounded(t *testing.T) {
+	reset := func(t *testing.T) string {
+		// Accepts, reads the request, and resets the connection (linger 0).
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				c.Read(make([]byte, 4096))
+				c.(*net.TCPConn).SetLinger(0)
+				c.Close()
+			}
+		}()
+		return "http://" + l.Addr().String()
+	}
+	hang := func(t *testing.T) string {
+		// Accepts and never answers.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var held []net.Conn
+		var mu sync.Mutex
+		t.Cleanup(func() {
+			l.Close()
+			mu.Lock()
+			for _, c := range held {
+				c.Close()
+			}
+			mu.Unlock()
+		})
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				held = append(held, c)
+				mu.Unlock()
+			}
+		}()
+		return "http://" + l.Addr().String()
+	}
+	always503 := func(t *testing.T) string {
+		f := newFakeAPI(t)
+		f.on("GET /repos/acme/app/pulls/7", status(503), status(503), status(503), status(503), status(503), status(503))
+		return f.srv.URL
+	}
+	for _, tc := range []struct {
+		name   string
+		server func(*testing.T) string
+		want   string
+	}{
+		{"5xx every time", always503, "503"},
+		{"connection reset", reset, "connection reset"},
+		{"no answer", hang, "no answer within 3s, retries included"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const deadline = 3 * time.Second
+			c, err := New(Options{BaseURL: tc.server(t), Token: testToken, RetryMax: 2, RetryWaitMax: 200 * time.Millisecond, CallTimeout: deadline})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			_, err = c.GetPullRequest(context.Background(), "acme", "app", 7)
+			took := time.Since(start)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), testToken) {
+				t.Errorf("err = %v, want one naming %q (and no token)", err, tc.want)
+			}
+			// The bound holds (with room for a loaded machine), whatever
+			// the API does.
+			if took > deadline+5*time.Second {
+				t.Errorf("the call took %s, past its %s deadline", took, deadline)
+			}
+			t.Logf("%s: %v after %s", tc.name, err, took.Round(time.Millisecond))
+		})
 	}
 }
