@@ -82,6 +82,9 @@ func writeRun(ctx context.Context, res runner.Result, c *runner.AttestConfig, lo
 	case info.Bundle != "":
 		run.file = info.Bundle
 		fmt.Fprintf(log, "attestation: %s (signed, %d bytes)\n", info.Bundle, fileSize(info.Bundle))
+	case info.Unsigned == "":
+		fmt.Fprintf(log, "airlock: ATTESTATION NOT WRITTEN: %s\n", info.Error)
+		return info, nil
 	default:
 		run.file = info.Unsigned
 		run.signer, run.unsignedWhy = nil, info.Error
@@ -140,12 +143,16 @@ func loadSigner(ctx context.Context, c *runner.AttestConfig) (signature.Signer, 
 
 // writeStatement signs stmt with s and writes base.sigstore.json and
 // base.dsse.json; without a signer (why says why), or when signing or
-// writing fails, it writes base.UNSIGNED.intoto.json instead.
+// writing fails, it writes base.UNSIGNED.intoto.json instead. Each file
+// appears whole or not at all (a full disk leaves no truncated
+// statement); when not even the unsigned one can be written, Files has
+// no file and its Error says why.
 func writeStatement(s signature.Signer, why string, stmt []byte, base string) Files {
 	unsigned := func(why string) Files {
 		f := Files{Unsigned: base + ".UNSIGNED.intoto.json", Error: why}
-		if err := os.WriteFile(f.Unsigned, stmt, 0o644); err != nil {
-			f.Error += "; writing the unsigned statement failed too: " + err.Error()
+		if err := writeWhole(f.Unsigned, stmt); err != nil {
+			f.Unsigned = ""
+			f.Error += "; the unsigned statement could not be written either: " + err.Error()
 		}
 		return f
 	}
@@ -157,12 +164,41 @@ func writeStatement(s signature.Signer, why string, stmt []byte, base string) Fi
 		return unsigned(err.Error())
 	}
 	f := Files{Bundle: base + ".sigstore.json", Envelope: base + ".dsse.json"}
-	for path, data := range map[string][]byte{f.Bundle: signed.Bundle, f.Envelope: signed.Envelope} {
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			return unsigned("write " + path + ": " + err.Error())
+	for _, w := range []struct {
+		path string
+		data []byte
+	}{{f.Bundle, signed.Bundle}, {f.Envelope, signed.Envelope}} {
+		if err := writeWhole(w.path, w.data); err != nil {
+			os.Remove(f.Bundle) // a bundle without its envelope: neither
+			return unsigned(err.Error())
 		}
 	}
 	return f
+}
+
+// writeWhole writes data to path through a temporary file in the same
+// directory, renamed over path once complete: path never holds part of
+// data. The temporary file goes on any failure.
+func writeWhole(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Chmod(0o644)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return nil
 }
 
 // fileSize is the size of the file at path (0 when it cannot be read).

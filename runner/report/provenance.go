@@ -62,9 +62,12 @@ func writeProvenance(res runner.Result, c *runner.AttestConfig, run *runStatemen
 	}
 	info := &ProvenanceFiles{Subjects: len(subjects)}
 	info.Files = writeStatement(run.signer, run.unsignedWhy, stmt, filepath.Join(c.Dir, res.Sandbox.ID+".provenance"))
-	if info.Bundle != "" {
+	switch {
+	case info.Bundle != "":
 		fmt.Fprintf(log, "provenance: %s (signed, %d artifact(s))\n", info.Bundle, len(subjects))
-	} else {
+	case info.Unsigned == "":
+		fmt.Fprintf(log, "airlock: PROVENANCE NOT WRITTEN: %s\n", info.Error)
+	default:
 		fmt.Fprintf(log, "airlock: PROVENANCE NOT SIGNED: %s; unsigned statement: %s\n", info.Error, info.Unsigned)
 	}
 	return info
