@@ -574,6 +574,37 @@ func TestSlowClientStillChecked(t *testing.T) {
 	}
 }
 
+// A client that pauses in the middle of its request line (past the
+// sniffing window), sends blank lines before it, or names a method with
+// '_', is still checked: on
+// a port that is not a web port the connection would otherwise be
+// spliced unread, past the Host check (found by FuzzSniff).
+func TestPausedRequestLineStillChecked(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(hello))
+	defer up.Close()
+	h := newHarness(t, portOf(up), pinnedUp, nil)
+	for _, tc := range []struct{ first, rest string }{
+		{"GE", "T / HTTP/1.1\r\nHost: evil.test\r\n\r\n"},
+		{strings.Repeat("\r\n", 40), "GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n"},
+		// A method with '_' (nginx and net/http take it).
+		{"G_T / HTTP/1.1\r\nHost: evil.test\r\n\r\n", ""},
+	} {
+		c, err := net.Dial("tcp", h.direct())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, tc.first)
+		time.Sleep(300 * time.Millisecond) // the harness sniffs for 100 ms
+		io.WriteString(c, tc.rest)
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, _ := io.ReadAll(c)
+		if strings.Contains(string(b), "hello") {
+			t.Fatalf("%q, a pause, %q: reached the upstream: %q", tc.first, tc.rest, b)
+		}
+	}
+}
+
 // A protocol whose server speaks first (an SSH-like banner) works through
 // the gateway when the rule allows the port.
 func TestServerSpeaksFirst(t *testing.T) {

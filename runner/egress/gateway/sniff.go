@@ -36,23 +36,29 @@ func sniff(conn net.Conn, br *bufio.Reader, wait time.Duration) int {
 		return kindTLS
 	}
 	// Anything that starts like an HTTP/1 request line (leading blank
-	// lines, then a method token of letters and '-', then a space) is
+	// lines, then a method token of letters, '-' and '_' (nginx takes '_'), then a space) is
 	// HTTP, whatever the method and its case: servers accept those, so
 	// the Host check must see them. Wait for more only while that is
-	// still undecided.
+	// still undecided. What is still undecided when the client pauses
+	// past wait, stops, or fills the buffer with blank lines (which
+	// servers skip, however many) is HTTP too, and the HTTP server
+	// answers it 400 if it is not: else a request line sent a few bytes
+	// at a time, or after enough blank lines, would be spliced past the
+	// Host check.
+	skip := 0 // leading blank-line bytes seen so far
 	for {
-		head, _ := br.Peek(min(br.Buffered(), 64))
-		switch requestLine(head) {
+		head, _ := br.Peek(br.Buffered())
+		for skip < len(head) && (head[skip] == '\r' || head[skip] == '\n') {
+			skip++
+		}
+		switch requestLine(head[skip:]) {
 		case lineYes:
 			return kindHTTP
 		case lineNo:
 			return kindOther
 		}
-		if len(head) >= 64 {
-			return kindOther
-		}
 		if _, err := br.Peek(len(head) + 1); err != nil {
-			return kindOther
+			return kindHTTP
 		}
 	}
 }
@@ -71,7 +77,7 @@ func requestLine(b []byte) int {
 	}
 	for i, c := range b {
 		switch {
-		case c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c == '-' && i > 0:
+		case c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || (c == '-' || c == '_') && i > 0:
 			if i >= 24 {
 				return lineNo
 			}
