@@ -85,7 +85,7 @@ func (d *Decider) ServerName(rule Rule, name, sni string, err error) Verdict {
 		return Verdict{Rule: rule.ID(), Reason: err.Error()}
 	case sni == "":
 		return Verdict{Rule: RuleID{Kind: KindFronting}, Reason: fmt.Sprintf("TLS without a server name (SNI) to %s: the gateway cannot tell where it goes", name)}
-	case !strings.EqualFold(strings.TrimSuffix(sni, "."), name):
+	case asciiLower(strings.TrimSuffix(sni, ".")) != name:
 		return Verdict{Rule: RuleID{Kind: KindFronting}, Reason: fmt.Sprintf("TLS server name %q does not match %s, the name this connection is for (domain fronting)", sni, name)}
 	}
 	return Verdict{Allowed: true, Rule: rule.ID()}
@@ -94,10 +94,23 @@ func (d *Decider) ServerName(rule Rule, name, sni string, err error) Verdict {
 // HTTPHost decides a plain HTTP request on a connection for name by its
 // Host header (host, as sent): it must name name, else it is fronting.
 func (d *Decider) HTTPHost(name, host string) Verdict {
-	if h := strings.ToLower(strings.TrimSuffix(hostOnly(host), ".")); h != name {
+	if h := asciiLower(strings.TrimSuffix(hostOnly(host), ".")); h != name {
 		return Verdict{Rule: RuleID{Kind: KindFronting}, Reason: fmt.Sprintf("HTTP Host %q does not match %s, the name this connection is for", textsafe.Clip(host, 255, ""), name)}
 	}
 	return Verdict{Allowed: true}
+}
+
+// asciiLower lowers A-Z only: a host name is ASCII, and Unicode case
+// folding would take "up.teſt" (long s) or a Kelvin sign for ASCII
+// letters of the name the connection is for.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 func hostOnly(hostport string) string {

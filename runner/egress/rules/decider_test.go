@@ -120,6 +120,8 @@ func TestDeciderContent(t *testing.T) {
 		{"SNI matches (case, trailing dot)", d.ServerName(tcp, "proxy.golang.org", "Proxy.Golang.org.", nil), want{true, false, allow0}},
 		{"no SNI", d.ServerName(tcp, "proxy.golang.org", "", nil), want{false, false, fronting}},
 		{"another SNI", d.ServerName(tcp, "proxy.golang.org", "evil.test", nil), want{false, false, fronting}},
+		{"SNI by Unicode case folding", d.ServerName(tcp, "registry.example.com", "regi\u017ftry.example.com", nil), want{false, false, fronting}},
+		{"Host by Unicode case folding", d.HTTPHost("registry.example.com", "regi\u017ftry.example.com"), want{false, false, fronting}},
 		{"unreadable ClientHello", d.ServerName(tcp, "proxy.golang.org", "", errors.New("bad hello")), want{false, false, allow0}},
 		{"Host matches", d.HTTPHost("registry.example.com", "Registry.example.com.:80"), want{true, false, RuleID{}}},
 		{"Host by address", d.HTTPHost("registry.example.com", "198.18.0.5:80"), want{false, false, fronting}},
