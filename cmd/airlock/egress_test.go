@@ -124,7 +124,7 @@ func newNamespaces(before map[string]bool) []string {
 // upstream serves h on loopback for the test's egress (the gateway
 // reaches it through the organisation's resolve pins) and returns its
 // port.
-func upstream(t *testing.T, h http.HandlerFunc) int {
+func upstream(t testing.TB, h http.HandlerFunc) int {
 	t.Helper()
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {

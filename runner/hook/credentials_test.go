@@ -22,14 +22,20 @@ const fakeGitHubAddr = "127.0.0.77"
 // returns it with the variables the runner gives a step: its tokens
 // and service URLs (the v2 cache service).
 func (h *runnerHost) fakeGitHub(t *testing.T) (*testhost.GitHub, map[string]string) {
-	gh := testhost.NewGitHub(t, fakeGitHubAddr, h.origin)
+	return h.fakeGitHubAt(t, fakeGitHubAddr)
+}
+
+// fakeGitHubAt is fakeGitHub on another loopback address (a host of
+// several runners, each with a GitHub of its own).
+func (h *runnerHost) fakeGitHubAt(t *testing.T, addr string) (*testhost.GitHub, map[string]string) {
+	gh := testhost.NewGitHub(t, addr, h.origin)
 	resolve := ""
 	for _, n := range testhost.GitHubHosts {
-		resolve += fmt.Sprintf("%q: %q\n", n, fakeGitHubAddr)
+		resolve += fmt.Sprintf("%q: %q\n", n, addr)
 	}
 	os.WriteFile(filepath.Join(h.org, "github.cue"), []byte(`package airlock
 egress: allow: [{host: "github.test", ports: [443]}, {host: "api.github.test", ports: [443]}]
-egress: allowCIDRs: ["`+fakeGitHubAddr+`/32"]
+egress: allowCIDRs: ["`+addr+`/32"]
 egress: resolve: {
 `+resolve+`}
 credentials: oidc: audiences: ["sts.amazonaws.com"]
