@@ -20,6 +20,9 @@ type Reaped struct {
 	// SandboxUID is the identity the job's workload ran as.
 	SandboxUID uint32 `json:"sandboxUid"`
 	OwnerPID   int    `json:"ownerPid"`
+	// Writes says what became of what the job wrote in its bounded
+	// workspace ("" when it had none): merged or discarded, and why.
+	Writes string `json:"writes,omitempty"`
 }
 
 // Reap removes the job directories under stateRoot whose owner is gone (its
@@ -73,11 +76,19 @@ func reapOne(ctx context.Context, dir, id string) (Reaped, bool, error) {
 	err = destroyJob(r, id, dir, cgroup.Recorded(own.Cgroups))
 	// The volume's own record names its workspace: released even when the
 	// owner file was never written.
-	if _, rerr := quota.Release(volumeDir(filepath.Dir(filepath.Dir(dir)), id)); rerr != nil {
+	left, rerr := quota.Abandon(volumeDir(filepath.Dir(filepath.Dir(dir)), id))
+	if rerr != nil {
 		err = errors.Join(err, rerr)
 	}
 	if rmErr := os.RemoveAll(dir); rmErr != nil {
 		err = errors.Join(err, fmt.Errorf("remove %s: %w", dir, rmErr))
 	}
-	return Reaped{ID: id, Workspace: own.Workspace, SandboxUID: own.UID, OwnerPID: own.PID}, true, err
+	out := Reaped{ID: id, Workspace: own.Workspace, SandboxUID: own.UID, OwnerPID: own.PID}
+	switch {
+	case left.Resumed:
+		out.Writes = "merged: the job had ended, and the merge its airlock began was finished"
+	case left.Discarded:
+		out.Writes = "discarded: the job never ended, and what it wrote in its bounded workspace was kept out of " + left.Workspace
+	}
+	return out, true, err
 }

@@ -13,11 +13,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/gvisor/monitor"
+	"github.com/airlock-ci/airlock/gvisor/quota"
 	"github.com/airlock-ci/airlock/runner/credentials"
 	"github.com/airlock-ci/airlock/runner/egress"
 	"github.com/airlock-ci/airlock/runner/images"
@@ -216,6 +218,7 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 	s = &Session{job: job, multi: len(job.Steps) > 1, ctx: ctx, cancel: func() {}}
 	s.res = Result{Job: job.Name, Start: time.Now().UTC(), Steps: []StepOutcome{}, Policy: job.Policy}
 	fail := func(e error) (*Session, error) {
+		e = diskFull(e, job.Sandbox.StateRoot)
 		s.res.Error = joinMsg(s.res.Error, e.Error())
 		return s, e
 	}
@@ -235,6 +238,9 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 	s.res.Reaped = reaped
 	for _, r := range reaped {
 		fmt.Fprintf(job.Log, "airlock: cleaned up job %s left by airlock pid %d\n", r.ID, r.OwnerPID)
+		if r.Writes != "" {
+			fmt.Fprintf(job.Log, "airlock: its workspace writes: %s\n", r.Writes)
+		}
 		if r.Workspace != "" {
 			if _, err := workspace.Tidy(r.Workspace, r.SandboxUID); err != nil {
 				slog.Warn("tidying workspace of a leftover job", "workspace", r.Workspace, "err", err)
@@ -532,6 +538,14 @@ func (s *Session) Close() Result {
 	ctx := context.WithoutCancel(s.ctx)
 	if err := s.sb.Destroy(ctx); err != nil {
 		s.res.Error = joinMsg(s.res.Error, "destroy sandbox: "+err.Error())
+		// The job's workspace writes are lost: whatever its steps said,
+		// the job did not do what it claims.
+		if errors.Is(err, quota.ErrNotMerged) {
+			s.res.Passed = false
+			if s.res.ExitCode == 0 {
+				s.res.ExitCode = 1
+			}
+		}
 	}
 	if s.job.Images != nil {
 		s.res.Images = s.job.Images.Resolved()
@@ -712,4 +726,17 @@ func joinMsg(a, b string) string {
 		return b
 	}
 	return a + "; " + b
+}
+
+// diskFull adds to an error caused by a full disk (ENOSPC, EDQUOT) what
+// to do about it: most likely the disk of the state directory, where
+// airlock keeps each job's sandbox state and workspace volume.
+func diskFull(err error, stateRoot string) error {
+	if !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
+		return err
+	}
+	if stateRoot == "" {
+		stateRoot = gvisor.DefaultStateRoot
+	}
+	return fmt.Errorf("%w (a disk is full: airlock keeps each job's state and workspace volume under %s; free space there, or give a state directory on another disk)", err, stateRoot)
 }

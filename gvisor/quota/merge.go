@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -43,16 +44,33 @@ const maxDepth = 4096
 // is written into lower (and Release trims upper's filesystem every
 // 256 MiB), so that the two hold little more than upper did. Set-id bits are dropped, device
 // nodes and sockets skipped (runner/workspace's Tidy would clear and
-// remove them; here they never reach the host). Errors on one entry do not stop the rest.
-func Merge(upper, lower string) (Merged, error) { return merge(upper, lower, func() {}) }
+// remove them; here they never reach the host), though what the
+// workspace had at their names goes, as the overlay hid it from the job.
+// Errors on one entry do not stop the rest.
+func Merge(upper, lower string) (Merged, error) {
+	return merge(upper, lower, strconv.Itoa(os.Getpid()), false, func() {})
+}
+
+// tmpPrefix starts the temporary names a merge makes in the workspace;
+// a tag of the merge's own follows (see merge).
+const tmpPrefix = ".airlock-merge-"
 
 // trimEvery is how much Merge copies between calls of its trim function.
 const trimEvery = 256 << 20
 
 // merge is Merge that calls trim after each trimEvery bytes copied, so
 // that what left upper leaves its disk too.
-func merge(upper, lower string, trim func()) (Merged, error) {
-	m := &merger{links: map[inode]string{}, trim: trim}
+//
+// Its temporary names start with tmpPrefix and tag. resume says that a
+// merge of the same upper into lower, with the same tag, was begun
+// before and killed: the temporary names it left in the workspace (its
+// tag's, and no other file's) are removed.
+// Every step of a merge can be done again (a file leaves upper once it
+// is in lower; a whiteout removes what is already gone; an opaque mark
+// is taken off once its directory is replaced), so a resumed merge ends
+// with what an uninterrupted one would have written.
+func merge(upper, lower, tag string, resume bool, trim func()) (Merged, error) {
+	m := &merger{links: map[inode]string{}, trim: trim, resume: resume, tmpNames: tmpPrefix + tag + "-"}
 	u, err := openDir(unix.AT_FDCWD, upper)
 	if err != nil {
 		return Merged{}, err
@@ -77,6 +95,10 @@ type merger struct {
 	links map[inode]string // upper hard links already written, by where
 	tmp   int              // temporary names made so far
 	trim  func()
+	// resume: a killed merge is being finished (see merge).
+	resume bool
+	// tmpNames starts the merge's temporary names.
+	tmpNames string
 	// untrimmed counts the bytes copied since trim was last called.
 	untrimmed int64
 	// byHand: copy_file_range was refused; buf is the copy's buffer.
@@ -97,6 +119,9 @@ func (m *merger) dir(u, l int, rel string, depth int) {
 		m.fail(rel, fmt.Errorf("deeper than %d directories: not merged", maxDepth))
 		return
 	}
+	if m.resume {
+		m.removeTemporaries(l, rel)
+	}
 	names, err := readNames(u)
 	if err != nil {
 		m.fail(rel, err)
@@ -114,19 +139,41 @@ func (m *merger) dir(u, l int, rel string, depth int) {
 	}
 }
 
+// removeTemporaries removes what a merge that was killed left under a
+// temporary name in the workspace directory l (replace makes each entry
+// under one, then renames it): only a directory that upper still holds
+// can have one, and a resumed merge visits each of those.
+func (m *merger) removeTemporaries(l int, rel string) {
+	names, err := readNames(l)
+	if err != nil {
+		m.fail(rel, err)
+		return
+	}
+	for _, name := range names {
+		if strings.HasPrefix(name, m.tmpNames) {
+			if err := removeAllAt(l, name); err != nil {
+				m.fail(path.Join(rel, name), err)
+			}
+		}
+	}
+}
+
 // entry merges one name of u into l.
 func (m *merger) entry(u, l int, name, rel string, st *unix.Stat_t, depth int) error {
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFCHR:
 		if st.Rdev == 0 { // a whiteout: the job removed it
+			var was unix.Stat_t
+			existed := unix.Fstatat(l, name, &was, unix.AT_SYMLINK_NOFOLLOW) == nil
 			if err := removeAllAt(l, name); err != nil {
 				return err
 			}
-			m.out.Removed++
+			if existed {
+				m.out.Removed++
+			}
 			return nil
 		}
-		m.out.Devices = append(m.out.Devices, rel)
-		return nil
+		return m.hide(l, name, rel, &m.out.Devices)
 	case unix.S_IFDIR:
 		return m.subdir(u, l, name, rel, st, depth)
 	case unix.S_IFREG:
@@ -136,10 +183,19 @@ func (m *merger) entry(u, l int, name, rel string, st *unix.Stat_t, depth int) e
 	case unix.S_IFIFO:
 		return m.replace(l, name, st, func(tmp string) error { return unix.Mkfifoat(l, tmp, st.Mode&0o777) })
 	case unix.S_IFBLK:
-		m.out.Devices = append(m.out.Devices, rel)
-		return nil
+		return m.hide(l, name, rel, &m.out.Devices)
 	}
-	m.out.Skipped = append(m.out.Skipped, rel)
+	return m.hide(l, name, rel, &m.out.Skipped)
+}
+
+// hide handles a device node or a socket, which is not made: what lower
+// had at its name goes all the same, since the overlay showed the job
+// the node in its place (as the image unpacker does with a layer's).
+func (m *merger) hide(l int, name, rel string, report *[]string) error {
+	if err := removeAllAt(l, name); err != nil {
+		return err
+	}
+	*report = append(*report, rel)
 	return nil
 }
 
@@ -154,7 +210,8 @@ func (m *merger) subdir(u, l int, name, rel string, st *unix.Stat_t, depth int) 
 	defer unix.Close(ud)
 	var lst unix.Stat_t
 	lerr := unix.Fstatat(l, name, &lst, unix.AT_SYMLINK_NOFOLLOW)
-	if lerr == nil && (opaque(ud) || lst.Mode&unix.S_IFMT != unix.S_IFDIR) {
+	isOpaque := opaque(ud)
+	if lerr == nil && (isOpaque || lst.Mode&unix.S_IFMT != unix.S_IFDIR) {
 		if err := removeAllAt(l, name); err != nil {
 			return err
 		}
@@ -166,6 +223,15 @@ func (m *merger) subdir(u, l int, name, rel string, st *unix.Stat_t, depth int) 
 		}
 	} else if lerr != nil {
 		return lerr
+	}
+	// The lower directory is replaced: the mark has done its work. Taken
+	// off before any child moves over, so that a merge resumed after a
+	// kill (Abandon) does not empty the directory again of the children
+	// that had already left upper for it.
+	if isOpaque {
+		if err := unix.Fremovexattr(ud, opaqueXattr); err != nil && !errors.Is(err, unix.ENODATA) {
+			return fmt.Errorf("clear the opaque mark: %w", err)
+		}
 	}
 	ld, err := openDir(l, name)
 	if err != nil {
@@ -182,8 +248,10 @@ func (m *merger) subdir(u, l int, name, rel string, st *unix.Stat_t, depth int) 
 // file writes a regular file (or links it to where its other name went).
 func (m *merger) file(u, l int, name, rel string, st *unix.Stat_t) error {
 	key := inode{st.Dev, st.Ino}
-	if first, ok := m.links[key]; ok && st.Nlink > 1 {
-		return m.replace(l, name, st, func(tmp string) error {
+	// Not st.Nlink > 1: each name leaves upper once merged, so the last
+	// name of an inode that had two has a link count of 1 by now.
+	if first, ok := m.links[key]; ok {
+		err := m.replace(l, name, st, func(tmp string) error {
 			parent, err := openBeneath(m.root, path.Dir(first))
 			if err != nil {
 				return err
@@ -191,6 +259,10 @@ func (m *merger) file(u, l int, name, rel string, st *unix.Stat_t) error {
 			defer unix.Close(parent)
 			return unix.Linkat(parent, path.Base(first), l, tmp, 0)
 		})
+		if err == nil {
+			unix.Unlinkat(u, name, 0) // it leaves upper, as the first name did
+		}
+		return err
 	}
 	src, err := unix.Openat(u, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -245,8 +317,9 @@ func (m *merger) symlink(u, l int, name string, st *unix.Stat_t) error {
 // first (rename cannot replace it with a non-directory).
 func (m *merger) replace(l int, name string, st *unix.Stat_t, make func(tmp string) error) error {
 	m.tmp++
-	tmp := fmt.Sprintf(".airlock-merge-%d-%d", os.Getpid(), m.tmp)
+	tmp := fmt.Sprintf("%s%d", m.tmpNames, m.tmp)
 	if err := make(tmp); err != nil {
+		removeAllAt(l, tmp) // what make wrote before it failed (a full disk)
 		return err
 	}
 	if err := m.attrs(l, tmp, st, name); err != nil {
@@ -365,23 +438,35 @@ func (m *merger) copyRange(dst, src int, off, n int64) (int64, error) {
 	return done, nil
 }
 
+// opaqueXattr marks an overlay's upper directory as hiding the lower one.
+const opaqueXattr = "trusted.overlay.opaque"
+
 // opaque reports whether the overlay marked the directory as hiding the
 // lower one.
 func opaque(fd int) bool {
 	buf := make([]byte, 8)
-	n, err := unix.Fgetxattr(fd, "trusted.overlay.opaque", buf)
+	n, err := unix.Fgetxattr(fd, opaqueXattr, buf)
 	return err == nil && n == 1 && buf[0] == 'y'
 }
 
 // openBeneath opens the directory rel below root, refusing any symlink
-// on the way.
+// on the way. One name at a time: the job's tree can be deeper than
+// PATH_MAX, which a whole path given to the kernel cannot.
 func openBeneath(root int, rel string) (int, error) {
-	fd, err := unix.Openat2(root, rel, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
+	fd, err := unix.Dup(root)
 	if err != nil {
-		return -1, fmt.Errorf("open directory %s: %w", rel, err)
+		return -1, err
+	}
+	for _, name := range strings.Split(rel, "/") {
+		next, err := unix.Openat2(fd, name, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		unix.Close(fd)
+		if err != nil {
+			return -1, fmt.Errorf("open directory %s: %w", rel, err)
+		}
+		fd = next
 	}
 	return fd, nil
 }

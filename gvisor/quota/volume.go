@@ -21,13 +21,18 @@
 // Release, when the sandbox is gone, unmounts the overlay, merges its
 // upper layer into the workspace (see merge.go: sparse files stay sparse,
 // hard links stay links, nothing is followed) and removes the image. The
-// volume's directory records the workspace, so that a leftover of a
-// killed airlock is released the same way (gvisor.Reap).
+// volume's directory records the workspace, and marks when its merge
+// began, so that Abandon (gvisor.Reap) can release the leftover of a
+// killed airlock: the job's writes whole or none of them. Killed during
+// its merge, the job had ended, and the merge is finished; killed
+// before, the job never ended, and what it wrote is discarded.
 //
 // Layer 1: imports nothing of airlock's.
 package quota
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -105,6 +110,11 @@ func loopDevices() bool {
 // workspace needs (loop devices, ext4, overlayfs, mkfs.ext4).
 var ErrUnsupported = errors.New("the host cannot bound the workspace")
 
+// ErrNotMerged is matched by a Release that kept what the job wrote out
+// of the workspace because it could not be read back whole (its disk
+// filled): the job's output is lost, and the job must not pass.
+var ErrNotMerged = errors.New("what the job wrote is lost")
+
 // Mount covers workspace with an overlay whose writable layer is an ext4
 // filesystem of limit's size, kept in dir (created; it must not exist and
 // must lie outside the workspace). templates, when not empty, is a
@@ -149,6 +159,9 @@ func Mount(dir, templates, workspace string, limit Limit) (_ *Volume, err error)
 			return nil, err
 		}
 	} else {
+		if err := roomForImage(dir); err != nil {
+			return nil, err
+		}
 		if err := makeImage(mkfs, v.image(), templates, limit); err != nil {
 			return nil, err
 		}
@@ -174,6 +187,9 @@ func (v *Volume) image() string  { return filepath.Join(v.dir, "image") }
 func (v *Volume) fs() string     { return filepath.Join(v.dir, "fs") }
 func (v *Volume) upper() string  { return filepath.Join(v.fs(), "upper") }
 func (v *Volume) source() string { return "airlock-workspace:" + v.dir }
+
+// mergingMark exists once the volume's merge into the workspace began.
+func (v *Volume) mergingMark() string { return filepath.Join(v.dir, "merging") }
 
 // Limit is the volume's limit.
 func (v *Volume) Limit() Limit { return Limit{Bytes: v.rec.Bytes} }
@@ -220,6 +236,10 @@ func (v *Volume) Release() (Merged, error) { return Release(v.dir) }
 // workspace, merges what the job wrote into the workspace, and removes
 // the volume. A volume whose overlay or filesystem is no longer mounted
 // (a reboot) is mounted again to be merged. No directory: nothing to do.
+//
+// Before the first byte moves, Release marks the volume as merging: a
+// merge that is killed is then finished by Abandon, never left half
+// done nor thrown away half done. Without the mark it does not merge.
 func Release(dir string) (Merged, error) {
 	rec, err := readRecord(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -229,6 +249,10 @@ func Release(dir string) (Merged, error) {
 		return Merged{}, err
 	}
 	v := &Volume{dir: dir, rec: rec}
+	// The mark holds the merge's tag: a resumed merge removes its own
+	// temporary names, and no file of the workspace's.
+	tag, markErr := os.ReadFile(v.mergingMark())
+	resume := markErr == nil
 	if err := v.unmountOverlay(); err != nil {
 		return Merged{}, err // the workspace is still covered: keep everything
 	}
@@ -244,14 +268,143 @@ func Release(dir string) (Merged, error) {
 			}
 		}
 	}
-	if _, err := os.Stat(v.upper()); err == nil {
-		merged, err = merge(v.upper(), rec.Workspace, func() { trim(v.fs()) })
-		if err != nil {
-			err = fmt.Errorf("merge what the job wrote into %s: %w", rec.Workspace, err)
-		}
-		return merged, errors.Join(err, v.discard())
+	if _, err := os.Stat(v.upper()); err != nil {
+		return merged, v.discard()
 	}
-	return merged, v.discard()
+	if !resume {
+		// What cannot be read back whole is not merged: a half-written
+		// file must not reach the workspace as if the job wrote it so.
+		if err := v.intact(); err != nil {
+			err = fmt.Errorf("%w; %w: not merged into %s", err, ErrNotMerged, rec.Workspace)
+			return merged, errors.Join(err, v.discard())
+		}
+		tag = []byte(randomTag())
+		if err := markMerging(v.mergingMark(), tag); err != nil {
+			err = fmt.Errorf("mark the workspace volume as merging: %w; what the job wrote is not merged into %s", err, rec.Workspace)
+			return merged, errors.Join(err, v.discard())
+		}
+	}
+	merged, err = merge(v.upper(), rec.Workspace, string(tag), resume, func() { trim(v.fs()) })
+	if err != nil {
+		err = fmt.Errorf("merge what the job wrote into %s: %w", rec.Workspace, err)
+	}
+	return merged, errors.Join(err, v.discard())
+}
+
+// minFreeForImage is the least free space that the disk under the
+// volumes must have for a job to start: a sparse image takes its blocks
+// as the job writes, so a disk with less is full for any job.
+const minFreeForImage = 2 * MinBytes
+
+// roomForImage refuses to start a job whose volume's disk is full.
+func roomForImage(dir string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("statfs the workspace volume's disk: %w", err)
+	}
+	if free := int64(st.Bavail) * st.Bsize; free < minFreeForImage {
+		return fmt.Errorf("the disk of the workspace volumes (%s) has %d KiB free, less than the %d MiB a job needs to start: %w", filepath.Dir(dir), free>>10, minFreeForImage>>20, unix.ENOSPC)
+	}
+	return nil
+}
+
+// intact checks that what the job wrote is on the volume whole: its
+// filesystem flushed without a write error (the disk under the sparse
+// image may have filled while the job wrote: the loop device then fails
+// writes that the job saw succeed) and with no error recorded by ext4.
+func (v *Volume) intact() error {
+	if v.Medium() == MediumTmpfs {
+		return nil // memory: no device to fail
+	}
+	fd, err := unix.Open(v.fs(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the workspace volume: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Syncfs(fd); err != nil {
+		return fmt.Errorf("the workspace volume could not be written to its disk (%s full?): %w", filepath.Dir(v.dir), err)
+	}
+	if m, ok := mountAt(v.fs()); ok {
+		b, err := os.ReadFile(filepath.Join("/sys/fs/ext4", filepath.Base(m.source), "errors_count"))
+		if n, _ := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 {
+			return fmt.Errorf("the workspace volume's filesystem recorded %d error(s) (its disk, %s, full?): %w", n, filepath.Dir(v.dir), unix.EIO)
+		}
+	}
+	return nil
+}
+
+// Leftover says what Abandon did with the volume of a job whose airlock
+// was killed.
+type Leftover struct {
+	Workspace string `json:"workspace"`
+	// Resumed: the job had ended and its merge was under way; Abandon
+	// finished it (Merged counts what the rest moved).
+	Resumed bool   `json:"resumed"`
+	Merged  Merged `json:"merged"`
+	// Discarded: the job was killed before its merge began; nothing it
+	// wrote reached the workspace.
+	Discarded bool `json:"discarded"`
+}
+
+// Abandon releases the volume in dir of a job whose airlock is gone
+// (gvisor.Reap). A job killed while it ran (or between its steps) never
+// ended: what it wrote stays out of the workspace, whole, rather than
+// reach it without the checks that follow the end of a job (the trust
+// diff and its reverts). A job killed during its merge had ended: the
+// merge is finished, so the workspace holds all of the job's writes, as
+// its airlock would have left them. No directory: nothing to do.
+func Abandon(dir string) (Leftover, error) {
+	rec, err := readRecord(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return Leftover{}, os.RemoveAll(dir)
+	}
+	if err != nil {
+		return Leftover{}, err
+	}
+	v := &Volume{dir: dir, rec: rec}
+	out := Leftover{Workspace: rec.Workspace}
+	if _, err := os.Stat(v.mergingMark()); err == nil {
+		out.Resumed = true
+		out.Merged, err = Release(dir)
+		return out, err
+	}
+	if err := v.unmountOverlay(); err != nil {
+		return out, err // the workspace is still covered: keep everything
+	}
+	out.Discarded = true
+	return out, v.discard()
+}
+
+// randomTag names one merge's temporary files.
+func randomTag() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// markMerging creates the mark holding the merge's tag, and makes it
+// durable before the merge moves anything: a crash of the host must not
+// find a half-merged workspace without it.
+func markMerging(file string, tag []byte) error {
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err = f.Write(tag); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(file))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // trim gives the image's free blocks back to the host's disk (FITRIM: the
@@ -470,7 +623,10 @@ func mountImage(image, dir string) error {
 	// The loop device is attached with autoclear: it goes away when its
 	// last user does, the mount once it is made.
 	defer loop.Close()
-	err = unix.Mount(loop.Name(), dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "noinit_itable,barrier=0")
+	// errors=remount-ro: when the host's disk under the sparse image
+	// fills, the loop device fails writes; the filesystem then stops
+	// taking more (the job's writes fail) instead of losing them quietly.
+	err = unix.Mount(loop.Name(), dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "noinit_itable,barrier=0,errors=remount-ro")
 	if err != nil {
 		return fmt.Errorf("%w: mount the workspace image (%s) as ext4: %v", ErrUnsupported, loop.Name(), err)
 	}

@@ -218,17 +218,28 @@ func TestMountRefuses(t *testing.T) {
 }
 
 // A volume left by an airlock that was killed is released from its
-// directory alone; one whose mounts went with a reboot is mounted again
-// and merged.
-func TestReleaseLeftover(t *testing.T) {
+// directory alone (Abandon), the job's writes whole or none of them:
+// killed while the job ran (or with its mounts gone in a reboot), the
+// job never ended and nothing it wrote reaches the workspace; killed
+// once its merge had begun, the merge is finished.
+func TestAbandonLeftover(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		reboot bool
-	}{{"killed", false}, {"rebooted", true}} {
+		name    string
+		reboot  bool
+		merging bool
+	}{{"killed during the job", false, false}, {"rebooted during the job", true, false}, {"killed during the merge", false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			ws, dir, _ := newVolume(t, 16<<20, map[string]string{"old": "old"})
+			ws, dir, v := newVolume(t, 16<<20, map[string]string{"old": "old", "gone": "gone"})
 			if err := os.WriteFile(filepath.Join(ws, "new"), []byte("new"), 0o644); err != nil {
 				t.Fatal(err)
+			}
+			if err := os.Remove(filepath.Join(ws, "gone")); err != nil {
+				t.Fatal(err)
+			}
+			if tc.merging {
+				if err := markMerging(v.mergingMark(), []byte("test")); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if tc.reboot {
 				unix.Sync()
@@ -238,13 +249,25 @@ func TestReleaseLeftover(t *testing.T) {
 					}
 				}
 			}
-			if _, err := Release(dir); err != nil {
+			left, err := Abandon(dir)
+			if err != nil {
 				t.Fatal(err)
 			}
 			released(t, ws, dir)
-			for name, want := range map[string]string{"old": "old", "new": "new"} {
-				if b, err := os.ReadFile(filepath.Join(ws, name)); string(b) != want {
-					t.Errorf("%s = %q, %v", name, b, err)
+			want := map[string]string{"old": "old", "gone": "gone"}
+			if tc.merging {
+				want = map[string]string{"old": "old", "new": "new"}
+			}
+			if left.Resumed != tc.merging || left.Discarded == tc.merging || left.Workspace != ws {
+				t.Errorf("leftover %+v", left)
+			}
+			entries, _ := os.ReadDir(ws)
+			if len(entries) != len(want) {
+				t.Errorf("workspace holds %v, want %v", entries, want)
+			}
+			for name, data := range want {
+				if b, err := os.ReadFile(filepath.Join(ws, name)); string(b) != data {
+					t.Errorf("%s = %q, %v; want %q", name, b, err, data)
 				}
 			}
 		})

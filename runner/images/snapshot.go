@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -173,77 +174,120 @@ func (s *Store) makeSnapshot(chains []v1.Hash, i int, layer LayerStream, budget 
 // linkTree makes dst a copy of the tree src whose regular files are hard
 // links to src's: directories are made anew (their mode, owner and times
 // set once their content is in), symlinks are made anew with the same
-// target, and nothing is followed (the walk never descends a symlink, and
-// every path it writes is below a directory it made itself). src is a
-// snapshot that nothing writes while it is copied. It makes at most max
-// entries (each costs an inode or a directory entry: an image of many
-// layers over a large base would otherwise multiply them), and returns
-// how many it made.
+// target, and nothing is followed (every name is opened relative to its
+// directory's descriptor with O_NOFOLLOW, and every one written is in a
+// directory it made itself). Descriptors, not paths: an image's names may
+// be as long as PATH_MAX below its root (Unpack allows it), so longer
+// than that below the cache's directory. src is a snapshot that nothing
+// writes while it is copied. It makes at most max entries (each costs an
+// inode or a directory entry: an image of many layers over a large base
+// would otherwise multiply them), and returns how many it made.
 func linkTree(src, dst string, max int64) (int64, error) {
-	made := int64(0)
-	type dirMeta struct {
-		path string
-		st   unix.Stat_t
+	sfd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, &fs.PathError{Op: "open", Path: src, Err: err}
 	}
-	var dirs []dirMeta
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	defer unix.Close(sfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(sfd, &st); err != nil {
+		return 0, &fs.PathError{Op: "stat", Path: src, Err: err}
+	}
+	made := int64(1)
+	if made > max {
+		return made, tooManyEntries(max)
+	}
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		return made, err
+	}
+	dfd, err := unix.Open(dst, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return made, &fs.PathError{Op: "open", Path: dst, Err: err}
+	}
+	defer unix.Close(dfd)
+	err = linkDir(sfd, dfd, ".", &st, &made, max)
+	return made, err
+}
+
+// tooManyEntries is linkTree's refusal past max entries.
+func tooManyEntries(max int64) error {
+	return fmt.Errorf("%w: copying the layers below this one makes more than %d files and directories", ErrTooLarge, max)
+}
+
+// linkDir copies the directory sfd into dfd, which it made (rel is
+// their path below the roots, for errors), then gives dfd st's owner,
+// mode and times.
+func linkDir(sfd, dfd int, rel string, st *unix.Stat_t, made *int64, max int64) error {
+	dup, err := unix.Dup(sfd)
+	if err != nil {
+		return err
+	}
+	d := os.NewFile(uintptr(dup), rel)
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		p := path.Join(rel, name)
+		if *made++; *made > max {
+			return tooManyEntries(max)
 		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
+		var cst unix.Stat_t
+		if err := unix.Fstatat(sfd, name, &cst, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return &fs.PathError{Op: "lstat", Path: p, Err: err}
 		}
-		to := filepath.Join(dst, rel)
-		if made++; made > max {
-			return fmt.Errorf("%w: copying the layers below this one makes more than %d files and directories", ErrTooLarge, max)
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
-		switch st.Mode & unix.S_IFMT {
+		switch cst.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
-			if err := os.Mkdir(to, 0o700); err != nil {
+			if err := linkSubdir(sfd, dfd, name, p, &cst, made, max); err != nil {
 				return err
 			}
-			dirs = append(dirs, dirMeta{to, st})
 		case unix.S_IFLNK:
-			target, err := os.Readlink(p)
+			buf := make([]byte, unix.PathMax)
+			n, err := unix.Readlinkat(sfd, name, buf)
 			if err != nil {
-				return err
+				return &fs.PathError{Op: "readlink", Path: p, Err: err}
 			}
-			if err := os.Symlink(target, to); err != nil {
-				return err
+			if err := unix.Symlinkat(string(buf[:n]), dfd, name); err != nil {
+				return &fs.PathError{Op: "symlink", Path: p, Err: err}
 			}
-			if err := os.Lchown(to, int(st.Uid), int(st.Gid)); err != nil && os.Geteuid() == 0 {
-				return err
+			if err := unix.Fchownat(dfd, name, int(cst.Uid), int(cst.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil && os.Geteuid() == 0 {
+				return &fs.PathError{Op: "lchown", Path: p, Err: err}
 			}
 		case unix.S_IFREG:
-			if err := os.Link(p, to); err != nil {
-				return err
+			if err := unix.Linkat(sfd, name, dfd, name, 0); err != nil {
+				return &fs.PathError{Op: "link", Path: p, Err: err}
 			}
 		}
 		// Nothing else is in a snapshot: the unpacker makes no devices.
-		return nil
-	})
+	}
+	if os.Geteuid() == 0 {
+		if err := unix.Fchown(dfd, int(st.Uid), int(st.Gid)); err != nil {
+			return &fs.PathError{Op: "chown", Path: rel, Err: err}
+		}
+	}
+	if err := unix.Fchmod(dfd, st.Mode&0o7777); err != nil {
+		return &fs.PathError{Op: "chmod", Path: rel, Err: err}
+	}
+	unix.UtimesNanoAt(dfd, "", []unix.Timespec{st.Atim, st.Mtim}, unix.AT_EMPTY_PATH)
+	return nil
+}
+
+// linkSubdir makes the directory name in dfd and copies sfd's into it.
+func linkSubdir(sfd, dfd int, name, rel string, st *unix.Stat_t, made *int64, max int64) error {
+	if err := unix.Mkdirat(dfd, name, 0o700); err != nil {
+		return &fs.PathError{Op: "mkdir", Path: rel, Err: err}
+	}
+	sub, err := unix.Openat(sfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return made, err
+		return &fs.PathError{Op: "open", Path: rel, Err: err}
 	}
-	for i := len(dirs) - 1; i >= 0; i-- {
-		d := dirs[i]
-		if os.Geteuid() == 0 {
-			if err := os.Lchown(d.path, int(d.st.Uid), int(d.st.Gid)); err != nil {
-				return made, err
-			}
-		}
-		if err := unix.Chmod(d.path, d.st.Mode&0o7777); err != nil {
-			return made, err
-		}
-		ts := []unix.Timespec{d.st.Atim, d.st.Mtim}
-		unix.UtimesNanoAt(unix.AT_FDCWD, d.path, ts, unix.AT_SYMLINK_NOFOLLOW)
+	defer unix.Close(sub)
+	dsub, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: rel, Err: err}
 	}
-	return made, nil
+	defer unix.Close(dsub)
+	return linkDir(sub, dsub, rel, st, made, max)
 }
 
 // removeUnusedSnapshots removes the snapshots that no image in roots/
