@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -82,18 +83,19 @@ func asRunscProcess(stdin, stdout, stderr *os.File, fn func() error) error {
 // createRoot creates and starts the job's root container from the bundle
 // in dir/bundle, with the given files as its init's stdin, stdout and
 // stderr.
-func createRoot(r runsc, dir, id string, stdin, stdout, stderr *os.File) error {
+// It returns the watch on the sandbox's and the gofer's processes.
+func createRoot(r runsc, dir, id string, stdin, stdout, stderr *os.File) (*childExits, error) {
 	conf, err := r.config()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	bundle := filepath.Join(dir, "bundle")
 	spec, err := specutils.ReadSpec(bundle, conf)
 	if err != nil {
-		return fmt.Errorf("read bundle: %w", err)
+		return nil, fmt.Errorf("read bundle: %w", err)
 	}
 	if err := specutils.FixConfig(conf, spec); err != nil {
-		return fmt.Errorf("runsc config from the bundle: %w", err)
+		return nil, fmt.Errorf("runsc config from the bundle: %w", err)
 	}
 	os.Remove(filepath.Join(dir, rootErrFile))
 	var c *container.Container
@@ -114,12 +116,69 @@ func createRoot(r runsc, dir, id string, stdin, stdout, stderr *os.File) error {
 	})
 	if err != nil {
 		if why := goferRootError(dir); why != "" {
-			return fmt.Errorf("%s (%w)", why, err)
+			return nil, fmt.Errorf("%s (%w)", why, err)
 		}
-		return err
+		return nil, err
 	}
-	reapChildren(c.GoferPid.Load(), c.Sandbox.Pid.Load())
-	return nil
+	exits := &childExits{}
+	exits.watch("the gofer", c.GoferPid.Load())
+	exits.watch("the sandbox's process", c.Sandbox.Pid.Load())
+	return exits, nil
+}
+
+// childExits watches the sandbox's and the gofer's processes (children
+// of this one): each is waited for, so it does not linger as a zombie,
+// and how it ended is kept, for a step that fails because one of them
+// is gone (killed by an administrator or the OOM killer) to say which.
+type childExits struct {
+	mu    sync.Mutex
+	ended []string // "the gofer (pid 12) was killed by signal killed"
+}
+
+func (c *childExits) watch(role string, pid int) {
+	if pid <= 0 {
+		return
+	}
+	go func() {
+		var ws unix.WaitStatus
+		for {
+			_, err := unix.Wait4(pid, &ws, 0, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return // not (or no longer) a child: nothing to say
+			}
+			how := fmt.Sprintf("exited with status %d", ws.ExitStatus())
+			if ws.Signaled() {
+				how = "was killed by signal " + unix.SignalName(ws.Signal())
+			}
+			c.mu.Lock()
+			c.ended = append(c.ended, fmt.Sprintf("%s (pid %d) %s", role, pid, how))
+			c.mu.Unlock()
+			return
+		}
+	}()
+}
+
+// gone says which watched processes have ended and how ("" when none).
+// The waits run beside the caller: a process that died a moment ago may
+// not be counted yet, so a caller that saw a failure waits up to wait
+// for the first one.
+func (c *childExits) gone(wait time.Duration) string {
+	if c == nil {
+		return ""
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		c.mu.Lock()
+		ended := strings.Join(c.ended, "; ")
+		c.mu.Unlock()
+		if ended != "" || time.Now().After(deadline) {
+			return ended
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // reapChildren waits for each of pids (children of this process) in a

@@ -256,6 +256,9 @@ func (s *Sandbox) settle(res *StepResult, waitErr error, stopped, detected strin
 // and the sentry last said about it.
 func (s *Sandbox) crashReason() string {
 	why := "the sandbox exited unexpectedly"
+	if gone := s.children.gone(time.Second); gone != "" {
+		why = "the sandbox stopped: " + gone
+	}
 	var lines []string
 	for _, f := range []string{"runsc.log", "create.err"} {
 		b, err := os.ReadFile(filepath.Join(s.dir, f))
@@ -318,6 +321,14 @@ func (s *Sandbox) detectLimit(exitCode int, before usage, diskFull func() bool) 
 		}
 		s.markDead(s.crashReason())
 		return ""
+	}
+	// The sentry outlives its gofer, but not usefully: the job's files
+	// are gone with it.
+	if exitCode != 0 {
+		if gone := s.children.gone(0); gone != "" {
+			s.markDead("the sandbox lost its files: " + gone)
+			return ""
+		}
 	}
 	if s.record.ForkRefused() > before.forksRefused || s.cg.PidsHits() > before.pidsHits {
 		return LimitPids

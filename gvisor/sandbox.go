@@ -37,6 +37,7 @@ type Sandbox struct {
 	shim     string        // the exec shim's host file ("" where there is none)
 	volume   *quota.Volume // bounds the workspace (nil: no limit)
 	released Workspace     // what Destroy's release of the volume found
+	children *childExits   // how the sandbox's and the gofer's processes ended
 
 	execMu  sync.Mutex // one step at a time
 	execSeq int
@@ -331,7 +332,7 @@ func (s *Sandbox) startOnce() error {
 		return err
 	}
 	defer devNull.Close()
-	if err := createRoot(s.runsc, s.dir, s.cfg.ID, devNull, errFile, errFile); err != nil {
+	if s.children, err = createRoot(s.runsc, s.dir, s.cfg.ID, devNull, errFile, errFile); err != nil {
 		why := bootFailure(err, s.dir)
 		if kept := keepStartLog(s.cfg.SharedRoot, s.cfg.ID, s.cfg.Platform, s.dir); kept != "" {
 			why += " (runsc's log: " + kept + ")"

@@ -6,10 +6,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -370,7 +373,9 @@ func TestNotRoot(t *testing.T) {
 }
 
 // SIGKILL leaves airlock no chance to clean up: the sandbox outlives it.
-// The next airlock run with the same state directory removes it first.
+// The next airlock run with the same state directory removes it first,
+// and keeps what the killed job wrote in its (bounded) workspace out of
+// it: the job never ended, so none of its writes lands, and it says so.
 func TestNextRunReapsAfterSIGKILL(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
@@ -388,14 +393,77 @@ func TestNextRunReapsAfterSIGKILL(t *testing.T) {
 	if code := execute([]string{"run", "-w", workspace(t), "--state-dir", state, "--", "true"}, &out, &errb); code != 0 {
 		t.Fatalf("next run: exit %d: %s", code, errb.String())
 	}
-	if !strings.Contains(errb.String(), "cleaned up job") {
-		t.Errorf("next run did not report the cleanup: %s", errb.String())
+	if !strings.Contains(errb.String(), "cleaned up job") || !strings.Contains(errb.String(), "its workspace writes: discarded: the job never ended") {
+		t.Errorf("next run did not report the cleanup and what became of the job's writes: %s", errb.String())
+	}
+	if _, err := os.Stat(filepath.Join(ws, "started")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the killed job's write is in its workspace: %v", err)
 	}
 	if processNamed(state) {
 		t.Error("orphaned sandbox survives the next run")
 	}
 	if jobs, _ := filepath.Glob(filepath.Join(state, "jobs", "*")); len(jobs) != 0 {
 		t.Errorf("job state survives: %v", jobs)
+	}
+}
+
+// The sandbox's own process or its gofer killed from the host during a
+// step (an administrator, the OOM killer): the step fails, the result
+// and the attestation say which process died and how, and nothing of
+// the job is left.
+func TestSandboxProcessKilledMidStep(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	for _, tc := range []struct{ process, role string }{
+		{"runsc-sandbox", "the sandbox's process"},
+		{"runsc-gofer", "the gofer"},
+	} {
+		t.Run(tc.process, func(t *testing.T) {
+			state, ws, att := stateDir(t), workspace(t), t.TempDir()
+			cmd := cli(t, "run", "-w", ws, "--state-dir", state, "--attest-dir", att, "--", "sh", "-c", "touch started; exec sleep 600")
+			var errb bytes.Buffer
+			cmd.Stderr = &errb
+			startAndWaitFor(t, cmd, filepath.Join(ws, "started"))
+			victim := 0
+			procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+			for _, p := range procs {
+				if b, _ := os.ReadFile(p); bytes.HasPrefix(b, []byte(tc.process+"\x00")) && bytes.Contains(b, []byte(state+"/")) {
+					victim, _ = strconv.Atoi(filepath.Base(filepath.Dir(p)))
+				}
+			}
+			if victim == 0 {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("no %s process of the job", tc.process)
+			}
+			syscall.Kill(victim, syscall.SIGKILL)
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(60 * time.Second):
+				cmd.Process.Kill()
+				t.Fatal("airlock still runs 60s after its sandbox lost a process")
+			}
+			want := fmt.Sprintf("%s (pid %d) was killed by signal SIGKILL", tc.role, victim)
+			if cmd.ProcessState.ExitCode() == 0 || !strings.Contains(errb.String(), want) {
+				t.Errorf("exit %d, stderr:\n%s\nwant a failure saying %q", cmd.ProcessState.ExitCode(), errb.String(), want)
+			}
+			stmts, _ := filepath.Glob(filepath.Join(att, "*.UNSIGNED.intoto.json"))
+			if len(stmts) != 1 {
+				t.Fatalf("statements %v", stmts)
+			}
+			if b, _ := os.ReadFile(stmts[0]); !strings.Contains(string(b), want) {
+				t.Errorf("the attestation does not say %q", want)
+			}
+			if processNamed(state) {
+				t.Error("a process of the job is left")
+			}
+			if jobs, _ := filepath.Glob(filepath.Join(state, "jobs", "*")); len(jobs) != 0 {
+				t.Errorf("job state left: %v", jobs)
+			}
+		})
 	}
 }
 
