@@ -115,6 +115,12 @@ func (r *Recorder) hashNext(a *artifact, id string) {
 			a.ahead.state, a.ahead.n = st, d.size
 		}
 	}
+	if !ok && a.ahead.gen == gen && a.blocks[id] == b {
+		// The spool failed for a block still staged: trying it again at
+		// once would fail again, for ever. Hashing ahead resumes at the
+		// next staged block; a block list hashes the rest from the spool.
+		return
+	}
 	r.hashAheadLocked(a)
 }
 

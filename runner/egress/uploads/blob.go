@@ -28,12 +28,13 @@ import (
 //
 // The recorder must know what the storage holds, so it refuses what
 // would leave that open: a write while the artifact is being finalized,
-// a block list or a finalization while a write is on its way (the
-// storage's order of the two is not the gateway's), a second Put Block
-// of an id still being staged; and a write whose answer the gateway
-// did not see whole (the client went away, the storage answered before
-// the body ended) counts as unknown: its block is forgotten, its commit
-// makes the blob's content unknown until the next one.
+// a block list or a finalization while a write is on its way, a Put
+// Block while a block list or a Put Blob is (the storage's order of the
+// two is not the gateway's), a second Put Block of an id still being
+// staged; and a write whose answer the gateway did not see whole (the
+// client went away, the storage answered before the body ended) counts
+// as unknown: its block is forgotten, its commit makes the blob's
+// content unknown until the next one.
 var harmlessComps = map[string]bool{"properties": true, "metadata": true}
 
 // query reads the blob request's query as the storage would, refusing
@@ -126,6 +127,12 @@ func (r *Recorder) stageBlock(a *artifact, id string, req *http.Request) (*Excha
 		r.mu.Unlock()
 		return refuse("artifact %q: block %q is being staged already: a second Put Block of it at once would leave which one the storage keeps unknown", a.rec.Name, id)
 	}
+	if a.committing {
+		// The list was digested from the blocks staged before it: a
+		// block the storage stages before it commits would not be.
+		r.mu.Unlock()
+		return refuse("artifact %q: a Put Block while a block list or a Put Blob is on its way: which the storage takes first is not known", a.rec.Name)
+	}
 	if err := r.startWriteLocked(a, "Put Block"); err != nil {
 		r.mu.Unlock()
 		return nil, err
@@ -144,7 +151,17 @@ func (r *Recorder) stageBlock(a *artifact, id string, req *http.Request) (*Excha
 		respond: func(resp *http.Response) error {
 			answered = true
 			n, whole := tee.result()
-			if !created(resp) || !whole {
+			if !created(resp) {
+				return nil
+			}
+			if !whole {
+				// Staged, though not with bytes the gateway saw whole (the
+				// storage answered before their end): what it holds for
+				// the id is unknown, so the block staged before is
+				// forgotten too.
+				r.mu.Lock()
+				r.dropBlockLocked(a, id)
+				r.mu.Unlock()
 				return nil
 			}
 			if err := f.Close(); err != nil {
@@ -349,6 +366,7 @@ func (r *Recorder) commitBlocks(a *artifact, req *http.Request) (*Exchange, erro
 		r.mu.Unlock()
 		return nil, err
 	}
+	a.committing = true
 	// What was hashed ahead, if the list begins with it; the rest from
 	// the spool.
 	h, done, n := a.ahead.start(blockIDs(ids), files)
@@ -357,6 +375,7 @@ func (r *Recorder) commitBlocks(a *artifact, req *http.Request) (*Exchange, erro
 	if err != nil {
 		r.mu.Lock()
 		r.endWriteLocked(a)
+		a.committing = false
 		r.mu.Unlock()
 		return nil, err
 	}
@@ -390,6 +409,7 @@ func (r *Recorder) commitExchange(a *artifact, d *digest, tee *teeBody) *Exchang
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			r.endWriteLocked(a)
+			a.committing = false
 			if !answered {
 				a.committed, a.uncertain = nil, true
 			}
@@ -417,7 +437,7 @@ func parseBlockList(body []byte) ([]listEntry, error) {
 	dec.Strict = true
 	var out []listEntry
 	seen := map[string]bool{}
-	depth := 0
+	depth, roots := 0, 0
 	var cur *listEntry
 	for {
 		tok, err := dec.Token()
@@ -431,7 +451,10 @@ func parseBlockList(body []byte) ([]listEntry, error) {
 		case xml.StartElement:
 			depth++
 			switch {
-			case depth == 1 && t.Name.Local == "BlockList" && t.Name.Space == "" && len(t.Attr) == 0:
+			case depth == 1 && roots == 0 && t.Name.Local == "BlockList" && t.Name.Space == "" && len(t.Attr) == 0:
+				// One root: Go's decoder reads on past the first, where
+				// an XML reader stops (or refuses the document).
+				roots++
 			case depth == 2 && t.Name.Space == "" && len(t.Attr) == 0 && (t.Name.Local == "Latest" || t.Name.Local == "Uncommitted" || t.Name.Local == "Committed"):
 				cur = &listEntry{kind: t.Name.Local}
 			default:
@@ -490,6 +513,9 @@ func (r *Recorder) putBlob(a *artifact, req *http.Request) (*Exchange, error) {
 		return refuse("artifact %q: a Put Blob while %d write(s) to the blob are still on their way", a.rec.Name, a.writes)
 	}
 	err := r.startWriteLocked(a, "Put Blob")
+	if err == nil {
+		a.committing = true
+	}
 	r.mu.Unlock()
 	if err != nil {
 		return nil, err

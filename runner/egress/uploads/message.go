@@ -3,7 +3,9 @@ package uploads
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 )
 
@@ -53,7 +55,9 @@ func parseMessage(b []byte, fields ...string) (map[string]string, error) {
 	if _, err := dec.Token(); err != nil {
 		return nil, fmt.Errorf("not valid JSON: %w", err)
 	}
-	if dec.More() {
+	// Nothing but space may follow: More would let a stray ']' or '}'
+	// through ("{}}"), which the service refuses as not JSON.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("more than one JSON value")
 	}
 	return out, nil

@@ -80,6 +80,9 @@ type artifact struct {
 	writes     int
 	finalizing bool
 	finalized  bool
+	// committing is set while a Put Block List or Put Blob is on its way
+	// (at most one is: each needs no other write on its way).
+	committing bool
 	// ahead is the digest of the staged blocks hashed ahead of the
 	// block list (hashAhead).
 	ahead ahead
@@ -219,15 +222,24 @@ func (r *Recorder) Begin(route, host string, req *http.Request) (*Exchange, erro
 	watched := r.hosts[strings.ToLower(host)]
 	a := r.byBlob[blobKey(host, req.URL.Path)]
 	r.mu.Unlock()
-	if watched && req.Method != http.MethodGet && req.Method != http.MethodHead && !paths.PlainURLPath(req.URL.Path, req.URL.EscapedPath()) {
-		// The storage might take a doubled slash or a dot segment for
-		// an artifact's blob, which the recorder would not.
+	if watched && req.Method != http.MethodGet && req.Method != http.MethodHead && (!paths.PlainURLPath(req.URL.Path, req.URL.EscapedPath()) || dotEnded(req.URL.Path)) {
+		// The storage might take a doubled slash, a dot segment or a
+		// segment's trailing dot for an artifact's blob, which the
+		// recorder would not.
 		return refuse("a %s to %s, which holds artifact uploads, at a path not in plain form (%q): airlock will not tell which blob it writes", req.Method, host, req.URL.EscapedPath())
 	}
 	if a == nil {
 		return nil, nil
 	}
 	return r.beginBlob(a, req)
+}
+
+// dotEnded reports a path with a segment that ends in a dot: Azure drops
+// such dots ("a.zip." names the blob "a.zip"; its naming rules say no
+// segment should end in one), so the storage would write another blob
+// than the one the recorder looks up.
+func dotEnded(p string) bool {
+	return strings.HasSuffix(p, ".") || strings.Contains(p, "./")
 }
 
 // rpcOf is a twirp path's method name, in lower case.
