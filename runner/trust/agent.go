@@ -43,7 +43,10 @@ const maxToolFindings = 50
 // change to it (environment, working directory, headers) counts.
 type tool struct {
 	kind, name, run, id string
-	line                int
+	// line finds its 1-based line (0 when unknown). It is called only
+	// for the findings shown: finding a line reads the config, and a
+	// config of many members would take quadratic time otherwise.
+	line func() int
 	// prose: run is no command line (a hook's prompt or URL).
 	prose bool
 }
@@ -69,12 +72,107 @@ func toolsOf(p string, data []byte) ([]tool, bool, error) {
 	if len(data) > maxToolConfig {
 		return nil, true, fmt.Errorf("%d bytes, more than the %d read", len(data), maxToolConfig)
 	}
+	if err := boundsError(data, path.Ext(p) == ".toml"); err != nil {
+		return nil, true, err
+	}
 	if path.Ext(p) == ".toml" {
 		t, err := tomlTools(data)
 		return t, true, err
 	}
 	t, err := jsonTools(data, isVSCodeSettings(p))
 	return t, true, err
+}
+
+// Bounds of an agent tool config's shape; no tool's config comes near
+// them. maxConfigDepth bounds its nesting (arrays, objects and tables,
+// and the parts of a TOML dotted key): the JSON and TOML parsers recurse
+// once per level, and a config a million levels deep (1 MiB of "[")
+// overflows the goroutine stack, which no recover catches: the process
+// dies. maxTOMLKeys bounds the keys of a TOML config (key/value pairs,
+// table headers, the parts of dotted keys): the TOML decoder looks each
+// key up among all the keys it has seen, which takes quadratic time
+// (100,000 keys, in 1 MiB, take minutes).
+const (
+	maxConfigDepth = 1000
+	maxTOMLKeys    = 5000
+)
+
+// boundsError says when a JSON (with comments) or TOML config nests
+// deeper than maxConfigDepth (brackets and braces outside strings and
+// comments, and, in TOML, the dots of a key) or has more than
+// maxTOMLKeys keys ("=", table headers and dots outside strings and
+// comments: a float's dot counts too, which no config has many of). Up
+// to the first syntax error, where the parser stops, it reads strings
+// and comments as the parser does, so it counts at least as much as the
+// parser meets.
+func boundsError(data []byte, isTOML bool) error {
+	depth, dots, keys, lineStart := 0, 0, 0, true
+	for i := 0; i < len(data); i++ {
+		if isTOML && (lineStart && data[i] == '[' || data[i] == '=' || data[i] == '.') {
+			if keys++; keys > maxTOMLKeys {
+				return fmt.Errorf("more than %d keys", maxTOMLKeys)
+			}
+		}
+		lineStart = data[i] == '\n' || lineStart && (data[i] == ' ' || data[i] == '\t')
+		c := data[i]
+		switch {
+		case c == '"' || isTOML && c == '\'':
+			i = stringEnd(data, i, isTOML)
+		case isTOML && c == '#', !isTOML && c == '/' && i+1 < len(data) && data[i+1] == '/':
+			for i+1 < len(data) && data[i+1] != '\n' {
+				i++
+			}
+		case !isTOML && c == '/' && i+1 < len(data) && data[i+1] == '*':
+			end := bytes.Index(data[i+2:], []byte("*/"))
+			if end < 0 {
+				return nil // unterminated: the parser stops here
+			}
+			i += 2 + end + 1
+		case c == '[' || c == '{':
+			depth, dots = depth+1, 0
+		case c == ']' || c == '}':
+			depth, dots = max(depth-1, 0), 0
+		case c == '=' || c == ',' || c == '\n':
+			dots = 0
+		case isTOML && c == '.':
+			dots++
+		}
+		if depth+dots > maxConfigDepth {
+			return fmt.Errorf("nested deeper than %d levels", maxConfigDepth)
+		}
+	}
+	return nil
+}
+
+// stringEnd is the index of the last byte of the string that starts at
+// data[i] (a quote), len(data) when it does not end: a JSON string, or
+// a TOML basic, literal or multi-line one (whose closing quotes may
+// follow up to two quotes of its own).
+func stringEnd(data []byte, i int, isTOML bool) int {
+	q := data[i]
+	escapes := q == '"'
+	if isTOML && bytes.HasPrefix(data[i:], []byte{q, q, q}) {
+		for j := i + 3; j < len(data); j++ {
+			if escapes && data[j] == '\\' {
+				j++
+				continue
+			}
+			if run := len(data[j:]) - len(bytes.TrimLeft(data[j:], string(q))); run >= 3 {
+				return j + min(run, 5) - 1
+			}
+		}
+		return len(data)
+	}
+	for j := i + 1; j < len(data); j++ {
+		if escapes && data[j] == '\\' {
+			j++
+			continue
+		}
+		if data[j] == q {
+			return j
+		}
+	}
+	return len(data)
 }
 
 // readableConfig reports whether p's format is one toolsOf reads.
@@ -169,7 +267,7 @@ func jsonTools(data []byte, vscode bool) ([]tool, error) {
 			for _, mm := range mcp.Members {
 				if memberName(mm.Name) != "servers" {
 					val := compactJSON(mm.Value)
-					out = append(out, tool{kind: "setting", name: "mcp." + memberName(mm.Name), run: val, id: val, line: lineAt(data, mm.Name.StartOffset)})
+					out = append(out, tool{kind: "setting", name: "mcp." + memberName(mm.Name), run: val, id: val, line: func() int { return lineAt(data, mm.Name.StartOffset) }})
 					continue
 				}
 				servers, err := serverTools(data, "mcp.servers", mm.Value)
@@ -194,7 +292,7 @@ func jsonTools(data []byte, vscode bool) ([]tool, error) {
 			// Any other setting: what it is now (permissions, an API key
 			// helper, an environment, a plugin marketplace, ...).
 			val := compactJSON(m.Value)
-			out = append(out, tool{kind: "setting", name: name, run: val, id: val, line: lineAt(data, m.Name.StartOffset)})
+			out = append(out, tool{kind: "setting", name: name, run: val, id: val, line: func() int { return lineAt(data, m.Name.StartOffset) }})
 		}
 	}
 	return out, nil
@@ -212,7 +310,7 @@ func serverTools(data []byte, key string, list hujson.Value) ([]tool, error) {
 		if err != nil {
 			return nil, fmt.Errorf("MCP server %q: %v", memberName(s.Name), err)
 		}
-		out = append(out, tool{kind: "MCP server", name: memberName(s.Name), run: run, id: compactJSON(s.Value), line: lineAt(data, s.Name.StartOffset)})
+		out = append(out, tool{kind: "MCP server", name: memberName(s.Name), run: run, id: compactJSON(s.Value), line: func() int { return lineAt(data, s.Name.StartOffset) }})
 	}
 	return out, nil
 }
@@ -345,7 +443,7 @@ func jsonHooks(data []byte, v hujson.Value) ([]tool, error) {
 					name += " " + matcher
 				}
 				name += fmt.Sprintf(" #%d.%d", gi+1, hi+1)
-				out = append(out, tool{kind: "hook", name: name, run: run, id: compactJSON(h), line: lineAt(data, h.StartOffset), prose: prose})
+				out = append(out, tool{kind: "hook", name: name, run: run, id: compactJSON(h), line: func() int { return lineAt(data, h.StartOffset) }, prose: prose})
 			}
 		}
 	}
@@ -364,7 +462,7 @@ func tomlTools(data []byte) ([]tool, error) {
 	for _, key := range slices.Sorted(mapKeys(cfg)) {
 		if key != "mcp_servers" {
 			b, _ := json.Marshal(cfg[key])
-			out = append(out, tool{kind: "setting", name: key, run: string(b), id: string(b), line: lineOf(data, key)})
+			out = append(out, tool{kind: "setting", name: key, run: string(b), id: string(b), line: func() int { return lineOf(data, key) }})
 			continue
 		}
 		servers, ok := cfg[key].(map[string]any)
@@ -390,7 +488,7 @@ func tomlTools(data []byte) ([]tool, error) {
 			if r == "" {
 				r, _ = s["url"].(string)
 			}
-			out = append(out, tool{kind: "MCP server", name: name, run: r, id: string(id), line: lineOf(data, "[mcp_servers."+name+"]")})
+			out = append(out, tool{kind: "MCP server", name: name, run: r, id: string(id), line: func() int { return lineOf(data, "[mcp_servers."+name+"]") }})
 		}
 	}
 	return out, nil
@@ -453,12 +551,16 @@ func lineAt(data []byte, off int) int {
 // lineOf is the line of the first line that starts with prefix (after
 // blanks), 0 when none does.
 func lineOf(data []byte, prefix string) int {
-	for i, l := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(strings.TrimSpace(l), prefix) {
-			return i + 1
+	for n := 1; ; n++ {
+		l, rest, more := bytes.Cut(data, []byte("\n"))
+		if bytes.HasPrefix(bytes.TrimSpace(l), []byte(prefix)) {
+			return n
 		}
+		if !more {
+			return 0
+		}
+		data = rest
 	}
-	return 0
 }
 
 // toolFindings is the semantic diff of an agent tool config: each MCP
@@ -480,9 +582,10 @@ func toolFindings(p string, old, new []byte) []Finding {
 	}
 	now := map[string]bool{}
 	var out []Finding
+	var lines []func() int // out[i]'s line, found for the findings shown
 	for _, t := range after {
 		now[t.key()] = true
-		f := Finding{Path: p, Check: CheckToolConfig, Line: t.line, Kind: KindEscalation}
+		f := Finding{Path: p, Check: CheckToolConfig, Kind: KindEscalation}
 		prev, existed := was[t.key()]
 		verb, _ := t.verbs()
 		switch {
@@ -496,11 +599,18 @@ func toolFindings(p string, old, new []byte) []Finding {
 			continue
 		}
 		out = append(out, f)
+		lines = append(lines, t.line)
 	}
 	for _, t := range before {
 		if !now[t.key()] {
 			_, was := t.verbs()
 			out = append(out, Finding{Path: p, Check: CheckToolConfig, Kind: KindEscalation, Reason: fmt.Sprintf("%s %s removed (it %s %s)", t.kind, nameOf(t.name), was, shown(t.run))})
+			lines = append(lines, nil)
+		}
+	}
+	for i := range min(len(out), maxToolFindings) {
+		if lines[i] != nil {
+			out[i].Line = lines[i]()
 		}
 	}
 	if len(out) > maxToolFindings {

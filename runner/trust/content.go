@@ -1,7 +1,6 @@
 package trust
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -47,15 +46,14 @@ func lifecycleScripts(data []byte) []string {
 }
 
 // attributeDrivers returns the .gitattributes lines that name a filter,
-// diff or merge driver (which git runs from config), in file order.
+// diff or merge driver (which git runs from config), in file order. Every
+// line is read, however long: a scanner that stopped at a long line
+// would miss the driver lines after it, which git still reads (it skips
+// only the long line itself).
 func attributeDrivers(data []byte) []string {
 	out := []string{}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 64<<10), 64<<10)
-	line := 0
-	for sc.Scan() {
-		line++
-		t := strings.TrimSpace(sc.Text())
+	for _, l := range bytes.Split(data, []byte("\n")) {
+		t := strings.TrimSpace(string(l))
 		if t == "" || strings.HasPrefix(t, "#") {
 			continue
 		}

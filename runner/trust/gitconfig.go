@@ -86,7 +86,11 @@ func configKeys(ctx context.Context, data []byte) ([]ConfigKey, error) {
 	}
 	out, err := gitexec.RunCapped(ctx, os.TempDir(), 4*maxConfigSize, "config", "--file", f.Name(), "--no-includes", "--list", "-z")
 	if err != nil {
-		return nil, fmt.Errorf("parse git config: %w", err)
+		// Without the temporary file's name, which differs on every
+		// call: the error of an unparseable config is one of its facts,
+		// and the same bytes must give the same facts (else a config
+		// the job never touched compares as changed).
+		return nil, fmt.Errorf("parse git config: %s", strings.ReplaceAll(err.Error(), f.Name(), "the config"))
 	}
 	var keys []ConfigKey
 	for _, rec := range strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00") {

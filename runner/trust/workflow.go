@@ -1,6 +1,7 @@
 package trust
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"regexp"
@@ -45,30 +46,31 @@ func WorkflowEscalations(path string, base, head []byte) []Finding {
 		return []Finding{mk(0, fmt.Sprintf("workflow is larger than %d bytes: not parsed, review it by hand", maxWorkflowSize))}
 	}
 	hw, errs := actionlint.Parse(head)
+	lines := splitYAML(head)
 	if hw == nil || len(errs) > 0 && len(hw.Jobs) == 0 {
 		msg := "invalid workflow"
 		line := 0
 		if len(errs) > 0 {
-			msg, line = "invalid workflow: "+errs[0].Message, errs[0].Line
+			msg, line = "invalid workflow: "+errs[0].Message, lines.fileLine(errs[0].Line)
 		}
 		return []Finding{mk(line, msg)}
 	}
 	before := map[string]bool{}
 	if len(base) > 0 && len(base) <= maxWorkflowSize {
 		if bw, _ := actionlint.Parse(base); bw != nil {
-			for _, e := range escalations(bw) {
+			for _, e := range escalations(bw, splitYAML(base)) {
 				before[e.key] = true
 			}
 		}
 	}
 	var out []Finding
 	seen := map[string]bool{}
-	for _, e := range escalations(hw) {
+	for _, e := range escalations(hw, lines) {
 		if before[e.key] || seen[e.key] {
 			continue
 		}
 		seen[e.key] = true
-		out = append(out, mk(e.line, e.reason))
+		out = append(out, mk(lines.fileLine(e.line), e.reason))
 	}
 	// A step that used airlock and is gone: the job would run unsandboxed.
 	if len(base) > 0 && countAirlock(base) > countAirlock(head) {
@@ -82,8 +84,9 @@ func countAirlock(b []byte) int {
 	return strings.Count(strings.ToLower(string(b)), "airlock")
 }
 
-// escalations lists the dangerous properties of a workflow.
-func escalations(w *actionlint.Workflow) []escalation {
+// escalations lists the dangerous properties of a workflow, parsed from
+// the file of these lines; their lines are the parser's.
+func escalations(w *actionlint.Workflow, lines yamlLines) []escalation {
 	var out []escalation
 	add := func(key string, pos *actionlint.Pos, reason string) {
 		line := 0
@@ -131,12 +134,13 @@ func escalations(w *actionlint.Workflow) []escalation {
 				}
 				for _, in := range ex.Inputs {
 					if in != nil && in.Value != nil {
-						stringEscalations(where, in.Value, false, add)
+						stringEscalations(where, in.Value, add)
 					}
 				}
 			case *actionlint.ExecRun:
 				if ex.Run != nil {
-					stringEscalations(where, ex.Run, true, add)
+					stringEscalations(where, ex.Run, add)
+					injectionEscalations(where, ex.Run, lines, add)
 				}
 			}
 		}
@@ -174,7 +178,7 @@ func envEscalations(where string, env *actionlint.Env, add addFunc) {
 			add("unsecure:"+where, v.Name.Pos, fmt.Sprintf("%s: ACTIONS_ALLOW_UNSECURE_COMMANDS re-enables set-env and add-path", where))
 		}
 		if v.Value != nil {
-			stringEscalations(where, v.Value, false, add)
+			stringEscalations(where, v.Value, add)
 		}
 	}
 }
@@ -190,26 +194,31 @@ func usesEscalation(where string, uses *actionlint.String, add addFunc) {
 	add("uses:"+u, uses.Pos, fmt.Sprintf("%s: uses %s, not pinned to a full commit SHA", where, u))
 }
 
-// stringEscalations reports secrets referenced and, in run scripts,
-// untrusted event fields expanded into the shell.
-func stringEscalations(where string, s *actionlint.String, isRun bool, add addFunc) {
+// stringEscalations reports secrets referenced.
+func stringEscalations(where string, s *actionlint.String, add addFunc) {
 	for _, m := range secretRef.FindAllStringSubmatch(s.Value, -1) {
 		if m[1] != "GITHUB_TOKEN" {
 			add("secret:"+m[1], s.Pos, fmt.Sprintf("%s: uses secret %s", where, m[1]))
 		}
 	}
-	if !isRun {
-		return
-	}
+}
+
+// injectionEscalations reports untrusted event fields expanded into a
+// run script (s, parsed from the file of these lines).
+func injectionEscalations(where string, s *actionlint.String, lines yamlLines, add addFunc) {
 	for _, loc := range untrustedExpr.FindAllStringIndex(s.Value, -1) {
 		m := s.Value[loc[0]:loc[1]]
-		add("inject:"+where+":"+m, linePos(s, loc[0]), fmt.Sprintf("%s: %s is expanded into a shell script (script injection)", where, m))
+		add("inject:"+where+":"+m, linePos(s, loc[0], m, lines), fmt.Sprintf("%s: %s is expanded into a shell script (script injection)", where, m))
 	}
 }
 
-// linePos is the position of byte i of a string's value: a multi-line
-// value is a block scalar, which starts on the line after its key.
-func linePos(s *actionlint.String, i int) *actionlint.Pos {
+// linePos is the position of text, at byte i of a string's value: a
+// multi-line value written as a literal block scalar (|) has the file's
+// lines from the line after its key. Other multi-line values do not (a
+// quoted one with \n escapes, a folded one), so a line that does not
+// hold text is not taken: the value's own position is, which the file
+// has (a finding never names a line past the file's end).
+func linePos(s *actionlint.String, i int, text string, lines yamlLines) *actionlint.Pos {
 	if s.Pos == nil {
 		return nil
 	}
@@ -217,5 +226,58 @@ func linePos(s *actionlint.String, i int) *actionlint.Pos {
 	if strings.Contains(s.Value, "\n") {
 		n++
 	}
-	return &actionlint.Pos{Line: s.Pos.Line + n, Col: s.Pos.Col}
+	line := s.Pos.Line + n
+	if line > len(lines.text) || !bytes.Contains(lines.text[line-1], []byte(text)) {
+		line = s.Pos.Line
+	}
+	return &actionlint.Pos{Line: line, Col: s.Pos.Col}
+}
+
+// yamlLines are a workflow's lines as its YAML parser numbers them: it
+// ends a line at "\n", "\r\n", a lone "\r", NEL, LS or PS. Diffs and
+// annotations end lines at "\n" alone, so each has the file line it
+// starts on too: a finding names a line the file has.
+type yamlLines struct {
+	text [][]byte
+	file []int
+}
+
+func splitYAML(src []byte) yamlLines {
+	var l yamlLines
+	start, file := 0, 1
+	for i := 0; i < len(src); {
+		w := 0
+		switch {
+		case src[i] == '\r' && i+1 < len(src) && src[i+1] == '\n':
+			w = 2
+		case src[i] == '\n' || src[i] == '\r':
+			w = 1
+		case src[i] == 0xc2 && bytes.HasPrefix(src[i:], []byte("\u0085")):
+			w = 2
+		case src[i] == 0xe2 && (bytes.HasPrefix(src[i:], []byte("\u2028")) || bytes.HasPrefix(src[i:], []byte("\u2029"))):
+			w = 3
+		}
+		if w == 0 {
+			i++
+			continue
+		}
+		l.text = append(l.text, src[start:i])
+		l.file = append(l.file, file)
+		if src[i+w-1] == '\n' {
+			file++
+		}
+		i += w
+		start = i
+	}
+	l.text = append(l.text, src[start:])
+	l.file = append(l.file, file)
+	return l
+}
+
+// fileLine is the file line of the parser's line n, 0 for none.
+func (l yamlLines) fileLine(n int) int {
+	if n < 1 || n > len(l.file) {
+		return 0
+	}
+	return l.file[n-1]
 }
