@@ -116,6 +116,11 @@ func prepare(ctx context.Context, cfg Config, in Input, stdout io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("prepare_job: %w", err)
 	}
+	// Stored for the daemon and endStaleJobs, which read it back.
+	plan, err := encodeBounded(args)
+	if err != nil {
+		return runner.InputError{Err: fmt.Errorf("prepare_job: %w", err)}
+	}
 	b := make([]byte, 8)
 	rand.Read(b)
 	id := jobDirPrefix + hex.EncodeToString(b)
@@ -123,7 +128,6 @@ func prepare(ctx context.Context, cfg Config, in Input, stdout io.Writer) error 
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("prepare_job: job directory: %w", err)
 	}
-	plan, _ := json.Marshal(args)
 	if err := os.WriteFile(filepath.Join(dir, prepareInputFile), plan, 0o600); err != nil {
 		return fmt.Errorf("prepare_job: %w", err)
 	}

@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,8 +22,33 @@ const (
 )
 
 // maxInput bounds the JSON document read from standard input. The
-// runner puts a step's whole environment in it.
+// runner puts a step's whole environment in it. It also bounds what the
+// hook writes out of it and reads back (prepare.json, a request to the
+// daemon): see encodeBounded.
 const maxInput = 4 << 20
+
+// encodeBounded writes v, read from the runner's payload, as JSON for
+// its reader in the hook (the daemon, endStaleJobs), which reads at most
+// maxInput bytes. A payload within maxInput can grow when written out
+// again (each invalid UTF-8 byte becomes \ufffd, every field the runner
+// left out is written, a mount sent as {} takes 90 bytes), so the bound
+// is checked on what is written: past it the call fails here, saying
+// so, rather than being cut by its reader (a step failing as "the job's
+// daemon went away", a job endStaleJobs cannot read and leaves running).
+// <, > and & are written as they are (the payload's `&&` and `>` stay
+// one byte each).
+func encodeBounded(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	if b.Len() > maxInput {
+		return nil, fmt.Errorf("the runner's arguments are %d bytes written out as JSON, more than the %d the hook reads back", b.Len(), maxInput)
+	}
+	return b.Bytes(), nil
+}
 
 // The types below are the runner's own, as it serialises them
 // (actions/runner src/Runner.Worker/Container/ContainerHooks/HookInput.cs
@@ -219,12 +245,21 @@ func ReadInput(r io.Reader) (Input, error) {
 type Mounts []Mount
 
 // Host returns the host path of a container path, through the mount
-// with the longest matching target.
+// with the longest matching target. Only absolute paths map, through
+// mounts whose target and source are absolute (the runner's are): a
+// relative target would match ".../x" and map it above its source
+// (cut after the target's "."), an empty source would map below "/".
 func (m Mounts) Host(containerPath string) (string, bool) {
 	p := path.Clean(containerPath)
+	if !path.IsAbs(p) {
+		return "", false
+	}
 	best := -1
 	for i, mt := range m {
 		t := path.Clean(mt.Target)
+		if !path.IsAbs(t) || !path.IsAbs(mt.Source) {
+			continue
+		}
 		if paths.Within(p, t) && (best < 0 || len(t) > len(path.Clean(m[best].Target))) {
 			best = i
 		}

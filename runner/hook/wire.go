@@ -212,6 +212,11 @@ var errNoDaemon = errors.New("the job's daemon is not running")
 // output to stdout and stderr. It returns the exit code the daemon sent.
 // ctx ending closes the connection, which stops a running step.
 func Call(ctx context.Context, sock string, req Request, stdout, stderr io.Writer) (int, error) {
+	// What serve reads (at most maxInput bytes).
+	line, err := encodeBounded(req)
+	if err != nil {
+		return -1, fmt.Errorf("hook: the %s request to the job's daemon: %w", req.Op, err)
+	}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", sock)
 	if err != nil {
@@ -220,7 +225,7 @@ func Call(ctx context.Context, sock string, req Request, stdout, stderr io.Write
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
-	if err := json.NewEncoder(c).Encode(req); err != nil {
+	if _, err := c.Write(line); err != nil {
 		return -1, fmt.Errorf("hook: send to the job's daemon: %w", err)
 	}
 	if uc, ok := c.(*net.UnixConn); ok && req.Op == "cleanup" {
