@@ -10,7 +10,7 @@ LDFLAGS    := -X main.version=$(VERSION) -X main.commit=$(GIT_COMMIT)
 CLIENTS := testdata/clients/node_modules/.package-lock.json
 NPM_CI  := npm ci --prefix testdata/clients --ignore-scripts --no-audit --no-fund --loglevel=error
 
-.PHONY: build sample onboard-sample test vm-test arc-test vet bench clean
+.PHONY: build sample onboard-sample test fuzz vm-test arc-test vet bench clean
 
 build:
 	go build -ldflags "$(LDFLAGS)" -o bin/airlock ./cmd/airlock
@@ -31,6 +31,12 @@ onboard-sample:
 # is missing skips and says how to install it (internal/testtool).
 test: $(CLIENTS)
 	go test -p 1 -count=1 -timeout 30m $(GOTESTFLAGS) ./...
+
+# Every Go fuzz target, FUZZTIME each (3s: what CI runs, so the corpus
+# keeps being checked; FUZZTIME=5m for a real search). docs/fuzzing.md
+# lists the targets and what each asserts.
+fuzz:
+	sh testdata/fuzz-all.sh
 
 # The client packages, from npm at the lockfile's versions and integrity
 # hashes, without their install scripts; installed again whenever the
