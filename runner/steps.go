@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -107,9 +108,9 @@ func LoadSteps(path string) ([]StepSpec, error) {
 // ParseSteps parses and validates a steps document.
 func ParseSteps(b []byte) ([]StepSpec, error) {
 	var doc stepsFile
-	if err := yaml.UnmarshalStrict(b, &doc); err != nil {
+	if err := unmarshalStrict(b, &doc); err != nil {
 		var list []StepSpec
-		if err2 := yaml.UnmarshalStrict(b, &list); err2 != nil {
+		if err2 := unmarshalStrict(b, &list); err2 != nil {
 			return nil, fmt.Errorf("not a steps document (want `steps:` with a list of {name, run, env, working-directory, timeout}): %w", err)
 		}
 		doc.Steps = list
@@ -148,6 +149,20 @@ func ParseSteps(b []byte) ([]StepSpec, error) {
 		}
 	}
 	return doc.Steps, nil
+}
+
+// unmarshalStrict reads a JSON document as JSON, anything else as YAML,
+// unknown fields refused either way. JSON is not read as YAML, which
+// refuses some characters a JSON string may hold (a DEL, a C1 control)
+// and reads others apart: a U+0085 is a line break to YAML, so a JSON
+// run "a\u0085b" (the character itself) was read "a b".
+func unmarshalStrict(b []byte, v any) error {
+	if !json.Valid(b) {
+		return yaml.UnmarshalStrict(b, v)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
 }
 
 // checkEnv rejects names and values that cannot be an environment entry.

@@ -32,6 +32,11 @@ func TestParseSteps(t *testing.T) {
 		{name: "negative timeout", doc: "steps:\n  - {run: x, timeout: -5s}\n", wantErr: "must be positive"},
 		{name: "bad env name", doc: "steps:\n  - run: x\n    env: {'A=B': c}\n", wantErr: "is invalid"},
 		{name: "not yaml", doc: "\x00\x01{{{", wantErr: "not a steps document"},
+		// JSON is read as JSON: YAML refuses a raw DEL, and reads a raw
+		// U+0085 as a line break (FuzzParseSteps' round trip).
+		{name: "json with characters YAML reads apart", doc: "{\"steps\":[{\"name\":\"\x7f\",\"run\":\"a\u0085b\"}]}", want: []StepSpec{{Name: "\x7f", Run: "a\u0085b"}}},
+		{name: "json with an unknown field", doc: `{"steps":[{"run":"x","runs-on":"linux"}]}`, wantErr: "not a steps document"},
+		{name: "a yaml flow mapping", doc: "{steps: [{run: x}]}", want: []StepSpec{{Name: "step 1", Run: "x"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseSteps([]byte(tc.doc))
