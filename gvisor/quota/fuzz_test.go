@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-ci/airlock/internal/fuzzinput"
 	"golang.org/x/sys/unix"
 )
 
@@ -226,30 +227,14 @@ func newMergeEnv(t *testing.T) *mergeEnv {
 }
 
 // reader hands out a program's bytes, then zeros.
-type reader struct{ b []byte }
+type reader struct{ *fuzzinput.Reader }
 
-func (r *reader) byte() byte {
-	if len(r.b) == 0 {
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-func (r *reader) bytes(n int) []byte {
-	n = min(n, len(r.b))
-	out := r.b[:n]
-	r.b = r.b[n:]
-	return out
-}
-
-func (r *reader) mode() uint32 { return (uint32(r.byte())<<8 | uint32(r.byte())) & 0o7777 }
+func (r *reader) mode() uint32 { return (uint32(r.Byte())<<8 | uint32(r.Byte())) & 0o7777 }
 
 // name is a name from the pool (often, so that upper and lower meet) or
 // bytes of the program, never "/" or NUL, never "." or "..".
 func (e *mergeEnv) name(r *reader) string {
-	c := r.byte()
+	c := r.Byte()
 	if c < 0xf0 {
 		return e.names[int(c)%len(e.names)]
 	}
@@ -258,7 +243,7 @@ func (e *mergeEnv) name(r *reader) string {
 			return '_'
 		}
 		return r
-	}, r.bytes(int(r.byte())%255+1))
+	}, r.Bytes(int(r.Byte())%255+1))
 	if len(b) == 0 || string(b) == "." || string(b) == ".." {
 		return "_" + string(b)
 	}
@@ -269,7 +254,7 @@ func (e *mergeEnv) name(r *reader) string {
 // (a name that is there already, a parent that is not a directory) are
 // left out.
 func (e *mergeEnv) run(t *testing.T, prog []byte) {
-	r := &reader{b: prog}
+	r := &reader{fuzzinput.New(prog)}
 	roots := [2]int{}
 	for i, p := range []string{e.ws, e.upper} {
 		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -279,8 +264,8 @@ func (e *mergeEnv) run(t *testing.T, prog []byte) {
 		defer unix.Close(fd)
 		roots[i] = fd
 	}
-	for ops := 0; len(r.b) > 0 && ops < 96; ops++ {
-		c := r.byte()
+	for ops := 0; r.Len() > 0 && ops < 96; ops++ {
+		c := r.Byte()
 		tree := int(c & 1)
 		op := int(c>>1) % numOps
 		root := roots[tree]
@@ -288,18 +273,18 @@ func (e *mergeEnv) run(t *testing.T, prog []byte) {
 		case opOpaque, opOwner, opTime:
 			var target []string
 			if op == opOpaque {
-				target = pick(e.dirs[tree], r.byte())
+				target = pick(e.dirs[tree], r.Byte())
 			} else {
 				all := append(slices.Clone(e.dirs[tree][1:]), e.entries[tree]...)
 				if len(all) == 0 {
 					continue
 				}
-				target = pick(all, r.byte())
+				target = pick(all, r.Byte())
 			}
 			e.attr(t, root, target, op, r)
 			continue
 		}
-		dir := e.parent(t, roots, tree, r.byte())
+		dir := e.parent(t, roots, tree, r.Byte())
 		if dir == nil {
 			continue
 		}
@@ -349,11 +334,11 @@ func (e *mergeEnv) make(t *testing.T, root, tree int, dir []string, name string,
 		var data []byte
 		var off, hole int64
 		if op == opSparse {
-			off = int64(r.byte()) << 16
-			data = r.bytes(int(r.byte()))
-			hole = int64(r.byte()) << 12
+			off = int64(r.Byte()) << 16
+			data = r.Bytes(int(r.Byte()))
+			hole = int64(r.Byte()) << 12
 		} else {
-			data = r.bytes(int(r.byte()))
+			data = r.Bytes(int(r.Byte()))
 		}
 		mode := uint32(0o644)
 		if op == opFile {
@@ -386,7 +371,7 @@ func (e *mergeEnv) make(t *testing.T, root, tree int, dir []string, name string,
 		e.dirs[tree] = append(e.dirs[tree], p)
 		return
 	case opDeep:
-		depth := int(r.byte())%64 + 1
+		depth := int(r.Byte())%64 + 1
 		if len(dir)+depth > 80 {
 			return
 		}
@@ -413,10 +398,10 @@ func (e *mergeEnv) make(t *testing.T, root, tree int, dir []string, name string,
 		}
 		return
 	case opSymlink:
-		c := r.byte()
+		c := r.Byte()
 		target := e.targets[int(c)%len(e.targets)]
 		if c >= 0xf0 {
-			target = strings.ReplaceAll(string(r.bytes(int(r.byte())%64+1)), "\x00", "")
+			target = strings.ReplaceAll(string(r.Bytes(int(r.Byte())%64+1)), "\x00", "")
 			if target == "" {
 				target = "x"
 			}
@@ -425,7 +410,7 @@ func (e *mergeEnv) make(t *testing.T, root, tree int, dir []string, name string,
 			return
 		}
 	case opLink:
-		c := r.byte()
+		c := r.Byte()
 		if len(e.entries[tree]) == 0 {
 			return
 		}
@@ -445,7 +430,7 @@ func (e *mergeEnv) make(t *testing.T, root, tree int, dir []string, name string,
 			if tree == lower {
 				return
 			}
-			if r.byte()&1 == 0 {
+			if r.Byte()&1 == 0 {
 				dev = unix.Mkdev(1, 3)
 			} else {
 				mode, dev = unix.S_IFBLK, unix.Mkdev(7, 0)
@@ -483,7 +468,7 @@ func (e *mergeEnv) make(t *testing.T, root, tree int, dir []string, name string,
 
 // attr changes an entry that is there: its opaque marker, owner or time.
 func (e *mergeEnv) attr(t *testing.T, root int, p []string, op int, r *reader) {
-	c := r.byte()
+	c := r.Byte()
 	if op == opOpaque {
 		fd, err := openPath(root, p)
 		if err != nil {

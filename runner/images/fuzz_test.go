@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-ci/airlock/internal/fuzzinput"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"golang.org/x/sys/unix"
 )
@@ -530,28 +531,12 @@ type tarGen struct {
 	layers  []*gLayerT
 }
 
-type reader struct{ b []byte }
-
-func (r *reader) byte() byte {
-	if len(r.b) == 0 {
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-func (r *reader) bytes(n int) []byte {
-	n = min(n, len(r.b))
-	out := r.b[:n]
-	r.b = r.b[n:]
-	return out
-}
+type reader = fuzzinput.Reader
 
 var fuzzTime = time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
 
 func newTarGen(e *fuzzEnv, prog []byte) *tarGen {
-	g := &tarGen{r: &reader{b: prog}}
+	g := &tarGen{r: fuzzinput.New(prog)}
 	g.names = []string{
 		"a", "a/b", "a/b/c", "b", "c", "d/", "d/e", "d/e/f", "./a", "/a", // 0-9
 		".", "./", "/", "a/../b", "lnk", "lnk/x", "lnk/keep", "../x", "a/../../x", "a//b/", // 10-19
@@ -569,11 +554,11 @@ func newTarGen(e *fuzzEnv, prog []byte) *tarGen {
 }
 
 func (g *tarGen) name() string {
-	c := g.r.byte()
+	c := g.r.Byte()
 	if c < 0xf0 {
 		return g.names[int(c)%len(g.names)]
 	}
-	return string(g.r.bytes(int(g.r.byte())%64 + 1))
+	return string(g.r.Bytes(int(g.r.Byte())%64 + 1))
 }
 
 // short is a name for a ustar header written by hand (at most 89 bytes,
@@ -603,10 +588,10 @@ func (g *tarGen) header(typ byte, name string) tar.Header {
 
 // attrs reads mode, owner and time into h.
 func (g *tarGen) attrs(h *tar.Header) {
-	h.Mode = int64(uint16(g.r.byte())<<8|uint16(g.r.byte())) & 0o7777
-	c := g.r.byte()
+	h.Mode = int64(uint16(g.r.Byte())<<8|uint16(g.r.Byte())) & 0o7777
+	c := g.r.Byte()
 	h.Uid, h.Gid = fuzzOwners[int(c)%len(fuzzOwners)], fuzzOwners[int(c>>4)%len(fuzzOwners)]
-	h.ModTime = fuzzTime.Add(time.Duration(g.r.byte()) * time.Hour)
+	h.ModTime = fuzzTime.Add(time.Duration(g.r.Byte()) * time.Hour)
 }
 
 // add writes an entry with tar.Writer; one it refuses is left out.
@@ -634,18 +619,18 @@ func (g *tarGen) raw(b []byte, it gItem, end bool) {
 }
 
 func (g *tarGen) run() {
-	for ops := 0; len(g.r.b) > 0 && ops < 64; ops++ {
-		op := g.r.byte() % gOps
+	for ops := 0; g.r.Len() > 0 && ops < 64; ops++ {
+		op := g.r.Byte() % gOps
 		switch op {
 		case gReg:
 			name := g.name()
-			n := int(g.r.byte())
+			n := int(g.r.Byte())
 			var body []byte
 			if n < 200 {
-				body = append(body, g.r.bytes(n)...)
+				body = append(body, g.r.Bytes(n)...)
 				body = append(body, make([]byte, n-len(body))...)
 			} else {
-				body = bytes.Repeat([]byte{g.r.byte()}, (n-199)*512)
+				body = bytes.Repeat([]byte{g.r.Byte()}, (n-199)*512)
 			}
 			h := g.header(tar.TypeReg, name)
 			h.Size = int64(len(body))
@@ -657,10 +642,10 @@ func (g *tarGen) run() {
 			g.add(h, nil)
 		case gSymlink:
 			h := g.header(tar.TypeSymlink, g.name())
-			c := g.r.byte()
+			c := g.r.Byte()
 			h.Linkname = g.targets[int(c)%len(g.targets)]
 			if c >= 0xf0 {
-				h.Linkname = string(g.r.bytes(int(g.r.byte())%64 + 1))
+				h.Linkname = string(g.r.Bytes(int(g.r.Byte())%64 + 1))
 			}
 			g.add(h, nil)
 		case gHardlink:
@@ -680,7 +665,7 @@ func (g *tarGen) run() {
 			g.add(g.header(tar.TypeReg, name), nil)
 		case gNode:
 			h := g.header(tar.TypeChar, g.name())
-			h.Typeflag = []byte{tar.TypeChar, tar.TypeBlock, tar.TypeFifo}[int(g.r.byte())%3]
+			h.Typeflag = []byte{tar.TypeChar, tar.TypeBlock, tar.TypeFifo}[int(g.r.Byte())%3]
 			h.Devmajor, h.Devminor, h.Mode = 1, 3, 0o666
 			g.add(h, nil)
 		case gLayer:
@@ -690,33 +675,33 @@ func (g *tarGen) run() {
 			}
 			l.ended = true
 		case gGlobal:
-			h := tar.Header{Typeflag: tar.TypeXGlobalHeader, Name: "g", PAXRecords: map[string]string{"comment": strings.Repeat("c", int(g.r.byte()))}}
+			h := tar.Header{Typeflag: tar.TypeXGlobalHeader, Name: "g", PAXRecords: map[string]string{"comment": strings.Repeat("c", int(g.r.Byte()))}}
 			g.add(h, nil)
 		case gOdd:
 			name := g.name()
-			typ := []byte{'Z', tar.TypeCont, 'Q'}[int(g.r.byte())%3]
-			body := g.r.bytes(int(g.r.byte() % 16))
+			typ := []byte{'Z', tar.TypeCont, 'Q'}[int(g.r.Byte())%3]
+			body := g.r.Bytes(int(g.r.Byte() % 16))
 			h := g.header(typ, name)
 			h.Mode, h.Size = 0o644, int64(len(body))
 			g.add(h, body)
 		case gTruncated:
 			name := g.short()
-			c := g.r.byte()
-			body := g.r.bytes(int(g.r.byte()))
+			c := g.r.Byte()
+			body := g.r.Bytes(int(g.r.Byte()))
 			declared := int64(len(body)) + 1 + min(int64(c)<<(c%33), 1<<32)
 			h := tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: declared, ModTime: fuzzTime}
 			g.raw(append(rawHeader(name, tar.TypeReg, declared), body...), gItem{hdr: h, dataErr: true}, true)
 		case gSparse:
 			name := g.short()
-			c := g.r.byte()
-			blocks := int(g.r.byte() % 8)
+			c := g.r.Byte()
+			blocks := int(g.r.Byte() % 8)
 			var sp []string
 			var phys []byte
 			var chunks [][2]int64
 			off := int64(0)
 			for range blocks {
-				off += int64(g.r.byte()) * 1000
-				data := g.r.bytes(int(g.r.byte() % 32))
+				off += int64(g.r.Byte()) * 1000
+				data := g.r.Bytes(int(g.r.Byte() % 32))
 				sp = append(sp, strconv.FormatInt(off, 10), strconv.Itoa(len(data)))
 				chunks = append(chunks, [2]int64{off, int64(len(data))})
 				phys = append(phys, data...)
@@ -753,7 +738,7 @@ func (g *tarGen) run() {
 			if err := l.tw.Close(); err != nil {
 				panic(err)
 			}
-			n := int64(g.r.byte()) * 41
+			n := int64(g.r.Byte()) * 41
 			l.buf.Write(bytes.Repeat([]byte{0x5a}, int(n)))
 			l.items = append(l.items, gItem{trailing: n, isTrail: true})
 			l.ended = true

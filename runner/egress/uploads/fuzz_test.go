@@ -25,6 +25,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/airlock-ci/airlock/internal/fuzzinput"
 	"github.com/airlock-ci/airlock/internal/paths"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
@@ -559,23 +560,7 @@ type modelExchange struct {
 }
 
 // fuzzInput hands out a fuzz input's bytes (zeros once it is used up).
-type fuzzInput struct{ b []byte }
-
-func (in *fuzzInput) next() byte {
-	if len(in.b) == 0 {
-		return 0
-	}
-	c := in.b[0]
-	in.b = in.b[1:]
-	return c
-}
-
-func (in *fuzzInput) take(n int) []byte {
-	n = min(n, len(in.b))
-	out := in.b[:n:n]
-	in.b = in.b[n:]
-	return out
-}
+type fuzzInput = fuzzinput.Reader
 
 // Ops of FuzzRecorder's input (see FuzzRecorder).
 const (
@@ -629,13 +614,13 @@ func FuzzRecorder(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		in := &fuzzInput{b: data}
+		in := fuzzinput.New(data)
 		var maxSpool int64
-		if c := in.next(); c&0x80 != 0 {
+		if c := in.Byte(); c&0x80 != 0 {
 			maxSpool = int64(c&0x7f) + 1
 		}
 		m := newModel(t, maxSpool)
-		for step := 0; len(in.b) > 0 && step < 48; step++ {
+		for step := 0; in.Len() > 0 && step < 48; step++ {
 			m.step(in)
 			m.check()
 		}
@@ -694,7 +679,7 @@ func (m *model) art(in *fuzzInput) *modelArt {
 	if len(reg) == 0 {
 		return nil
 	}
-	return reg[int(in.next())%len(reg)]
+	return reg[int(in.Byte())%len(reg)]
 }
 
 func (m *model) blobPath(a *modelArt) string {
@@ -705,18 +690,18 @@ func (m *model) blobPath(a *modelArt) string {
 }
 
 func (m *model) step(in *fuzzInput) {
-	switch in.next() % numOps {
+	switch in.Byte() % numOps {
 	case opCreate:
-		sel, flags := in.next(), in.next()
+		sel, flags := in.Byte(), in.Byte()
 		name := fuzzNames[int(sel)%len(fuzzNames)]
 		if sel&0x80 != 0 {
-			name = string(in.take(int(sel & 0x1f)))
+			name = string(in.Bytes(int(sel & 0x1f)))
 		}
 		run := []string{"run", "run2"}[flags>>1&1]
 		msg := map[string]any{"workflow_run_backend_id": run, "workflow_job_run_backend_id": "job", "name": name, "version": 4}
 		m.rpc("CreateArtifact", spell(msg, flags&1 != 0), flags>>2)
 	case opFinalize:
-		a, hashSel, flags := m.art(in), in.next(), in.next()
+		a, hashSel, flags := m.art(in), in.Byte(), in.Byte()
 		name, run, job := "a", "run", "job"
 		if a != nil {
 			name, run, job = a.name, a.run, a.job
@@ -746,59 +731,59 @@ func (m *model) step(in *fuzzInput) {
 		}
 		m.rpc("FinalizeArtifact", spell(msg, flags&1 != 0), flags>>2)
 	case opRawRPC:
-		sel, flags, n := in.next(), in.next(), in.next()
+		sel, flags, n := in.Byte(), in.Byte(), in.Byte()
 		rpc := []string{"CreateArtifact", "FinalizeArtifact", "createartifact", "FinalizeArtifact/", "Finalize%41rtifact"}[int(sel)%5]
-		body := in.take(int(n))
+		body := in.Bytes(int(n))
 		ct := []string{"application/json", "Application/JSON; charset=utf-8", "application/protobuf", ""}[flags&3]
 		m.rawRPC(rpc, ct, body, flags>>2)
 	case opBlock:
-		a, idSel, n := m.art(in), in.next(), in.next()
-		body := in.take(int(n % 48))
+		a, idSel, n := m.art(in), in.Byte(), in.Byte()
+		body := in.Bytes(int(n % 48))
 		id := blockID(int(idSel % 6))
 		if idSel&0x80 != 0 {
 			// Other spellings of the same bytes, and ids no storage keeps.
 			raw := fmt.Appendf(nil, "prefix-%06d", idSel%6)
 			id = []string{base64.RawStdEncoding.EncodeToString(raw), base64.URLEncoding.EncodeToString(raw), id + "\n", " " + id, "", base64.StdEncoding.EncodeToString(make([]byte, 65))}[int(idSel>>3)%6]
 		}
-		m.write(a, "PUT", "&comp=block&blockid="+url.QueryEscape(id), http.Header{"X-Ms-Blob-Type": {"BlockBlob"}}, body, in.next())
+		m.write(a, "PUT", "&comp=block&blockid="+url.QueryEscape(id), http.Header{"X-Ms-Blob-Type": {"BlockBlob"}}, body, in.Byte())
 	case opList:
-		a, n := m.art(in), int(in.next()%5)+1
+		a, n := m.art(in), int(in.Byte()%5)+1
 		var list strings.Builder
 		list.WriteString(`<?xml version="1.0" encoding="utf-8"?><BlockList>`)
 		for range n {
-			k, id := in.next(), in.next()
+			k, id := in.Byte(), in.Byte()
 			kind := []string{"Latest", "Latest", "Uncommitted", "Committed"}[k%4]
 			fmt.Fprintf(&list, "<%s>%s</%s>", kind, blockID(int(id%6)), kind)
 		}
 		list.WriteString("</BlockList>")
-		m.write(a, "PUT", "&comp=blocklist", http.Header{}, []byte(list.String()), in.next())
+		m.write(a, "PUT", "&comp=blocklist", http.Header{}, []byte(list.String()), in.Byte())
 	case opBlob:
-		a, n := m.art(in), in.next()
-		body := in.take(int(n % 48))
-		m.write(a, "PUT", "", http.Header{"X-Ms-Blob-Type": {"BlockBlob"}}, body, in.next())
+		a, n := m.art(in), in.Byte()
+		body := in.Bytes(int(n % 48))
+		m.write(a, "PUT", "", http.Header{"X-Ms-Blob-Type": {"BlockBlob"}}, body, in.Byte())
 	case opRawBlob:
-		a, methodSel, pathSel, qn := m.art(in), in.next(), in.next(), in.next()
-		q := string(in.take(int(qn % 64)))
-		hdr, bn := in.next(), in.next()
-		body := in.take(int(bn % 32))
+		a, methodSel, pathSel, qn := m.art(in), in.Byte(), in.Byte(), in.Byte()
+		q := string(in.Bytes(int(qn % 64)))
+		hdr, bn := in.Byte(), in.Byte()
+		body := in.Bytes(int(bn % 32))
 		p := m.blobPath(a)
 		dir, file := path.Split(p)
 		p = []string{p, dir + "%61.zip", "/" + p, p + "/", dir + "x/../" + file, strings.ToUpper(p), dir[:len(dir)-1] + "%2f" + file, strings.ReplaceAll(p, "/", "\\"), dir + "./" + file, p + "%00", p + ".", dir[:len(dir)-1] + "./" + file}[int(pathSel)%12]
 		method := []string{"PUT", "PUT", "PUT", "POST", "DELETE", "PATCH", "GET", "MERGE"}[methodSel%8]
-		m.rawBlob(method, p, q, hdr, body, in.next())
+		m.rawBlob(method, p, q, hdr, body, in.Byte())
 	case opAdvance:
 		if len(m.pending) > 0 {
-			i := int(in.next()) % len(m.pending)
+			i := int(in.Byte()) % len(m.pending)
 			m.tracef("advance %d", i)
-			m.advance(i, in.next())
+			m.advance(i, in.Byte())
 		}
 	case opBypass:
 		// A block the storage holds that never passed the gateway.
-		a, idSel, n := m.art(in), in.next(), in.next()
+		a, idSel, n := m.art(in), in.Byte(), in.Byte()
 		p := m.blobPath(a)
 		id := blockID(int(idSel % 6))
 		if !m.through[p][id] {
-			b := bytes.Clone(in.take(int(n % 16)))
+			b := bytes.Clone(in.Bytes(int(n % 16)))
 			m.tracef("block %s of %s staged past the gateway: %q", id, p, b)
 			set(m.staged, p, decoded(id), b)
 		}
