@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -131,14 +132,24 @@ func createRoot(r runsc, dir, id string, stdin, stdout, stderr *os.File) (*child
 // and how it ended is kept, for a step that fails because one of them
 // is gone (killed by an administrator or the OOM killer) to say which.
 type childExits struct {
-	mu    sync.Mutex
-	ended []string // "the gofer (pid 12) was killed by signal killed"
+	mu      sync.Mutex
+	watched int
+	ended   []childExit
+}
+
+// childExit is how one watched process ended.
+type childExit struct {
+	what     string // "the gofer (pid 12) was killed by signal SIGKILL"
+	signaled bool
 }
 
 func (c *childExits) watch(role string, pid int) {
 	if pid <= 0 {
 		return
 	}
+	c.mu.Lock()
+	c.watched++
+	c.mu.Unlock()
 	go func() {
 		var ws unix.WaitStatus
 		for {
@@ -154,28 +165,56 @@ func (c *childExits) watch(role string, pid int) {
 				how = "was killed by signal " + unix.SignalName(ws.Signal())
 			}
 			c.mu.Lock()
-			c.ended = append(c.ended, fmt.Sprintf("%s (pid %d) %s", role, pid, how))
+			c.ended = append(c.ended, childExit{fmt.Sprintf("%s (pid %d) %s", role, pid, how), ws.Signaled()})
 			c.mu.Unlock()
 			return
 		}
 	}()
 }
 
-// gone says which watched processes have ended and how ("" when none).
-// The waits run beside the caller: a process that died a moment ago may
-// not be counted yet, so a caller that saw a failure waits up to wait
-// for the first one.
+// othersGrace is how long gone waits, once one process has ended, for the
+// other: when the gofer is killed the sentry exits on its own a moment
+// later (and the gofer exits when the sandbox dies), and the one that was
+// killed is the cause to report, whichever is reaped first.
+const othersGrace = 500 * time.Millisecond
+
+// gone says which watched processes have ended and how ("" when none),
+// those killed by a signal first. The waits run beside the caller: a
+// process that died a moment ago may not be counted yet, so a caller that
+// saw a failure waits up to wait for the first one, and then a little
+// for the rest.
 func (c *childExits) gone(wait time.Duration) string {
 	if c == nil {
 		return ""
 	}
 	deadline := time.Now().Add(wait)
+	var firstSeen time.Time
 	for {
 		c.mu.Lock()
-		ended := strings.Join(c.ended, "; ")
+		ended := slices.Clone(c.ended)
+		all := len(ended) == c.watched
 		c.mu.Unlock()
-		if ended != "" || time.Now().After(deadline) {
-			return ended
+		now := time.Now()
+		if len(ended) > 0 && firstSeen.IsZero() {
+			firstSeen = now
+		}
+		settled := len(ended) > 0 && (all || now.Sub(firstSeen) >= othersGrace)
+		if settled || (len(ended) == 0 && now.After(deadline)) {
+			// Stable: the signaled first, then in the order reaped.
+			slices.SortStableFunc(ended, func(a, b childExit) int {
+				switch {
+				case a.signaled == b.signaled:
+					return 0
+				case a.signaled:
+					return -1
+				}
+				return 1
+			})
+			whats := make([]string, len(ended))
+			for i, e := range ended {
+				whats[i] = e.what
+			}
+			return strings.Join(whats, "; ")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
