@@ -647,3 +647,34 @@ func TestMissingPathsInRoot(t *testing.T) {
 		t.Errorf("mount below a mask: %v", err)
 	}
 }
+
+// The sentry filters its events (monitor.SinkName): a step that opens a
+// file 2000 times, with opens traced (the job has read-only paths),
+// costs airlock a handful of packets, and the one write refused on a
+// read-only path is still recorded.
+func TestSentrySendsOnlyTheOpensKept(t *testing.T) {
+	sb := newTestSandbox(t, func(c *Config) {
+		for _, d := range []string{".git", ".git/hooks"} {
+			if err := os.Mkdir(filepath.Join(c.Workspace, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			os.Chown(filepath.Join(c.Workspace, d), 1000, 1000)
+		}
+		c.ReadOnlyPaths = []string{".git/hooks"}
+	})
+	before := sb.record.Received()
+	_, stderr, res := sh(t, sb, `i=0; while [ $i -lt 2000 ]; do : < /etc/hostname; i=$((i+1)); done; echo x > .git/hooks/pre-commit`)
+	if res.ExitCode == 0 || !strings.Contains(stderr, "Read-only file system") {
+		t.Fatalf("the write to a read-only path: exit %d, %s", res.ExitCode, stderr)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(sb.Record().WritesRefused) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if w := sb.Record().WritesRefused; len(w) != 1 || !strings.HasSuffix(w[0].Path, "/.git/hooks/pre-commit") {
+		t.Errorf("writes refused: %+v", w)
+	}
+	if got := sb.record.Received() - before; got > 200 {
+		t.Errorf("airlock received %d events for a step of 2000 opens: the sentry sends every open", got)
+	}
+}

@@ -31,22 +31,48 @@ import (
 // where KVM cannot run. The airlock binary is this test binary run as
 // airlock (it holds the tests too, and starts alike); runsc do is the
 // same binary as runsc.
+//
+// With AIRLOCK_BENCH_BASE naming another airlock binary (a build of the
+// base commit: `git worktree add /tmp/base BASE && cd /tmp/base &&
+// CGO_ENABLED=0 go build -o /tmp/airlock-base ./cmd/airlock`), its three
+// airlock runs are interleaved too, as "...-base", and head/base ratios
+// reported: base and head in one run on one host.
 func BenchmarkWholeProcess(b *testing.B) {
 	w := newWarmStep(b)
 	empty := workspace(b) // for cold: a workspace the job's tidy-up walks in no time
+	policy := orgPolicy(b, `egress: default: "deny"`+"\n")
 	runs := []timedRun{
 		{"cold-airlock", w.airlock(empty, "--", "true")},
 		{"cold-runsc-do", w.runscDo(empty, "true")},
 		{"warm-airlock", w.airlockStep()},
-		{"warm-airlock-policy", w.airlockStep("--org", orgPolicy(b, `egress: default: "deny"`+"\n"))},
+		{"warm-airlock-policy", w.airlockStep("--org", policy)},
 		{"warm-runsc-do", w.runscDoStep()},
 		{"warm-native", w.native},
 	}
+	base := os.Getenv("AIRLOCK_BENCH_BASE")
+	if base != "" {
+		bw := *w
+		bw.exe = base
+		if err := bw.airlockStep("--org", policy)(); err != nil {
+			b.Fatalf("the base binary %s: %v", base, err)
+		}
+		runs = append(runs,
+			timedRun{"cold-airlock-base", bw.airlock(empty, "--", "true")},
+			timedRun{"warm-airlock-base", bw.airlockStep()},
+			timedRun{"warm-airlock-policy-base", bw.airlockStep("--org", policy)})
+	}
 	med := interleave(b, runs)
 	b.ReportMetric(med["cold-airlock"]/med["cold-runsc-do"], "cold-airlock/runsc-do")
+	b.ReportMetric(med["cold-airlock"]-med["cold-runsc-do"], "cold-airlock-minus-runsc-do-ms")
 	b.ReportMetric(med["warm-airlock"]/med["warm-runsc-do"], "warm-airlock/runsc-do")
 	b.ReportMetric(med["warm-airlock"]/med["warm-native"], "warm-airlock/native")
 	b.ReportMetric(med["warm-airlock-policy"]/med["warm-runsc-do"], "warm-airlock-policy/runsc-do")
+	if base != "" {
+		for _, r := range []string{"cold-airlock", "warm-airlock", "warm-airlock-policy"} {
+			b.ReportMetric(med[r]/med[r+"-base"], r+"/base")
+		}
+		b.ReportMetric(med["warm-airlock-policy-base"]/med["warm-runsc-do"], "warm-airlock-policy-base/runsc-do")
+	}
 }
 
 // BenchmarkGVisorSettings is gVisor's own tax on the warm step (issue
@@ -64,6 +90,14 @@ func BenchmarkWholeProcess(b *testing.B) {
 //	no-directfs       --directfs=false: every file operation through the
 //	                  gofer instead of host FDs in the sentry
 //	workspace-unbounded  --workspace-size 0: no bounded workspace
+//	no-fast-path      --systrap-disable-fast-path: systrap's stubs and
+//	                  the sentry wait in the kernel instead of spinning
+//	                  on shared memory for each other (the platform's
+//	                  spinning)
+//	gomaxprocs-1      GOMAXPROCS=1 in the step: the Go programs in the
+//	                  sandbox run one P, so no idle P spins looking for
+//	                  work (the guest runtime's spinning; a setting of the
+//	                  job's, not airlock's, measured for comparison)
 //
 // It reports each median and its ratio to airlock as it ships.
 func BenchmarkGVisorSettings(b *testing.B) {
@@ -73,6 +107,8 @@ func BenchmarkGVisorSettings(b *testing.B) {
 		{"overlay-memory", "--runsc-flag=--overlay2=root:memory"},
 		{"no-directfs", "--runsc-flag=--directfs=false"},
 		{"workspace-unbounded", "--workspace-size=0"},
+		{"no-fast-path", "--runsc-flag=--systrap-disable-fast-path"},
+		{"gomaxprocs-1", "--env=GOMAXPROCS=1"},
 	}
 	runs := []timedRun{{"native", w.native}, {"runsc-do", w.runscDoStep()}, {"airlock", w.airlockStep()}}
 	for _, s := range settings {
@@ -92,6 +128,7 @@ func BenchmarkGVisorSettings(b *testing.B) {
 type warmStep struct {
 	b                testing.TB
 	ws, state, runsc string
+	exe              string // another airlock binary than this test's
 }
 
 // The step: go vet and go test of the sample, with the Go toolchain of
@@ -137,7 +174,11 @@ func warmEnv(cache string) []string {
 // airlock runs airlock run in ws with args.
 func (w *warmStep) airlock(ws string, args ...string) func() error {
 	return func() error {
-		return quiet(cli(w.b, append([]string{"run", "-w", ws, "--state-dir", w.state}, args...)...))
+		cmd := cli(w.b, append([]string{"run", "-w", ws, "--state-dir", w.state}, args...)...)
+		if w.exe != "" {
+			cmd.Path = w.exe
+		}
+		return quiet(cmd)
 	}
 }
 

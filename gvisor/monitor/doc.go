@@ -2,7 +2,9 @@
 // and turns them into a bounded process record: execs (with the binary's
 // sha256), exits, connects, forks refused with EAGAIN, and, when the job
 // has read-only trust paths, writes refused with EROFS (opens are most of
-// a build's events, so they are traced only then: PodInitConfig). A
+// a build's events, so they are traced only then: PodInitConfig). The
+// sentry runs airlock's own trace sink (sink.go: gVisor's remote sink,
+// filtered) and sends only the events a record keeps. A
 // process record is made in one place: Record.apply (record.go), for
 // every event the receiver accepts.
 //

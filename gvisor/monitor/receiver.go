@@ -175,7 +175,7 @@ func (r *Receiver) handlePacket(pkt []byte) {
 		r.record.addMalformed()
 		return
 	}
-	r.record.noteSentryDropped(dropped)
+	r.record.notePacket(dropped)
 	if err := r.record.apply(msgType, pkt[hdrLen:]); err != nil {
 		r.record.addMalformed()
 	}

@@ -129,6 +129,7 @@ type Record struct {
 	running     map[int32]int       // pid -> index of its latest exec in snap.Execs
 	started     map[int32]time.Time // pids airlock started, until their first exec
 	lastDropped uint32
+	received    uint64 // packets with a valid header, kept or not
 }
 
 // NewRecord returns an empty record.
@@ -202,10 +203,20 @@ func (r *Record) addMalformed() {
 	r.mu.Unlock()
 }
 
-// noteSentryDropped folds the header's wrapping uint32 dropped counter into
-// a monotonic total.
-func (r *Record) noteSentryDropped(n uint32) {
+// Received is how many events the sentry sent (packets with a valid
+// header): what it costs a job to be recorded, and the proof that the
+// sentry filters (SinkName).
+func (r *Record) Received() uint64 {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.received
+}
+
+// notePacket counts a packet with a valid header and folds the header's
+// wrapping uint32 dropped counter into a monotonic total.
+func (r *Record) notePacket(n uint32) {
+	r.mu.Lock()
+	r.received++
 	r.snap.DroppedBySentry += uint64(n - r.lastDropped)
 	r.lastDropped = n
 	r.mu.Unlock()

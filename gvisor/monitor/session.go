@@ -9,9 +9,9 @@ import (
 // PodInitConfig returns the contents of a runsc --pod-init-config file that
 // starts a trace session sending the points this package decodes to the
 // receiver's socket. Opens are traced only when opens is set: they are
-// most of a build's events (each one a message to airlock), and only
-// the writes refused on read-only paths are kept of them, which only
-// matter where the job has read-only trust paths.
+// most of a build's events, and only the writes refused on read-only
+// paths are kept of them, which only matter where the job has read-only
+// trust paths. The sentry sends only what the record keeps (SinkName).
 func PodInitConfig(socketPath string, opens bool) ([]byte, error) {
 	ctx := []string{"time", "thread_id", "group_id", "parent_thread_group_id", "credentials"}
 	ctx = ctx[:len(ctx):len(ctx)] // appends below make new slices
@@ -52,7 +52,8 @@ func PodInitConfig(socketPath string, opens bool) ([]byte, error) {
 			// exec is hashed.
 			"options": map[string]any{"execve_hash_cache_capacity": 0},
 			"sinks": []map[string]any{{
-				"name": "remote",
+				// gVisor's remote sink, filtered in the sentry (sink.go).
+				"name": SinkName,
 				// A few retries with short backoff: losing fewer events is
 				// worth a few microseconds in the sandbox when we are slow.
 				"config": map[string]any{
