@@ -248,7 +248,15 @@ func (s *Sandbox) settle(res *StepResult, waitErr error, stopped, detected strin
 		res.Message = why
 	}
 	if waitErr != nil && res.Message == "" {
-		res.Message = "lost track of the process: " + waitErr.Error()
+		// The wait through the control API ends as the sentry dies,
+		// perhaps before its process is reaped (a zombie still counts as
+		// running): which of the sandbox's processes ended says why.
+		if s.children.gone(time.Second) != "" {
+			s.markDead(s.crashReason())
+			res.Message = s.Dead()
+		} else {
+			res.Message = "lost track of the process: " + waitErr.Error()
+		}
 	}
 }
 
