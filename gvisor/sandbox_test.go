@@ -663,15 +663,20 @@ func TestSentrySendsOnlyTheOpensKept(t *testing.T) {
 		c.ReadOnlyPaths = []string{".git/hooks"}
 	})
 	before := sb.record.Received()
-	_, stderr, res := sh(t, sb, `i=0; while [ $i -lt 2000 ]; do : < /etc/hostname; i=$((i+1)); done; echo x > .git/hooks/pre-commit`)
-	if res.ExitCode == 0 || !strings.Contains(stderr, "Read-only file system") {
-		t.Fatalf("the write to a read-only path: exit %d, %s", res.ExitCode, stderr)
+	// Relative to the working directory, then to a directory's fd: the
+	// sink in the sentry makes each path absolute.
+	_, stderr, res := sh(t, sb, `i=0; while [ $i -lt 2000 ]; do : < /etc/hostname; i=$((i+1)); done
+echo x > .git/hooks/pre-commit
+python3 -c 'import os; os.open("hooks/post-checkout", os.O_WRONLY|os.O_CREAT, dir_fd=os.open(".git", os.O_RDONLY))'`)
+	if res.ExitCode == 0 || strings.Count(stderr, "Read-only file system") != 2 {
+		t.Fatalf("the writes to a read-only path: exit %d, %s", res.ExitCode, stderr)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for len(sb.Record().WritesRefused) == 0 && time.Now().Before(deadline) {
+	for len(sb.Record().WritesRefused) < 2 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if w := sb.Record().WritesRefused; len(w) != 1 || !strings.HasSuffix(w[0].Path, "/.git/hooks/pre-commit") {
+	w := sb.Record().WritesRefused
+	if len(w) != 2 || w[0].Path != "/workspace/.git/hooks/pre-commit" || w[1].Path != "/workspace/.git/hooks/post-checkout" {
 		t.Errorf("writes refused: %+v", w)
 	}
 	if got := sb.record.Received() - before; got > 200 {

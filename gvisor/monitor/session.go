@@ -14,7 +14,7 @@ import (
 // trust paths. The sentry sends only what the record keeps (SinkName).
 func PodInitConfig(socketPath string, opens bool) ([]byte, error) {
 	ctx := []string{"time", "thread_id", "group_id", "parent_thread_group_id", "credentials"}
-	ctx = ctx[:len(ctx):len(ctx)] // appends below make new slices
+	openCtx := []string{"time", "group_id"}
 	type point struct {
 		Name           string   `json:"name"`
 		OptionalFields []string `json:"optional_fields,omitempty"`
@@ -37,8 +37,11 @@ func PodInitConfig(socketPath string, opens bool) ([]byte, error) {
 		// For the writes refused on read-only paths (only those are
 		// kept; see Record.addOpen).
 		points = append(points,
-			point{Name: "syscall/openat/exit", OptionalFields: []string{"fd_path"}, ContextFields: append(ctx, "cwd")},
-			point{Name: "syscall/open/exit", ContextFields: append(ctx, "cwd")})
+			// Only what every open needs: the directory a relative path
+			// is relative to (cwd, fd_path) is filled in by the sink in
+			// the sentry, for the opens it sends (resolveOpen).
+			point{Name: "syscall/openat/exit", ContextFields: openCtx},
+			point{Name: "syscall/open/exit", ContextFields: openCtx})
 	}
 	cfg := map[string]any{
 		"trace_session": map[string]any{

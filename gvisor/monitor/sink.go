@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -11,6 +12,7 @@ import (
 	"gvisor.dev/gvisor/pkg/atomicbitops"
 	"gvisor.dev/gvisor/pkg/context"
 	"gvisor.dev/gvisor/pkg/fd"
+	"gvisor.dev/gvisor/pkg/sentry/kernel"
 	"gvisor.dev/gvisor/pkg/sentry/seccheck"
 	pb "gvisor.dev/gvisor/pkg/sentry/seccheck/points/points_go_proto"
 	// The remote sink, whose setup setupSink runs (runsc links it too).
@@ -187,7 +189,60 @@ func (s *sentrySink) RawSyscall(_ context.Context, _ seccheck.FieldSet, m *pb.Sy
 	return nil
 }
 
-func (s *sentrySink) Syscall(_ context.Context, _ seccheck.FieldSet, _ *pb.ContextData, t pb.MessageType, m proto.Message) error {
+func (s *sentrySink) Syscall(ctx context.Context, _ seccheck.FieldSet, _ *pb.ContextData, t pb.MessageType, m proto.Message) error {
+	if open, ok := m.(*pb.Open); ok && Kept(t, m) {
+		resolveOpen(ctx, open)
+	}
 	s.send(m, t)
 	return nil
+}
+
+// resolveOpen fills in, for an open the sink sends with a relative path,
+// the directory that path is relative to: the task's working directory
+// (the context's cwd) or the directory of the fd it named (fd_path), as
+// gVisor's points would (pkg/sentry/kernel/seccheck.go,
+// pkg/sentry/syscalls/linux/points.go). The trace session does not ask
+// the sentry for them (PodInitConfig): each is a walk up the dentry tree,
+// for every open of a build, of which the record keeps a handful. It runs
+// on the task's goroutine (the syscall's exit), where the task's file
+// system context and fd table may be read without locks.
+func resolveOpen(ctx context.Context, m *pb.Open) {
+	if ctx == nil || path.IsAbs(m.GetPathname()) {
+		return
+	}
+	t := kernel.TaskFromContext(ctx)
+	if t == nil {
+		return
+	}
+	if m.GetFd() == int64(unix.AT_FDCWD) {
+		root, wd := t.FSContext().RootDirectory(), t.FSContext().WorkingDirectory()
+		if !root.Ok() || !wd.Ok() {
+			return
+		}
+		defer root.DecRef(t)
+		defer wd.DecRef(t)
+		cwd, err := t.Kernel().VFS().PathnameWithDeleted(t, root, wd)
+		if err != nil {
+			return
+		}
+		if m.ContextData == nil {
+			m.ContextData = &pb.ContextData{}
+		}
+		m.ContextData.Cwd = cwd
+		return
+	}
+	fdt := t.FDTable()
+	if fdt == nil || m.GetFd() < 0 || m.GetFd() > int64(^uint32(0)>>1) {
+		return
+	}
+	file, _ := fdt.Get(int32(m.GetFd()))
+	if file == nil {
+		return
+	}
+	defer file.DecRef(t)
+	root := t.MountNamespace().Root(t)
+	defer root.DecRef(t)
+	if dir, err := t.Kernel().VFS().PathnameWithDeleted(t, root, file.VirtualDentry()); err == nil {
+		m.FdPath = dir
+	}
 }

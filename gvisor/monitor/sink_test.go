@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
+	"gvisor.dev/gvisor/pkg/context"
 	"gvisor.dev/gvisor/pkg/fd"
 	"gvisor.dev/gvisor/pkg/sentry/seccheck"
 	pb "gvisor.dev/gvisor/pkg/sentry/seccheck/points/points_go_proto"
@@ -103,7 +104,7 @@ func TestSinkSendsTheKeptEvents(t *testing.T) {
 	kept := 0
 	// Against a record fed directly: the kept events, in order.
 	for _, tc := range sinkCases() {
-		if err := sink.Syscall(nil, seccheck.FieldSet{}, nil, tc.typ, tc.msg); err != nil {
+		if err := sink.Syscall(context.Background(), seccheck.FieldSet{}, nil, tc.typ, tc.msg); err != nil {
 			t.Fatal(err)
 		}
 		if tc.kept {
