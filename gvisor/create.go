@@ -200,21 +200,16 @@ func (c *childExits) gone(wait time.Duration) string {
 		}
 		settled := len(ended) > 0 && (all || now.Sub(firstSeen) >= othersGrace)
 		if settled || (len(ended) == 0 && now.After(deadline)) {
-			// Stable: the signaled first, then in the order reaped.
-			slices.SortStableFunc(ended, func(a, b childExit) int {
-				switch {
-				case a.signaled == b.signaled:
-					return 0
-				case a.signaled:
-					return -1
+			// The killed first, each group in the order reaped.
+			var killed, exited []string
+			for _, e := range ended {
+				if e.signaled {
+					killed = append(killed, e.what)
+				} else {
+					exited = append(exited, e.what)
 				}
-				return 1
-			})
-			whats := make([]string, len(ended))
-			for i, e := range ended {
-				whats[i] = e.what
 			}
-			return strings.Join(whats, "; ")
+			return strings.Join(append(killed, exited...), "; ")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

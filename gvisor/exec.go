@@ -155,7 +155,7 @@ func (s *Sandbox) Exec(ctx context.Context, st Step) (StepResult, error) {
 		stdoutR.Close()
 		stderrR.Close()
 		if !s.ctl.running() {
-			s.markDead(s.crashReason())
+			s.markDead(s.crashReason(s.children.gone(time.Second)))
 		}
 		return StepResult{}, fmt.Errorf("start step in sandbox %s: %w", s.cfg.ID, err)
 	}
@@ -251,8 +251,8 @@ func (s *Sandbox) settle(res *StepResult, waitErr error, stopped, detected strin
 		// The wait through the control API ends as the sentry dies,
 		// perhaps before its process is reaped (a zombie still counts as
 		// running): which of the sandbox's processes ended says why.
-		if s.children.gone(time.Second) != "" {
-			s.markDead(s.crashReason())
+		if gone := s.children.gone(time.Second); gone != "" {
+			s.markDead(s.crashReason(gone))
 			res.Message = s.Dead()
 		} else {
 			res.Message = "lost track of the process: " + waitErr.Error()
@@ -260,11 +260,12 @@ func (s *Sandbox) settle(res *StepResult, waitErr error, stopped, detected strin
 	}
 }
 
-// crashReason explains a sandbox that stopped on its own, with what runsc
-// and the sentry last said about it.
-func (s *Sandbox) crashReason() string {
+// crashReason explains a sandbox that stopped on its own, with which of
+// its processes ended (gone, from childExits.gone) and what runsc and the
+// sentry last said about it.
+func (s *Sandbox) crashReason(gone string) string {
 	why := "the sandbox exited unexpectedly"
-	if gone := s.children.gone(time.Second); gone != "" {
+	if gone != "" {
 		why = "the sandbox stopped: " + gone
 	}
 	var lines []string
@@ -327,7 +328,7 @@ func (s *Sandbox) detectLimit(exitCode int, before usage, diskFull func() bool) 
 			s.markDead("stopped after the host's process limit refused it a thread")
 			return LimitPids
 		}
-		s.markDead(s.crashReason())
+		s.markDead(s.crashReason(s.children.gone(time.Second)))
 		return ""
 	}
 	// The sentry outlives its gofer, but not usefully: the job's files
