@@ -242,10 +242,10 @@ func (r *Record) apply(t pb.MessageType, payload []byte) error {
 		if err := proto.Unmarshal(payload, &m); err != nil {
 			return err
 		}
-		cd := m.GetContextData()
-		// Only the thread-group leader's exit says anything about the process.
-		if cd.GetThreadId() == cd.GetThreadGroupId() {
-			r.addExit(cd, m.GetExitStatus(), false)
+		// Only the thread-group leader's exit says anything about the
+		// process (Kept: the sentry sends no other).
+		if Kept(t, &m) {
+			r.addExit(m.GetContextData(), m.GetExitStatus(), false)
 		}
 	case pb.MessageType_MESSAGE_SYSCALL_CONNECT:
 		var m pb.Connect
@@ -266,7 +266,8 @@ func (r *Record) apply(t pb.MessageType, payload []byte) error {
 		} else if err := proto.Unmarshal(payload, &m); err != nil {
 			return err
 		}
-		if m.GetExit().GetErrorno() == int64(unix.EAGAIN) {
+		// Kept: refused with EAGAIN, the process limit at work.
+		if Kept(t, &m) {
 			r.mu.Lock()
 			r.snap.ForkRefused++
 			r.mu.Unlock()
@@ -276,7 +277,11 @@ func (r *Record) apply(t pb.MessageType, payload []byte) error {
 		if err := proto.Unmarshal(payload, &m); err != nil {
 			return err
 		}
-		r.addOpen(&m)
+		// Kept: refused with EROFS; every other open is dropped at once
+		// (they are many, and not what the record is for).
+		if Kept(t, &m) {
+			r.addOpen(&m)
+		}
 	case pb.MessageType_MESSAGE_CONTAINER_START:
 		// A container's first process: recorded as an exec of its
 		// command (its environment is never asked for nor kept).
@@ -308,12 +313,8 @@ func (r *Record) apply(t pb.MessageType, payload []byte) error {
 	return nil
 }
 
-// addOpen keeps an open refused with EROFS; every other open is dropped
-// at once (they are many, and not what the record is for).
+// addOpen keeps an open refused with EROFS.
 func (r *Record) addOpen(m *pb.Open) {
-	if m.GetExit().GetErrorno() != int64(unix.EROFS) {
-		return
-	}
 	cd := m.GetContextData()
 	p := m.GetPathname()
 	if !path.IsAbs(p) {

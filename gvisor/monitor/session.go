@@ -35,7 +35,7 @@ func PodInitConfig(socketPath string, opens bool) ([]byte, error) {
 	}
 	if opens {
 		// For the writes refused on read-only paths (only those are
-		// kept; see Record.addOpen).
+		// kept; see Kept).
 		points = append(points,
 			// Only what every open needs: the directory a relative path
 			// is relative to (cwd, fd_path) is filled in by the sink in

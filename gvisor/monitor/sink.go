@@ -40,9 +40,7 @@ func init() {
 // Kept says whether an event of type t is one a Record keeps, so that the
 // sentry sends it: everything but the opens not refused with EROFS, the
 // forks not refused with EAGAIN and the exits of threads that do not lead
-// their thread group. Record.apply filters the same way on its side (a
-// sandbox of an older airlock, a test feeding packets): the two are
-// checked against each other in sink_test.go.
+// their thread group. Record.apply asks it too, of what it receives.
 func Kept(t pb.MessageType, msg proto.Message) bool {
 	type withExit interface{ GetExit() *pb.Exit }
 	switch t {
@@ -127,9 +125,14 @@ func (s *sentrySink) Status() seccheck.SinkStatus {
 
 func (s *sentrySink) Stop() { s.endpoint.Close() }
 
-func (s *sentrySink) send(msg proto.Message, t pb.MessageType) {
+// send sends an event the record keeps, an open with its path's
+// directory filled in (resolveOpen); the others are dropped here.
+func (s *sentrySink) send(ctx context.Context, msg proto.Message, t pb.MessageType) {
 	if !Kept(t, msg) {
 		return
+	}
+	if open, ok := msg.(*pb.Open); ok {
+		resolveOpen(ctx, open)
 	}
 	out, err := proto.Marshal(msg)
 	if err != nil {
@@ -154,46 +157,43 @@ func (s *sentrySink) send(msg proto.Message, t pb.MessageType) {
 	}
 }
 
-func (s *sentrySink) Clone(_ context.Context, _ seccheck.FieldSet, m *pb.CloneInfo) error {
-	s.send(m, pb.MessageType_MESSAGE_SENTRY_CLONE)
+func (s *sentrySink) Clone(ctx context.Context, _ seccheck.FieldSet, m *pb.CloneInfo) error {
+	s.send(ctx, m, pb.MessageType_MESSAGE_SENTRY_CLONE)
 	return nil
 }
 
-func (s *sentrySink) Execve(_ context.Context, _ seccheck.FieldSet, m *pb.ExecveInfo) error {
-	s.send(m, pb.MessageType_MESSAGE_SENTRY_EXEC)
+func (s *sentrySink) Execve(ctx context.Context, _ seccheck.FieldSet, m *pb.ExecveInfo) error {
+	s.send(ctx, m, pb.MessageType_MESSAGE_SENTRY_EXEC)
 	return nil
 }
 
-func (s *sentrySink) ExitNotifyParent(_ context.Context, _ seccheck.FieldSet, m *pb.ExitNotifyParentInfo) error {
-	s.send(m, pb.MessageType_MESSAGE_SENTRY_EXIT_NOTIFY_PARENT)
+func (s *sentrySink) ExitNotifyParent(ctx context.Context, _ seccheck.FieldSet, m *pb.ExitNotifyParentInfo) error {
+	s.send(ctx, m, pb.MessageType_MESSAGE_SENTRY_EXIT_NOTIFY_PARENT)
 	return nil
 }
 
-func (s *sentrySink) TaskExit(_ context.Context, _ seccheck.FieldSet, m *pb.TaskExit) error {
-	s.send(m, pb.MessageType_MESSAGE_SENTRY_TASK_EXIT)
+func (s *sentrySink) TaskExit(ctx context.Context, _ seccheck.FieldSet, m *pb.TaskExit) error {
+	s.send(ctx, m, pb.MessageType_MESSAGE_SENTRY_TASK_EXIT)
 	return nil
 }
 
-func (s *sentrySink) Mmap(_ context.Context, _ seccheck.FieldSet, m *pb.MmapInfo) error {
-	s.send(m, pb.MessageType_MESSAGE_SENTRY_MMAP)
+func (s *sentrySink) Mmap(ctx context.Context, _ seccheck.FieldSet, m *pb.MmapInfo) error {
+	s.send(ctx, m, pb.MessageType_MESSAGE_SENTRY_MMAP)
 	return nil
 }
 
-func (s *sentrySink) ContainerStart(_ context.Context, _ seccheck.FieldSet, m *pb.Start) error {
-	s.send(m, pb.MessageType_MESSAGE_CONTAINER_START)
+func (s *sentrySink) ContainerStart(ctx context.Context, _ seccheck.FieldSet, m *pb.Start) error {
+	s.send(ctx, m, pb.MessageType_MESSAGE_CONTAINER_START)
 	return nil
 }
 
-func (s *sentrySink) RawSyscall(_ context.Context, _ seccheck.FieldSet, m *pb.Syscall) error {
-	s.send(m, pb.MessageType_MESSAGE_SYSCALL_RAW)
+func (s *sentrySink) RawSyscall(ctx context.Context, _ seccheck.FieldSet, m *pb.Syscall) error {
+	s.send(ctx, m, pb.MessageType_MESSAGE_SYSCALL_RAW)
 	return nil
 }
 
 func (s *sentrySink) Syscall(ctx context.Context, _ seccheck.FieldSet, _ *pb.ContextData, t pb.MessageType, m proto.Message) error {
-	if open, ok := m.(*pb.Open); ok && Kept(t, m) {
-		resolveOpen(ctx, open)
-	}
-	s.send(m, t)
+	s.send(ctx, m, t)
 	return nil
 }
 
