@@ -18,8 +18,6 @@ import (
 	"unicode"
 
 	"github.com/rhysd/actionlint"
-
-	"github.com/airlock-ci/airlock/policies"
 )
 
 // Fuzz targets for the parsers of bytes a pull request or a job writes:
@@ -302,7 +300,7 @@ func FuzzGitConfigCompare(f *testing.F) {
 	if testing.Short() {
 		f.Skip("runs git")
 	}
-	set := fuzzSet(f)
+	set := defaultSet(f)
 	f.Fuzz(func(t *testing.T, config []byte, danger uint8) {
 		if len(config) > 64<<10 {
 			return
@@ -1013,19 +1011,4 @@ func FuzzContentFacts(f *testing.F) {
 			t.Fatalf("the filter line is not reported after %d bytes of noise (%q...): %q", len(many), many[:min(len(many), 40)], drivers)
 		}
 	})
-}
-
-// fuzzSet is the default policy's trust set, as defaultSet makes it
-// for a test.
-func fuzzSet(tb testing.TB) *Set {
-	tb.Helper()
-	eff, err := policies.Load(context.Background(), nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s, err := NewSet(eff.Policy.Trust)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return s
 }

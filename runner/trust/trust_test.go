@@ -46,7 +46,9 @@ func repo(t *testing.T) (string, func(args ...string) string, func(path, content
 	return dir, git, write
 }
 
-func defaultSet(t *testing.T) *Set {
+// defaultSet is the default policy's trust set (for tests and fuzz
+// targets alike).
+func defaultSet(t testing.TB) *Set {
 	t.Helper()
 	eff, err := policies.Load(context.Background(), nil)
 	if err != nil {
