@@ -175,6 +175,16 @@ type Config struct {
 	// Platform is the gVisor platform asked for: auto (empty), systrap or
 	// kvm (platform.go); Config() tells the one used, Sandbox.Platform why.
 	Platform string
+	// ExclusiveMounts says that nothing but the job itself changes what
+	// its mounts show while it runs: no host process writes them between
+	// its steps (the runner hook's runner does), and no second container
+	// of the job mounts them (StartContainer refuses on such a sandbox).
+	// The sentry then keeps their files' dentries and attributes as it
+	// keeps its root's (runsc --file-access-mounts=exclusive) instead of
+	// asking the host again at each lookup; what the job writes still
+	// reaches the host as it writes it (gVisor writes through the host
+	// file's descriptor; TestExclusiveMountsKeepEveryWrite).
+	ExclusiveMounts bool
 	// RunscFlags are extra global runsc flags (benchmarks and experiments).
 	RunscFlags []string
 

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"gvisor.dev/gvisor/runsc/config"
 )
 
 // A state directory inside the workspace (or a writable mount) would put the job's own runsc
@@ -73,6 +75,29 @@ func TestOutermostMasks(t *testing.T) {
 	} {
 		if got := outermost(tc.in); !slices.Equal(got, tc.want) {
 			t.Errorf("outermost(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// ExclusiveMounts is runsc's --file-access-mounts=exclusive; a runsc
+// flag the caller gives comes after it, and wins.
+func TestExclusiveMountsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		exclusive bool
+		flags     []string
+		want      config.FileAccessType
+	}{
+		{"shared by default", false, nil, config.FileAccessShared},
+		{"exclusive", true, nil, config.FileAccessExclusive},
+		{"a runsc flag after it", true, []string{"--file-access-mounts=shared"}, config.FileAccessShared},
+	} {
+		conf, err := newRunsc(Config{ExclusiveMounts: tc.exclusive, RunscFlags: tc.flags}, t.TempDir()).config()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if conf.FileAccessMounts != tc.want {
+			t.Errorf("%s: file access of the mounts %v, want %v", tc.name, conf.FileAccessMounts, tc.want)
 		}
 	}
 }

@@ -171,6 +171,11 @@ type Container struct {
 // from then on. On any error everything created so far is removed again.
 // The caller must Destroy the container (Sandbox.Destroy does it too).
 func (s *Sandbox) StartContainer(ctx context.Context, cc ContainerConfig) (_ *Container, err error) {
+	if s.cfg.ExclusiveMounts {
+		// Its own mount of the workspace would write behind the cache
+		// the job's container keeps of it.
+		return nil, fmt.Errorf("start container %q: %w: the sandbox's mounts are exclusive to its job (Config.ExclusiveMounts)", cc.Name, ErrInvalidConfig)
+	}
 	if cc, err = cc.withDefaults(s.cfg); err != nil {
 		return nil, fmt.Errorf("start container %q: %w", cc.Name, err)
 	}

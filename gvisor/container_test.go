@@ -624,3 +624,28 @@ func TestContainerStartRecorded(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A sandbox whose mounts are exclusive to its job has the sentry keep
+// the workspace's files as its own (the mount's cache is fscache), and
+// refuses a second container, whose own mount of the workspace would
+// write behind that cache.
+func TestExclusiveMounts(t *testing.T) {
+	img := newImage(t, nil)
+	for _, exclusive := range []bool{false, true} {
+		t.Run(map[bool]string{false: "shared", true: "exclusive"}[exclusive], func(t *testing.T) {
+			sb := newTestSandbox(t, func(c *Config) { c.ExclusiveMounts = exclusive })
+			out, _, _ := sh(t, sb, "grep ' /workspace ' /proc/self/mounts")
+			if want := map[bool]string{false: "cache=remote_revalidating", true: "cache=fscache"}[exclusive]; !strings.Contains(out, want) {
+				t.Errorf("the workspace's mount: %q, want %s", out, want)
+			}
+			c, err := sb.StartContainer(context.Background(), ContainerConfig{Name: "c", RootFS: img, Args: tool("exit", "0")})
+			if err == nil {
+				c.Destroy()
+			}
+			refused := errors.Is(err, ErrInvalidConfig) && strings.Contains(err.Error(), "exclusive to its job")
+			if refused != exclusive {
+				t.Errorf("start a container: %v, want refused %v", err, exclusive)
+			}
+		})
+	}
+}

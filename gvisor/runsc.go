@@ -54,6 +54,9 @@ func newRunsc(c Config, dir string) runsc {
 		"--panic-log=" + filepath.Join(dir, panicLogFile),
 		"--host-settings=ignore",
 	}
+	if c.ExclusiveMounts {
+		g = append(g, "--file-access-mounts=exclusive")
+	}
 	g = append(g, c.RunscFlags...)
 	return runsc{global: g, logDir: dir}
 }

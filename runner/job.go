@@ -64,6 +64,12 @@ type Job struct {
 	// resolves the attestation's subject while the sandbox starts) is
 	// done before any of the job's code runs.
 	BeforeSteps func()
+
+	// soleWriter says that nothing but the job writes its mounts while
+	// it runs: Run's jobs, whose steps follow one another with nothing
+	// of the host in between; not the runner hook's, whose runner writes
+	// each step's script into them.
+	soleWriter bool
 }
 
 // Step statuses in a Result.
@@ -150,6 +156,7 @@ type Result struct {
 // got as far as creating the sandbox; the error is airlock's own failure
 // (the job's steps failing is not an error, see Result.Passed).
 func Run(ctx context.Context, job Job, runtime string) (Result, error) {
+	job.soleWriter = true
 	s, err := Open(ctx, job, runtime)
 	if err != nil {
 		return s.Abandon(), err
@@ -291,6 +298,7 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 	if err := s.beginTrust(); err != nil {
 		return fail(err)
 	}
+	s.job.Sandbox.ExclusiveMounts = exclusiveMounts(s.job)
 	if s.sb, err = gvisor.Create(s.ctx, s.job.Sandbox); err != nil {
 		return fail(err)
 	}
@@ -310,6 +318,18 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 		s.res.Sandbox.Network = "egress gateway " + s.gw.GatewayAddr().String()
 	}
 	return s, nil
+}
+
+// exclusiveMounts says whether the job's sandbox may keep its mounts'
+// files as its own (gvisor.Config.ExclusiveMounts): only the job writes
+// them, and in one container; no step runs a script its caller writes
+// on the host (or rewrites: Session.withhold). The run-time trust diff
+// and its reverts come after the sandbox is gone, so a policy does not
+// change that.
+func exclusiveMounts(job Job) bool {
+	return job.soleWriter && !slices.ContainsFunc(job.Steps, func(s StepSpec) bool {
+		return s.Image != nil || len(s.Scripts) > 0
+	})
 }
 
 // viewCheckoutToken shows the sandbox the repository's git config with

@@ -126,3 +126,24 @@ func TestRunJobTimeout(t *testing.T) {
 		t.Errorf("steps = %+v", res.Steps)
 	}
 }
+
+// Only Run's jobs (nothing of the host writes their mounts between
+// steps) keep their mounts exclusive, and only with every step in the
+// job's own container and no script written for it on the host.
+func TestExclusiveMountsOnlyForTheJobAlone(t *testing.T) {
+	script := StepSpec{Run: "true"}
+	for _, tc := range []struct {
+		name string
+		job  Job
+		want bool
+	}{
+		{"airlock run", Job{soleWriter: true, Steps: []StepSpec{script, script}}, true},
+		{"the runner hook's session", Job{Steps: []StepSpec{script}}, false},
+		{"a step on an image of its own", Job{soleWriter: true, Steps: []StepSpec{script, {Run: "true", Image: &Image{RootFS: "/"}}}}, false},
+		{"a script the caller wrote", Job{soleWriter: true, Steps: []StepSpec{{Command: []string{"sh", "/w/_temp/x.sh"}, Scripts: []HostFile{{Base: "/w", Path: "_temp/x.sh"}}}}}, false},
+	} {
+		if got := exclusiveMounts(tc.job); got != tc.want {
+			t.Errorf("%s: exclusive %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
