@@ -125,19 +125,10 @@ func probeIn(ctx context.Context, pdir, plat, runsc string, timeout time.Duratio
 // probe has not taken its lock yet.
 func removeStaleProbes(pdir string) {
 	stale, _ := filepath.Glob(filepath.Join(pdir, "probe-*"))
-	for _, d := range stale {
-		if fi, err := os.Lstat(d); err != nil || !fi.IsDir() || time.Since(fi.ModTime()) < 2*probeTimeout {
-			continue
-		}
-		lock, err := lockJobDir(d)
-		if err != nil {
-			continue // a probe running now
-		}
+	removeUnlocked(stale, 2*probeTimeout, func(d string) {
 		killProcessesUsing(d)
 		unmountUnder(d)
-		os.RemoveAll(d)
-		lock.Close()
-	}
+	})
 }
 
 // probeFailure picks the line that says why a probe failed: the cause

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/airlock-ci/airlock/gvisor/cgroup"
 	"github.com/airlock-ci/airlock/gvisor/quota"
@@ -34,6 +35,7 @@ func Reap(ctx context.Context, stateRoot string) ([]Reaped, error) {
 		stateRoot = DefaultStateRoot
 	}
 	jobs := filepath.Join(stateRoot, "jobs")
+	removeStaleNewJobs(jobs + ".new")
 	ents, err := os.ReadDir(jobs)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -59,8 +61,51 @@ func Reap(ctx context.Context, stateRoot string) ([]Reaped, error) {
 	return out, errors.Join(errs...)
 }
 
+// removeStaleNewJobs removes what airlocks killed while they made a job
+// directory left in staging (newJobDir): a directory holding at most its
+// lock, whose lock is free. One younger than a minute is left alone: its
+// airlock may not have taken the lock yet.
+func removeStaleNewJobs(staging string) {
+	ents, _ := os.ReadDir(staging)
+	dirs := make([]string, 0, len(ents))
+	for _, e := range ents {
+		dirs = append(dirs, filepath.Join(staging, e.Name()))
+	}
+	removeUnlocked(dirs, time.Minute, nil)
+}
+
+// removeUnlocked removes each of dirs that is a directory at least
+// minAge old whose lock (lockJobDir) is free: its airlock died. Younger
+// ones may not have had their lock taken yet. tidy, when set, runs first,
+// with the lock held.
+func removeUnlocked(dirs []string, minAge time.Duration, tidy func(dir string)) {
+	for _, d := range dirs {
+		if fi, err := os.Lstat(d); err != nil || !fi.IsDir() || time.Since(fi.ModTime()) < minAge {
+			continue
+		}
+		lock, err := lockJobDir(d)
+		if err != nil {
+			continue // its airlock holds it
+		}
+		if tidy != nil {
+			tidy(d)
+		}
+		os.RemoveAll(d)
+		lock.Close()
+	}
+}
+
 func reapOne(ctx context.Context, dir, id string) (Reaped, bool, error) {
-	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	// Never created here: a job directory has its lock from the start
+	// (newJobDir), so one without is being removed by its airlock, after
+	// its sandbox was destroyed, or was left half-removed.
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		if fi, err := os.Lstat(dir); err == nil && time.Since(fi.ModTime()) > time.Minute {
+			os.RemoveAll(dir)
+		}
+		return Reaped{}, false, nil
+	}
 	if err != nil {
 		return Reaped{}, false, fmt.Errorf("open lock of %s: %w", dir, err)
 	}

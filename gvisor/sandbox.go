@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,18 +101,16 @@ func Create(ctx context.Context, cfg Config) (_ *Sandbox, err error) {
 		return nil, fmt.Errorf("create state directory %s: %w", jobs, err)
 	}
 	dir := filepath.Join(jobs, c.ID)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create job directory %s (is job id %q already in use?): %w", dir, c.ID, err)
+	lock, err := newJobDir(jobs, c.ID)
+	if err != nil {
+		return nil, err
 	}
-	s := &Sandbox{cfg: c, platform: choice, dir: dir, runsc: newRunsc(c, dir), record: monitor.NewRecord()}
+	s := &Sandbox{cfg: c, platform: choice, dir: dir, runsc: newRunsc(c, dir), record: monitor.NewRecord(), lock: lock}
 	defer func() {
 		if err != nil && os.Getenv("AIRLOCK_KEEP_FAILED") == "" {
 			s.Destroy(context.Background())
 		}
 	}()
-	if s.lock, err = lockJobDir(dir); err != nil {
-		return nil, err
-	}
 	// The workspace's volume is made while the bundle is: both are ready
 	// before the gofer starts (and a failure of either is cleaned up by
 	// Destroy, once both are done).
@@ -154,6 +153,48 @@ func (s *Sandbox) boundWorkspace() error {
 	}
 	s.volume = v
 	return nil
+}
+
+// newJobDir makes the job directory jobs/id with its lock held, and
+// returns the lock. The directory is made and locked in jobs.new/ and
+// renamed into jobs/ whole: another airlock's Reap, which takes a job
+// directory whose lock it can take for a leftover, never sees it before
+// it is locked (it did, between the mkdir and the flock, and removed a
+// job that had just begun; TestNewJobDirIsLockedWhenSeen).
+func newJobDir(jobs, id string) (*os.File, error) {
+	staging := jobs + ".new"
+	if err := os.MkdirAll(staging, 0o700); err != nil {
+		return nil, fmt.Errorf("create state directory %s: %w", staging, err)
+	}
+	tmp, dir := filepath.Join(staging, id), filepath.Join(jobs, id)
+	inUse := func(err error) error {
+		return fmt.Errorf("create job directory %s (is job id %q already in use?): %w", dir, id, err)
+	}
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return nil, inUse(err)
+	}
+	lock, err := lockJobDir(tmp)
+	if err == nil {
+		err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dir, unix.RENAME_NOREPLACE)
+		if errors.Is(err, unix.EINVAL) {
+			// A file system without RENAME_NOREPLACE: a rename does not
+			// replace a directory that holds anything (jobs' do).
+			if _, err = os.Lstat(dir); err == nil {
+				err = fs.ErrExist
+			} else if errors.Is(err, fs.ErrNotExist) {
+				err = os.Rename(tmp, dir)
+			}
+		}
+		if err != nil {
+			lock.Close()
+			err = inUse(err)
+		}
+	}
+	if err != nil {
+		os.RemoveAll(tmp)
+		return nil, err
+	}
+	return lock, nil
 }
 
 // lockJobDir takes the job directory's lock. The kernel drops it when the

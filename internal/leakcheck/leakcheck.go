@@ -39,7 +39,7 @@ func Report(base, cgroupPrefix string) string {
 			}
 		}
 	}
-	for _, j := range inStates(base, "jobs", "*") {
+	for _, j := range append(inStates(base, "jobs", "*"), inStates(base, "jobs.new", "*")...) {
 		fmt.Fprintf(&b, "- job directory: %s\n", j)
 	}
 	for _, d := range inStates(base, "uploads", "p*") {
