@@ -15,10 +15,13 @@ import (
 
 // BenchmarkWholeProcess times what a user sees: whole processes, side by
 // side and interleaved in each iteration, as medians over the
-// iterations.
+// iterations; each ratio is the median of the iterations' own ratios
+// (timings.ratio), with its spread.
 //
 //	cold     `airlock run -- true` against the embedded runsc's own
-//	         `runsc do true`
+//	         `runsc do true`, and both against `runsc do true` of
+//	         runsc built alone (the same gVisor, without airlock's
+//	         packages: what a stock runsc costs)
 //	warm     a syscall-heavy step with a warm Go build cache (go vet and
 //	         go test of testdata/sample-pr): airlock run against runsc
 //	         do, and natively; and in policy mode, as the hook runs a
@@ -44,6 +47,7 @@ func BenchmarkWholeProcess(b *testing.B) {
 	runs := []timedRun{
 		{"cold-airlock", w.airlock(empty, "--", "true")},
 		{"cold-runsc-do", w.runscDo(empty, "true")},
+		{"cold-runsc-alone-do", w.runscDoWith(runscAlone(b), empty, "true")},
 		{"warm-airlock", w.airlockStep()},
 		{"warm-airlock-policy", w.airlockStep("--org", policy)},
 		{"warm-runsc-do", w.runscDoStep()},
@@ -61,17 +65,19 @@ func BenchmarkWholeProcess(b *testing.B) {
 			timedRun{"warm-airlock-base", bw.airlockStep()},
 			timedRun{"warm-airlock-policy-base", bw.airlockStep("--org", policy)})
 	}
-	med := interleave(b, runs)
-	b.ReportMetric(med["cold-airlock"]/med["cold-runsc-do"], "cold-airlock/runsc-do")
-	b.ReportMetric(med["cold-airlock"]-med["cold-runsc-do"], "cold-airlock-minus-runsc-do-ms")
-	b.ReportMetric(med["warm-airlock"]/med["warm-runsc-do"], "warm-airlock/runsc-do")
-	b.ReportMetric(med["warm-airlock"]/med["warm-native"], "warm-airlock/native")
-	b.ReportMetric(med["warm-airlock-policy"]/med["warm-runsc-do"], "warm-airlock-policy/runsc-do")
+	t := interleave(b, runs)
+	t.ratio(b, "cold-airlock", "cold-runsc-do", "cold-airlock/runsc-do")
+	t.ratio(b, "cold-runsc-do", "cold-runsc-alone-do", "cold-runsc-do/runsc-alone-do")
+	t.ratio(b, "cold-airlock", "cold-runsc-alone-do", "cold-airlock/runsc-alone-do")
+	b.ReportMetric(t.median("cold-airlock")-t.median("cold-runsc-do"), "cold-airlock-minus-runsc-do-ms")
+	t.ratio(b, "warm-airlock", "warm-runsc-do", "warm-airlock/runsc-do")
+	t.ratio(b, "warm-airlock", "warm-native", "warm-airlock/native")
+	t.ratio(b, "warm-airlock-policy", "warm-runsc-do", "warm-airlock-policy/runsc-do")
 	if base != "" {
 		for _, r := range []string{"cold-airlock", "warm-airlock", "warm-airlock-policy"} {
-			b.ReportMetric(med[r]/med[r+"-base"], r+"/base")
+			t.ratio(b, r, r+"-base", r+"/base")
 		}
-		b.ReportMetric(med["warm-airlock-policy-base"]/med["warm-runsc-do"], "warm-airlock-policy-base/runsc-do")
+		t.ratio(b, "warm-airlock-policy-base", "warm-runsc-do", "warm-airlock-policy-base/runsc-do")
 	}
 }
 
@@ -80,10 +86,11 @@ func BenchmarkWholeProcess(b *testing.B) {
 // runsc settings airlock controls changed at a time, against runsc do
 // and native, interleaved in each iteration. The settings:
 //
-//	exclusive-mounts  --file-access-mounts=exclusive: the workspace
-//	                  mount's dentries and attributes cached, not
-//	                  revalidated on each lookup (airlock keeps it
-//	                  shared: it writes the workspace between steps)
+//	shared-mounts     --file-access-mounts=shared: the workspace
+//	                  mount's dentries and attributes revalidated with
+//	                  the host at each lookup, as the runner hook's
+//	                  jobs have them (airlock run's are exclusive:
+//	                  gvisor.Config.ExclusiveMounts)
 //	overlay-memory    --overlay2=root:memory: the root overlay's upper
 //	                  layer in memory instead of a file of the job's
 //	                  directory
@@ -103,7 +110,7 @@ func BenchmarkWholeProcess(b *testing.B) {
 func BenchmarkGVisorSettings(b *testing.B) {
 	w := newWarmStep(b)
 	settings := []struct{ name, flag string }{
-		{"exclusive-mounts", "--runsc-flag=--file-access-mounts=exclusive"},
+		{"shared-mounts", "--runsc-flag=--file-access-mounts=shared"},
 		{"overlay-memory", "--runsc-flag=--overlay2=root:memory"},
 		{"no-directfs", "--runsc-flag=--directfs=false"},
 		{"workspace-unbounded", "--workspace-size=0"},
@@ -114,11 +121,11 @@ func BenchmarkGVisorSettings(b *testing.B) {
 	for _, s := range settings {
 		runs = append(runs, timedRun{s.name, w.airlockStep(s.flag)})
 	}
-	med := interleave(b, runs)
-	b.ReportMetric(med["airlock"]/med["runsc-do"], "airlock/runsc-do")
-	b.ReportMetric(med["runsc-do"]/med["native"], "runsc-do/native")
+	t := interleave(b, runs)
+	t.ratio(b, "airlock", "runsc-do", "airlock/runsc-do")
+	t.ratio(b, "runsc-do", "native", "runsc-do/native")
 	for _, s := range settings {
-		b.ReportMetric(med[s.name]/med["airlock"], s.name+"/airlock")
+		t.ratio(b, s.name, "airlock", s.name+"/airlock")
 	}
 }
 
@@ -193,13 +200,31 @@ func (w *warmStep) airlockStep(flags ...string) func() error {
 
 // runscDo runs the embedded runsc's runsc do in dir.
 func (w *warmStep) runscDo(dir string, args ...string) func() error {
+	exe, _ := os.Executable()
+	return w.runscDoWith(exe, dir, args...)
+}
+
+// runscDoWith runs `runsc do` with the runsc binary exe (argv[0] runsc,
+// which this test binary needs to be runsc, and runsc's own ignores).
+func (w *warmStep) runscDoWith(exe, dir string, args ...string) func() error {
 	return func() error {
-		exe, _ := os.Executable()
 		cmd := exec.Command(exe, append([]string{"--root=" + w.runsc, "--network=none", "--host-settings=ignore", "do"}, args...)...)
 		cmd.Args[0] = "runsc"
 		cmd.Dir = dir
 		return quiet(cmd)
 	}
+}
+
+// runscAlone builds runsc by itself, of the gVisor that airlock embeds,
+// for the cold start of `runsc do` without airlock's binary around it.
+func runscAlone(b *testing.B) string {
+	exe := filepath.Join(b.TempDir(), "runsc")
+	cmd := exec.Command("go", "build", "-o", exe, "gvisor.dev/gvisor/runsc")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if err := quiet(cmd); err != nil {
+		b.Fatalf("build runsc alone: %v", err)
+	}
+	return exe
 }
 
 // runscDoStep runs the warm step through runsc do.
@@ -225,8 +250,8 @@ type timedRun struct {
 // one), and reports and returns their medians in milliseconds, with
 // each run's spread: the interquartile range as a percentage of the
 // median.
-func interleave(b *testing.B, runs []timedRun) map[string]float64 {
-	times := map[string][]time.Duration{}
+func interleave(b *testing.B, runs []timedRun) timings {
+	times := timings{}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for j := range runs {
@@ -235,19 +260,52 @@ func interleave(b *testing.B, runs []timedRun) map[string]float64 {
 			if err := r.run(); err != nil {
 				b.Fatalf("%s: %v", r.name, err)
 			}
-			times[r.name] = append(times[r.name], time.Since(t))
+			times[r.name] = append(times[r.name], float64(time.Since(t).Microseconds())/1000)
 		}
 	}
 	b.StopTimer()
-	med := map[string]float64{}
 	for name, ts := range times {
-		slices.Sort(ts)
-		ms := func(q int) float64 { return float64(ts[(len(ts)-1)*q/4].Microseconds()) / 1000 }
-		med[name] = ms(2)
-		b.ReportMetric(med[name], name+"-ms")
-		b.ReportMetric(100*(ms(3)-ms(1))/med[name], name+"-iqr-%")
+		med, iqr := quartiles(ts)
+		b.ReportMetric(med, name+"-ms")
+		b.ReportMetric(100*iqr/med, name+"-iqr-%")
 	}
+	return times
+}
+
+// timings are each run's times in milliseconds, in iteration order.
+type timings map[string][]float64
+
+// median is the median time of run name.
+func (t timings) median(name string) float64 {
+	med, _ := quartiles(t[name])
 	return med
+}
+
+// ratio reports a/b as the median of the iterations' own ratios, and
+// the spread of those ratios (their interquartile range, as a
+// percentage of it). Each iteration runs a and b minutes apart at most,
+// so a host that slows down for a while slows both: the paired ratio
+// is steadier on these noisy VMs than the ratio of two medians taken
+// over the whole run.
+func (t timings) ratio(b *testing.B, a, base, unit string) {
+	xs, ys := t[a], t[base]
+	rs := make([]float64, 0, len(xs))
+	for i := range min(len(xs), len(ys)) {
+		rs = append(rs, xs[i]/ys[i])
+	}
+	med, iqr := quartiles(rs)
+	b.ReportMetric(med, unit)
+	b.ReportMetric(100*iqr/med, unit+"-iqr-%")
+}
+
+// quartiles is the median of xs and its interquartile range.
+func quartiles(xs []float64) (med, iqr float64) {
+	if len(xs) == 0 {
+		return 0, 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	q := func(k int) float64 { return s[(len(s)-1)*k/4] }
+	return q(2), q(3) - q(1)
 }
 
 // quiet runs cmd with its output kept for the error only.
