@@ -19,6 +19,7 @@ import (
 	"errors"
 	"regexp"
 	"strconv"
+	"sync"
 )
 
 // Split is shlex.split of the npm package shlex 3.0.0 (shlex.js:
@@ -92,16 +93,20 @@ func Split(s string) ([]string, error) {
 func unescape(s string, quote rune, ansiC bool) string {
 	switch {
 	case ansiC:
-		return ansiCEscape.ReplaceAllStringFunc(s, ansiCReplace)
+		return ansiCEscape().ReplaceAllStringFunc(s, ansiCReplace)
 	case quote == '"':
-		return quotedEscape.ReplaceAllString(s, "$1")
+		return quotedEscape().ReplaceAllString(s, "$1")
 	}
 	return s
 }
 
+// The escapes are compiled on first use: the bounded repetitions make
+// ansiCEscape costly, and every start of the airlock binary would pay it.
 var (
-	quotedEscape = regexp.MustCompile(`\\([\\"])`)
-	ansiCEscape  = regexp.MustCompile(`\\(?:[\\'"?]|a|b|e|E|f|n|r|t|v|[0-7]{1,3}|x[0-9a-fA-F]{1,2}|u[0-9a-fA-F]{1,4}|U[0-9a-fA-F]{1,8}|c.)`)
+	quotedEscape = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\\([\\"])`) })
+	ansiCEscape  = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`\\(?:[\\'"?]|a|b|e|E|f|n|r|t|v|[0-7]{1,3}|x[0-9a-fA-F]{1,2}|u[0-9a-fA-F]{1,4}|U[0-9a-fA-F]{1,8}|c.)`)
+	})
 )
 
 // ansiCReplace is one ANSI-C escape's character, as shlex.js makes it (a

@@ -26,6 +26,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -83,8 +84,11 @@ type Result struct {
 var numericLast = regexp.MustCompile(`\.(0x[0-9a-f]*|[0-9]+)$`)
 
 // hostName is a name a rule may hold (the schema's #EgressRule host
-// without the wildcard).
-var hostName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$`)
+// without the wildcard). Compiled on first use: its bounded repetitions
+// make it costly, and every start of the airlock binary would pay it.
+var hostName = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$`)
+})
 
 // schemaMethods are the methods a rule may name.
 var schemaMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
@@ -212,7 +216,7 @@ func attempts(run int, p attest.Predicate, skipped map[string]int) []attempt {
 		case isAddr(name):
 			skipped["an IP address (egress is allowed by name only)"]++
 			continue
-		case !hostName.MatchString(name):
+		case !hostName().MatchString(name):
 			skipped["not a host name"]++
 			continue
 		case numericLast.MatchString(name):
