@@ -12,8 +12,16 @@ NPM_CI  := npm ci --prefix testdata/clients --ignore-scripts --no-audit --no-fun
 
 .PHONY: build sample onboard-sample test fuzz vm-test arc-test vet bench clean
 
+# BIN/airlock-runsc is the runsc sidecar (cmd/airlock-runsc): a job's
+# gofer and sandbox start from it, without airlock's own packages to
+# initialise, when it sits beside BIN/airlock and has the Go build ID that
+# airlock's link recorded (gvisor.FindRunsc). Install both together;
+# airlock alone still works (it holds the same runsc), a little slower.
+# BIN is bin unless given (tests build into their own directory).
+BIN ?= bin
 build:
-	go build -ldflags "$(LDFLAGS)" -o bin/airlock ./cmd/airlock
+	go build -o $(BIN)/airlock-runsc ./cmd/airlock-runsc
+	go build -ldflags "$(LDFLAGS) -X main.runscBuildID=$$(go tool buildid $(BIN)/airlock-runsc)" -o $(BIN)/airlock ./cmd/airlock
 
 # The main job on the included sample pull request (needs root).
 sample:
@@ -72,6 +80,7 @@ vet:
 	gofmt -l . | (! grep .)
 	go vet ./...
 	GOARCH=arm64 go build -o /dev/null ./cmd/airlock
+	GOARCH=arm64 go build -o /dev/null ./cmd/airlock-runsc
 
 # See BENCHMARKS.md.
 bench:

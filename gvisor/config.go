@@ -187,6 +187,11 @@ type Config struct {
 	ExclusiveMounts bool
 	// RunscFlags are extra global runsc flags (benchmarks and experiments).
 	RunscFlags []string
+	// RunscExe is the binary that the job's gofer and sandbox (and the
+	// runsc processes of its service containers) run from: the runsc
+	// sidecar (FindRunsc), whose processes start sooner. Empty: the
+	// airlock binary itself.
+	RunscExe string
 
 	// SharedRoot keeps what outlives one job: the logs of failed starts
 	// (logs/), and the host's KVM verdict (platform/) where
@@ -292,6 +297,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: workspace mount point %q: must be an absolute path other than /", ErrInvalidConfig, c.WorkspaceMount)
 	}
 	c.WorkspaceMount = filepath.Clean(c.WorkspaceMount)
+	if c.RunscExe != "" && !filepath.IsAbs(c.RunscExe) {
+		return c, fmt.Errorf("%w: runsc binary %q: must be an absolute path (gvisor.FindRunsc gives one)", ErrInvalidConfig, c.RunscExe)
+	}
 	if c.Workspace == "" {
 		return c, fmt.Errorf("%w: no workspace directory given", ErrNoWorkspace)
 	}

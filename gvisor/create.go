@@ -101,6 +101,11 @@ func createRoot(r runsc, dir, id string, stdin, stdout, stderr *os.File) (*child
 	os.Remove(filepath.Join(dir, rootErrFile))
 	var c *container.Container
 	err = asRunscProcess(stdin, stdout, stderr, func() error {
+		// runsc starts the gofer and the sandbox from ExePath.
+		if r.exe != "" {
+			defer func(was string) { specutils.ExePath = was }(specutils.ExePath)
+			specutils.ExePath = r.exe
+		}
 		var err error
 		if c, err = container.New(conf, container.Args{ID: id, Spec: spec, BundleDir: bundle}); err != nil {
 			return err

@@ -24,16 +24,16 @@ func JudgeKVM(ctx context.Context, stateRoot string) (usable bool, why string) {
 
 // ProbeJob creates a sandbox as a job's is made (its default limits,
 // cgroups and overlay, the platform auto chooses) over an empty
-// workspace, runs `true` in it and destroys it. It returns the platform
-// and how long that took.
-func ProbeJob(ctx context.Context, stateRoot string) (PlatformChoice, time.Duration, error) {
+// workspace, runs `true` in it and destroys it, started from runscExe
+// (Config.RunscExe). It returns the platform and how long that took.
+func ProbeJob(ctx context.Context, stateRoot, runscExe string) (PlatformChoice, time.Duration, error) {
 	ws, err := os.MkdirTemp("", "airlock-probe-workspace-")
 	if err != nil {
 		return PlatformChoice{}, 0, fmt.Errorf("create a workspace: %w", err)
 	}
 	defer os.RemoveAll(ws)
 	start := time.Now()
-	sb, err := Create(ctx, Config{Workspace: ws, StateRoot: stateRoot, Limits: DefaultLimits(), User: &User{UID: 65534, GID: 65534}})
+	sb, err := Create(ctx, Config{Workspace: ws, StateRoot: stateRoot, Limits: DefaultLimits(), User: &User{UID: 65534, GID: 65534}, RunscExe: runscExe})
 	if err != nil {
 		return PlatformChoice{}, 0, err
 	}

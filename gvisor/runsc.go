@@ -28,6 +28,9 @@ const sharedRoot = "/run/runsc"
 type runsc struct {
 	global []string // global flags, before the subcommand
 	logDir string
+	// exe is the binary runsc's processes run from (Config.RunscExe);
+	// empty: this process's own.
+	exe string
 }
 
 func newRunsc(c Config, dir string) runsc {
@@ -58,14 +61,19 @@ func newRunsc(c Config, dir string) runsc {
 		g = append(g, "--file-access-mounts=exclusive")
 	}
 	g = append(g, c.RunscFlags...)
-	return runsc{global: g, logDir: dir}
+	return runsc{global: g, logDir: dir, exe: c.RunscExe}
 }
 
 // command builds a runsc command line. argv[0] is "runsc" so that Dispatch
-// in the re-executed binary hands it to runsc's CLI. The environment is
-// empty but for PATH: runsc needs nothing from ours.
+// in the re-executed binary (this one, or the sidecar) hands it to runsc's
+// CLI. The environment is empty but for PATH: runsc needs nothing from
+// ours.
 func (r runsc) command(ctx context.Context, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, "/proc/self/exe", append(append([]string{}, r.global...), args...)...)
+	exe := r.exe
+	if exe == "" {
+		exe = "/proc/self/exe"
+	}
+	cmd := exec.CommandContext(ctx, exe, append(append([]string{}, r.global...), args...)...)
 	cmd.Args[0] = "runsc"
 	cmd.Env = []string{"PATH=" + DefaultPath}
 	return cmd

@@ -12,7 +12,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 export CGO_ENABLED=0
-go build -o bin/airlock ./cmd/airlock
+make -s build   # bin/airlock and its runsc sidecar, bin/airlock-runsc
 . testdata/demo-registry/start.sh
 
 ws=$(mktemp -d /tmp/airlock-sample.XXXXXX)

@@ -57,7 +57,7 @@ failed, 77 when not run as root.`,
 			}
 			rep := doctor.Run(c.Context(), doctor.Options{
 				StateRoot: o.stateDir, HookDir: o.hookDir, Workspaces: o.workspaces,
-				OrgDir: o.orgDir, AttestKey: o.attestKey, Node: o.node, Spelling: flagSpelling(),
+				OrgDir: o.orgDir, AttestKey: o.attestKey, Node: o.node, Spelling: flagSpelling(), RunscBuildID: runscBuildID,
 				Password: attest.PasswordFromEnv(report.PasswordEnv, ""),
 			})
 			if o.asJSON {

@@ -148,7 +148,7 @@ func (o *runOptions) plan(ctx context.Context, flags *pflag.FlagSet, args []stri
 func (o *runOptions) inputs(flags *pflag.FlagSet, args []string) (runner.Inputs, error) {
 	in := runner.Inputs{
 		Name: o.jobName, PolicyJob: o.jobFromPolicy, Workspace: o.workspace, StateRoot: o.stateDir, Image: o.image,
-		Masks: o.masks, RunscFlags: o.runscFlags, AttestKey: o.attestKey, AttestPasswordFile: o.attestPasswordFile,
+		Masks: o.masks, RunscFlags: o.runscFlags, RunscBuildID: runscBuildID, AttestKey: o.attestKey, AttestPasswordFile: o.attestPasswordFile,
 		RunnerRoot: runner.FindRunnerRoot(os.Getpid()), GitHubServerURL: os.Getenv("GITHUB_SERVER_URL"), GitHubAPIURL: os.Getenv("GITHUB_API_URL"),
 		Requests: runner.Requests{RootFS: o.rootfs, Platform: o.platform, WorkspaceMount: o.workspaceMount, Capabilities: o.caps, Set: map[input.Name]bool{}},
 	}

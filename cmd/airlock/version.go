@@ -9,11 +9,8 @@ import (
 	"github.com/airlock-ci/airlock/runner/hook"
 )
 
-// Set with -ldflags "-X main.version=... -X main.commit=...".
-var (
-	version = "dev"
-	commit  = ""
-)
+// Set with -ldflags -X by make build (runscBuildID: its runsc sidecar's).
+var version, commit, runscBuildID = "dev", "", ""
 
 // runtimeName is how results name the sandbox runtime.
 func runtimeName() string { return readBuildInfo().Runtime() }
@@ -21,7 +18,9 @@ func runtimeName() string { return readBuildInfo().Runtime() }
 func readBuildInfo() buildinfo.Info { return buildinfo.Read(version, commit) }
 
 // build identifies this binary to the runner hook.
-func build() hook.Build { return hook.Build{Version: version, Commit: commit, Runtime: runtimeName()} }
+func build() hook.Build {
+	return hook.Build{Version: version, Commit: commit, Runtime: runtimeName(), RunscBuildID: runscBuildID}
+}
 
 func newVersionCmd() *cobra.Command {
 	var asJSON bool

@@ -84,6 +84,7 @@ func (c *cri) hookJob(t *testing.T, n node, id string) time.Duration {
 			c.hookCall(t, r, id, runnersim.CleanupJob, runnersim.Payload{State: state})
 		}
 	})
+	checkSandboxFromSidecar(t)
 
 	steps := []struct {
 		name    string
@@ -191,5 +192,36 @@ func checkHookAttestation(t *testing.T, c *cri, n node, id, out string) {
 	}
 	if v.Predicate.Job.PullRequest != 7 || v.Predicate.Job.Author != "Copilot" {
 		t.Errorf("the job on the record: %+v", v.Predicate.Job)
+	}
+}
+
+// checkSandboxFromSidecar: the job's gofer and sandbox, which live until
+// cleanup_job, run from the image's runsc sidecar
+// (/usr/local/bin/airlock-runsc, beside airlock; gvisor.FindRunsc), as
+// the host sees their executables.
+func checkSandboxFromSidecar(t *testing.T) {
+	t.Helper()
+	const sidecar = "/usr/local/bin/airlock-runsc"
+	from := map[string][]string{}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		cmdline, _ := os.ReadFile(filepath.Join(p, "cmdline"))
+		role, _, _ := strings.Cut(string(cmdline), "\x00")
+		if role != "runsc-sandbox" && role != "runsc-gofer" {
+			continue
+		}
+		if exe, err := os.Readlink(filepath.Join(p, "exe")); err == nil {
+			from[role] = append(from[role], exe)
+		}
+	}
+	for _, role := range []string{"runsc-sandbox", "runsc-gofer"} {
+		if len(from[role]) == 0 {
+			t.Errorf("no %s process during the job: %v", role, from)
+		}
+		for _, exe := range from[role] {
+			if !strings.HasSuffix(exe, sidecar) {
+				t.Errorf("%s runs %s, not the image's %s", role, exe, sidecar)
+			}
+		}
 	}
 }

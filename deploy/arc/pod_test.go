@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/testhost"
 	"github.com/airlock-ci/airlock/internal/testimage"
 	"github.com/airlock-ci/airlock/internal/testtool"
 )
@@ -193,7 +195,7 @@ func setUp(t testing.TB) (*cri, values, node) {
 	if err != nil || !static(self) {
 		t.Fatalf("the test binary %s is the pod's pause process and must be static: build the tests with CGO_ENABLED=0 (%v)", self, err)
 	}
-	airlock := airlockBinary(t)
+	made := testhost.MadeBinaries(t)
 	c := startCRI(t)
 	v := readValues(t)
 
@@ -201,7 +203,7 @@ func setUp(t testing.TB) (*cri, values, node) {
 	pauseRoot := t.TempDir()
 	copyFile(t, self, filepath.Join(pauseRoot, "pause"), 0o755)
 	c.importImage("airlock.test/pause:1", testimage.Image(t, runtime.GOARCH, []string{pauseEnv + "=1"}, []string{"/pause"}, "", testimage.LayerOfDir(t, pauseRoot)))
-	c.importImage("airlock.test/runner:1", testimage.Image(t, runtime.GOARCH, []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, nil, "/", testimage.LayerOfDir(t, runnerRoot(t, busybox, airlock))))
+	c.importImage("airlock.test/runner:1", testimage.Image(t, runtime.GOARCH, []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, nil, "/", testimage.LayerOfDir(t, runnerRoot(t, busybox, made))))
 
 	// The node: the seccomp profile where the kubelet looks, and a
 	// directory per volume; the Secret holds the policy and the key.
@@ -221,7 +223,7 @@ func setUp(t testing.TB) (*cri, values, node) {
 	if err := os.WriteFile(filepath.Join(secret, "org.cue"), []byte(orgPolicy), 0o400); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(airlock, "keys", "generate", "--out", filepath.Join(secret, "signing")).CombinedOutput(); err != nil {
+	if out, err := exec.Command(filepath.Join(made, "airlock"), "keys", "generate", "--out", filepath.Join(secret, "signing")).CombinedOutput(); err != nil {
 		t.Fatalf("airlock keys generate: %v: %s", err, out)
 	}
 
@@ -290,9 +292,10 @@ type outcome struct {
 	} `json:"attestation"`
 }
 
-// runnerRoot is the runner image's root: airlock, busybox and its
-// applets, the runner's user, and the directories the values mount.
-func runnerRoot(t testing.TB, busybox, airlock string) string {
+// runnerRoot is the runner image's root: airlock and its runsc sidecar
+// (from the directory made), busybox and its applets, the runner's user,
+// and the directories the values mount.
+func runnerRoot(t testing.TB, busybox, made string) string {
 	t.Helper()
 	root := t.TempDir()
 	for _, d := range []string{"bin", "usr/local/bin", "etc", "tmp", "run", "var/lib", "proc", "sys", "dev", "home/runner/_work", "opt/airlock"} {
@@ -307,7 +310,9 @@ func runnerRoot(t testing.TB, busybox, airlock string) string {
 			t.Fatal(err)
 		}
 	}
-	copyFile(t, airlock, filepath.Join(root, "usr/local/bin/airlock"), 0o755)
+	for _, bin := range []string{"airlock", gvisor.RunscSidecar} {
+		copyFile(t, filepath.Join(made, bin), filepath.Join(root, "usr/local/bin", bin), 0o755)
+	}
 	// What the actions-runner image has and the hook uses: the runner's
 	// node in its externals (it runs index.js and JavaScript actions) and
 	// git (airlock reads the pull request's commits with it), each with
@@ -325,26 +330,6 @@ func runnerRoot(t testing.TB, busybox, airlock string) string {
 	os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\nrunner:x:1001:1001:runner:/home/runner:/bin/sh\n"), 0o644)
 	os.WriteFile(filepath.Join(root, "etc/group"), []byte("root:x:0:\nrunner:x:1001:\n"), 0o644)
 	return root
-}
-
-// airlockBinary is the static airlock to put in the image: the one the
-// Makefile built (AIRLOCK_TEST_BINARY), or one built here.
-func airlockBinary(t testing.TB) string {
-	t.Helper()
-	if p := os.Getenv("AIRLOCK_TEST_BINARY"); p != "" {
-		if !static(p) {
-			t.Fatalf("AIRLOCK_TEST_BINARY %s is not static: build it with CGO_ENABLED=0", p)
-		}
-		return p
-	}
-	out := filepath.Join(t.TempDir(), "airlock")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/airlock")
-	cmd.Dir = "../.."
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/airlock: %v\n%s", err, b)
-	}
-	return out
 }
 
 func copyFile(t testing.TB, from, to string, mode os.FileMode) {

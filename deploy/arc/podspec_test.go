@@ -383,17 +383,18 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 	for _, src := range copies {
-		if src == "bin/airlock" {
+		if bin, ok := strings.CutPrefix(src, "bin/"); ok {
 			mk, _ := os.ReadFile("../../Makefile")
-			if !strings.Contains(string(mk), "-o bin/airlock ./cmd/airlock") {
+			if !strings.Contains(string(mk), "-o $(BIN)/"+bin+" ./cmd/"+bin) {
 				t.Errorf("COPY %s: make build does not make it", src)
 			}
 		} else if _, err := os.Stat(filepath.Join("../..", src)); err != nil {
 			t.Errorf("COPY %s: not in the repository: %v", src, err)
 		}
 	}
-	if copies[podHook] != "runner/hook/index.js" || copies["/usr/local/bin/airlock"] != "bin/airlock" {
-		t.Errorf("the Dockerfile copies %v: want the hook at %s and airlock at /usr/local/bin/airlock", copies, podHook)
+	// airlock and its runsc sidecar side by side (gvisor.FindRunsc).
+	if copies[podHook] != "runner/hook/index.js" || copies["/usr/local/bin/airlock"] != "bin/airlock" || copies["/usr/local/bin/airlock-runsc"] != "bin/airlock-runsc" {
+		t.Errorf("the Dockerfile copies %v: want the hook at %s, and airlock and airlock-runsc in /usr/local/bin", copies, podHook)
 	}
 	// The values set the same: the image works with or without them.
 	v := readValues(t)

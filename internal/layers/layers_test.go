@@ -6,8 +6,11 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,7 +23,7 @@ var layer = map[string]int{
 	"internal/files": 0, "internal/gitexec": 0, "internal/paths": 0, "internal/shlex": 0, "internal/textsafe": 0, "internal/leakcheck": 0, "internal/layers": 0, "internal/doclinks": 0, "internal/input": 0, "internal/buildinfo": 0, "internal/testtool": 0, "internal/testimage": 0, "internal/podlike": 0, "internal/runnersim": 0, "internal/fuzzinput": 0,
 	"gvisor/monitor": 1, "gvisor/platform": 1, "gvisor/cgroup": 1, "gvisor/quota": 1, "policies": 1, "attest": 1, "runner/github": 1, "runner/workspace": 1, "runner/egress/netns": 1, "runner/egress/refusal": 1, "runner/egress/uploads": 1,
 	"gvisor": 2, "runner/trust": 2, "runner/egress/rules": 2, "runner/credentials": 2,
-	"runner/egress/dns": 3, "runner/egress/gateway": 3, "runner/doctor": 3, "runner/images": 3, "internal/testhost": 3, "runner/suggest": 3,
+	"runner/egress/dns": 3, "runner/egress/gateway": 3, "runner/doctor": 3, "runner/images": 3, "internal/testhost": 3, "runner/suggest": 3, "cmd/airlock-runsc": 3,
 	"runner/egress": 4,
 	"runner":        5, "runner/report": 6,
 	"runner/hook": 7,
@@ -145,7 +148,7 @@ func packageDoc(dir string) (string, error) {
 // diagramEntry is a package line of the diagram in docs/architecture.md:
 // " 5  runner   ..." starts a layer, "    runner/trust   ..." is another
 // package of the same layer; description lines are indented further.
-var diagramEntry = regexp.MustCompile(`^ ?(\d)?\s{2,3}([a-z][a-z0-9_/…]*)(\s|$)`)
+var diagramEntry = regexp.MustCompile(`^ ?(\d)?\s{2,3}([a-z][a-z0-9_/…-]*)(\s|$)`)
 
 // TestArchitectureDiagramAgrees reads the package diagram of
 // docs/architecture.md: every package is drawn at the table's layer
@@ -219,5 +222,35 @@ func TestCmdStaysThin(t *testing.T) {
 	}
 	if lines > maxCmdLines {
 		t.Errorf("cmd/airlock has %d lines (at most %d): move what a command does into the package whose job it is", lines, maxCmdLines)
+	}
+}
+
+// heavy are what the runsc sidecar must not link: airlock's policy,
+// attestation and GitHub dependencies, whose initialisation each start
+// of a sandbox's process would pay again.
+var heavy = []string{"cuelang.org/", "github.com/sigstore/", "github.com/google/go-github/", "github.com/hashicorp/go-retryablehttp", "github.com/google/go-containerregistry/"}
+
+// TestRunscSidecarStaysSlim lists what cmd/airlock-runsc links (go list
+// -deps): gvisor and what it needs, never airlock's heavier packages,
+// nor any of airlock's own outside gvisor and internal.
+func TestRunscSidecarStaysSlim(t *testing.T) {
+	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", "../../cmd/airlock-runsc").Output()
+	if err != nil {
+		t.Fatalf("go list -deps cmd/airlock-runsc: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, module+"gvisor") {
+		t.Fatalf("cmd/airlock-runsc does not link gvisor: %v", deps)
+	}
+	for _, dep := range deps {
+		own, ok := strings.CutPrefix(dep, module)
+		if ok && own != "cmd/airlock-runsc" && own != "gvisor" && !strings.HasPrefix(own, "gvisor/") && !strings.HasPrefix(own, "internal/") {
+			t.Errorf("cmd/airlock-runsc links %s: the sidecar holds gvisor and what it needs alone", dep)
+		}
+		for _, h := range heavy {
+			if strings.HasPrefix(dep, h) {
+				t.Errorf("cmd/airlock-runsc links %s: every gofer and sandbox would initialise it", dep)
+			}
+		}
 	}
 }

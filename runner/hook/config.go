@@ -41,6 +41,9 @@ type Build struct {
 	Version, Commit string
 	// Runtime names the embedded sandbox runtime and its version.
 	Runtime string
+	// RunscBuildID is the Go build ID of the runsc sidecar the binary
+	// was built with (runner.Inputs.RunscBuildID).
+	RunscBuildID string
 }
 
 // Config is how the runner host set up the hook: its environment, read

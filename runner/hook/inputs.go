@@ -121,7 +121,7 @@ func planInputs(args PrepareArgs, event eventFile, host hostInputs) (jobInputs, 
 		Image:      c.Image, ContainerUser: user, Env: runner.EnvList(runnerWatermark(c.Env)), Mounts: mounts,
 		Masks: jobMasks(in.mounts, host.dir), WorkspaceKeep: runnersOwn(work, in.mounts), Services: jobServices(args.Services, in.serviceNames),
 		TrustDir: repoDir(c.WorkingDirectory), CheckoutInJob: true, AttestKey: host.cfg.AttestKey, RunnerRoot: host.runnerRoot,
-		GitHubServerURL: host.serverURL, GitHubAPIURL: host.apiURL,
+		GitHubServerURL: host.serverURL, GitHubAPIURL: host.apiURL, RunscBuildID: host.cfg.RunscBuildID,
 	}
 	return in, nil
 }

@@ -66,6 +66,14 @@ check_limits() {
   case "$d" in "$expect"/*) ;; *) echo "not below $expect"; return 1;; esac
   mem=$(cat "$d/memory.max"); pids=$(cat "$d/pids.max"); cpu=$(cat "$d/cpu.max")
   echo "memory.max $mem pids.max $pids cpu.max $cpu"
+  # The job's sandbox runs from the runsc sidecar beside airlock.
+  for i in $(seq 50); do
+    exes=$(for p in $(cat "$d/cgroup.procs" 2>/dev/null); do readlink "/proc/$p/exe"; done | sort -u | tr '\n' ' ')
+    case "$exes" in *airlock-runsc*) break;; esac
+    sleep 0.1
+  done
+  echo "the job's processes run: $exes"
+  case "$exes" in *airlock-runsc*) ;; *) echo "the job's sandbox does not run from /bin/airlock-runsc"; return 1;; esac
   wait $pid || { cat /tmp/l.log; return 1; }
   [ "$mem" = 209715200 ] && [ "$cpu" = "100000 100000" ] && [ "$pids" != max ]
 }
