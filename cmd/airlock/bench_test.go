@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-ci/airlock/internal/testhost"
 )
 
 // BenchmarkWholeProcess times what a user sees: whole processes, side by
@@ -21,7 +23,9 @@ import (
 //	cold     `airlock run -- true` against the embedded runsc's own
 //	         `runsc do true`, and both against `runsc do true` of
 //	         runsc built alone (the same gVisor, without airlock's
-//	         packages: what a stock runsc costs)
+//	         packages: what a stock runsc costs); and airlock without
+//	         its runsc sidecar beside it (cold-airlock-self: the gofer
+//	         and sandbox start from airlock itself)
 //	warm     a syscall-heavy step with a warm Go build cache (go vet and
 //	         go test of testdata/sample-pr): airlock run against runsc
 //	         do, and natively; and in policy mode, as the hook runs a
@@ -31,9 +35,9 @@ import (
 //
 // Targets (BENCHMARKS.md, issue 38): cold ≤ runsc do + 30 ms or 1.15x,
 // whichever is larger; warm ≤ 1.05x runsc do; warm against native ≤ 4x
-// where KVM cannot run. The airlock binary is this test binary run as
-// airlock (it holds the tests too, and starts alike); runsc do is the
-// same binary as runsc.
+// where KVM cannot run. The airlock binary is the one make build makes,
+// with its runsc sidecar (testhost.MadeBinaries); runsc do is the same
+// airlock binary as runsc.
 //
 // With AIRLOCK_BENCH_BASE naming another airlock binary (a build of the
 // base commit: `git worktree add /tmp/base BASE && cd /tmp/base &&
@@ -46,6 +50,7 @@ func BenchmarkWholeProcess(b *testing.B) {
 	policy := orgPolicy(b, `egress: default: "deny"`+"\n")
 	runs := []timedRun{
 		{"cold-airlock", w.airlock(empty, "--", "true")},
+		{"cold-airlock-self", w.alone().airlock(empty, "--", "true")},
 		{"cold-runsc-do", w.runscDo(empty, "true")},
 		{"cold-runsc-alone-do", w.runscDoWith(runscAlone(b), empty, "true")},
 		{"warm-airlock", w.airlockStep()},
@@ -69,6 +74,7 @@ func BenchmarkWholeProcess(b *testing.B) {
 	t.ratio(b, "cold-airlock", "cold-runsc-do", "cold-airlock/runsc-do")
 	t.ratio(b, "cold-runsc-do", "cold-runsc-alone-do", "cold-runsc-do/runsc-alone-do")
 	t.ratio(b, "cold-airlock", "cold-runsc-alone-do", "cold-airlock/runsc-alone-do")
+	t.ratio(b, "cold-airlock", "cold-airlock-self", "cold-airlock/airlock-self")
 	b.ReportMetric(t.median("cold-airlock")-t.median("cold-runsc-do"), "cold-airlock-minus-runsc-do-ms")
 	t.ratio(b, "warm-airlock", "warm-runsc-do", "warm-airlock/runsc-do")
 	t.ratio(b, "warm-airlock", "warm-native", "warm-airlock/native")
@@ -135,7 +141,7 @@ func BenchmarkGVisorSettings(b *testing.B) {
 type warmStep struct {
 	b                testing.TB
 	ws, state, runsc string
-	exe              string // another airlock binary than this test's
+	exe              string // the airlock binary
 }
 
 // The step: go vet and go test of the sample, with the Go toolchain of
@@ -150,7 +156,7 @@ func newWarmStep(b *testing.B) *warmStep {
 	if _, err := os.Stat("/usr/local/go/bin/go"); err != nil {
 		b.Skip("needs the Go toolchain at /usr/local/go")
 	}
-	w := &warmStep{b: b, ws: workspace(b), state: stateDir(b), runsc: b.TempDir()}
+	w := &warmStep{b: b, ws: workspace(b), state: stateDir(b), runsc: b.TempDir(), exe: filepath.Join(testhost.MadeBinaries(b), "airlock")}
 	if out, err := exec.Command("cp", "-R", "../../testdata/sample-pr/.", w.ws).CombinedOutput(); err != nil {
 		b.Fatalf("%v %s", err, out)
 	}
@@ -181,11 +187,7 @@ func warmEnv(cache string) []string {
 // airlock runs airlock run in ws with args.
 func (w *warmStep) airlock(ws string, args ...string) func() error {
 	return func() error {
-		cmd := cli(w.b, append([]string{"run", "-w", ws, "--state-dir", w.state}, args...)...)
-		if w.exe != "" {
-			cmd.Path = w.exe
-		}
-		return quiet(cmd)
+		return quiet(exec.Command(w.exe, append([]string{"run", "-w", ws, "--state-dir", w.state}, args...)...))
 	}
 }
 
@@ -198,14 +200,25 @@ func (w *warmStep) airlockStep(flags ...string) func() error {
 	return w.airlock(w.ws, append(args, "--", "sh", "-c", warmWork)...)
 }
 
-// runscDo runs the embedded runsc's runsc do in dir.
+// alone is w with a link to its airlock binary in a directory of its
+// own: without the runsc sidecar beside it, its jobs' gofers and
+// sandboxes start from airlock itself.
+func (w *warmStep) alone() *warmStep {
+	self := *w
+	self.exe = filepath.Join(w.b.TempDir(), "airlock")
+	if os.Link(w.exe, self.exe) != nil {
+		copyExe(w.b, w.exe, self.exe) // another file system
+	}
+	return &self
+}
+
+// runscDo runs the embedded runsc's runsc do (airlock's) in dir.
 func (w *warmStep) runscDo(dir string, args ...string) func() error {
-	exe, _ := os.Executable()
-	return w.runscDoWith(exe, dir, args...)
+	return w.runscDoWith(w.exe, dir, args...)
 }
 
 // runscDoWith runs `runsc do` with the runsc binary exe (argv[0] runsc,
-// which this test binary needs to be runsc, and runsc's own ignores).
+// which airlock needs to be runsc, and runsc's own ignores).
 func (w *warmStep) runscDoWith(exe, dir string, args ...string) func() error {
 	return func() error {
 		cmd := exec.Command(exe, append([]string{"--root=" + w.runsc, "--network=none", "--host-settings=ignore", "do"}, args...)...)
