@@ -95,7 +95,7 @@ airlock run --result /tmp/result.json -- sh -c '`+script+`' 2>&1 || echo "airloc
 		if code != 0 || !strings.Contains(out, "this host can run airlock's jobs") {
 			t.Fatalf("airlock doctor: exit %d", code)
 		}
-		for _, want := range []string{"read-only (a container that is not privileged)", "the pod's memory limit 8.0 GiB", "a tmpfs: no loop devices here"} {
+		for _, want := range []string{"read-only (a container that is not privileged)", "the pod's memory limit 8.0 GiB", "a tmpfs: no loop devices here", "/usr/local/bin/airlock-runsc, of this build"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("doctor does not say %q", want)
 			}

@@ -120,7 +120,7 @@ const minFreeState = 2 << 30
 // Run runs every check.
 func Run(ctx context.Context, o Options) Report {
 	checks := []func(context.Context, Options) []Check{
-		checkRoot, checkBinary, checkKernel, checkCgroups, checkPlatforms, checkWorkspaceLimit, checkSandbox,
+		checkRoot, checkBinary, checkKernel, checkCgroups, checkPlatforms, checkHugePages, checkWorkspaceLimit, checkSandbox,
 		checkNetwork, checkStateDirs, checkNode, checkPolicyAndKey,
 	}
 	var r Report

@@ -45,7 +45,7 @@ func TestRunOnThisHost(t *testing.T) {
 	if !rep.Ready {
 		t.Fatalf("this host runs jobs (the suite's sandboxes do), doctor says it cannot: %+v", rep.Checks)
 	}
-	for _, want := range []string{"root", "binary", "kernel", "cgroups", "platform systrap", "platform kvm", "workspace limit", "sandbox", "network", "state " + state, "node", "organisation policy", "signing key"} {
+	for _, want := range []string{"root", "binary", "runsc sidecar", "huge pages", "kernel", "cgroups", "platform systrap", "platform kvm", "workspace limit", "sandbox", "network", "state " + state, "node", "organisation policy", "signing key"} {
 		if _, ok := names[want]; !ok {
 			t.Errorf("no %q check", want)
 		}
@@ -248,5 +248,40 @@ func TestEnclosedCheck(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The huge page advice is gVisor's host-settings check's: each setting
+// it would change is named with the command that changes it.
+func TestHugePagesAdvice(t *testing.T) {
+	tests := []struct {
+		shmem, defrag string
+		status        Status
+		fix           []string // in the fix
+	}{
+		{"advise", "never", OK, nil},
+		{"always", "defer", OK, nil},
+		{"within_size", "always", OK, nil},
+		{"deny", "never", OK, nil}, // the administrator's choice
+		{"never", "never", Warn, []string{"echo advise > " + thpShmem}},
+		{"advise", "madvise", Warn, []string{"echo never > " + thpDefrag}},
+		{"advise", "defer+madvise", Warn, []string{"echo defer > " + thpDefrag}},
+		{"never", "madvise", Warn, []string{"echo advise > " + thpShmem, "echo never > " + thpDefrag}},
+	}
+	for _, tc := range tests {
+		c := hugePagesAdvice(tc.shmem, tc.defrag)
+		if c.Status != tc.status {
+			t.Errorf("shmem %s defrag %s: %s (%s), want %s", tc.shmem, tc.defrag, c.Status, c.Detail, tc.status)
+		}
+		for _, f := range tc.fix {
+			if !strings.Contains(c.Fix, f) {
+				t.Errorf("shmem %s defrag %s: the fix %q lacks %q", tc.shmem, tc.defrag, c.Fix, f)
+			}
+		}
+	}
+	for file, want := range map[string]string{"always within_size advise [never] deny force\n": "never", "always defer defer+madvise [madvise] never": "madvise", "never": "never"} {
+		if got := chosen(file); got != want {
+			t.Errorf("chosen(%q) = %q, want %q", file, got, want)
+		}
 	}
 }
