@@ -41,15 +41,15 @@ func FindRunsc(exe, buildID string) (string, error) {
 	if buildID == "" {
 		return "", nil
 	}
-	exe, err := filepath.EvalSymlinks(exe)
+	airlock, err := filepath.EvalSymlinks(exe)
 	if err != nil {
 		return "", fmt.Errorf("resolve the airlock binary %s: %w", exe, err)
 	}
 	var owner syscall.Stat_t
-	if err := syscall.Stat(exe, &owner); err != nil {
+	if err := syscall.Stat(airlock, &owner); err != nil {
 		return "", fmt.Errorf("stat the airlock binary: %w", err)
 	}
-	path := filepath.Join(filepath.Dir(exe), RunscSidecar)
+	path := filepath.Join(filepath.Dir(airlock), RunscSidecar)
 	if err := ownedAlone(filepath.Dir(path), owner.Uid, true); err != nil {
 		return "", fmt.Errorf("runsc sidecar %s: its directory %w", path, err)
 	}
