@@ -21,7 +21,10 @@ func MadeBinaries(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("AIRLOCK_TEST_BINARY"); p != "" {
 		dir := filepath.Dir(p)
-		for _, name := range []string{filepath.Base(p), gvisor.RunscSidecar} {
+		if filepath.Base(p) != "airlock" {
+			t.Fatalf("AIRLOCK_TEST_BINARY %s: name the airlock that make build made (bin/airlock), its sidecar beside it", p)
+		}
+		for _, name := range []string{"airlock", gvisor.RunscSidecar} {
 			if ok, err := buildinfo.Static(filepath.Join(dir, name)); err != nil || !ok {
 				t.Fatalf("AIRLOCK_TEST_BINARY: %s is missing or not static (%v): make build makes airlock and %s side by side (CGO_ENABLED=0)", filepath.Join(dir, name), err, gvisor.RunscSidecar)
 			}
