@@ -121,21 +121,27 @@ func BenchmarkWholeProcess(b *testing.B) {
 // It reports each median and its ratio to airlock as it ships.
 func BenchmarkGVisorSettings(b *testing.B) {
 	w := newWarmStep(b)
-	settings := []struct{ name, flag string }{
-		{"shared-mounts", "--runsc-flag=--file-access-mounts=shared"},
-		{"overlay-memory", "--runsc-flag=--overlay2=root:memory"},
-		{"no-directfs", "--runsc-flag=--directfs=false"},
-		{"workspace-unbounded", "--workspace-size=0"},
-		{"no-fast-path", "--runsc-flag=--systrap-disable-fast-path"},
-		{"gomaxprocs-1", "--env=GOMAXPROCS=1"},
+	settings := []struct {
+		name  string
+		flags []string          // airlock run's
+		host  map[string]string // the host's kernel settings for the run
+	}{
+		{name: "shared-mounts", flags: []string{"--runsc-flag=--file-access-mounts=shared"}},
+		{name: "overlay-memory", flags: []string{"--runsc-flag=--overlay2=root:memory"}},
+		{name: "no-directfs", flags: []string{"--runsc-flag=--directfs=false"}},
+		{name: "workspace-unbounded", flags: []string{"--workspace-size=0"}},
+		{name: "no-fast-path", flags: []string{"--runsc-flag=--systrap-disable-fast-path"}},
+		{name: "gomaxprocs-1", flags: []string{"--env=GOMAXPROCS=1"}},
+		{name: "host-thp", host: map[string]string{"/sys/kernel/mm/transparent_hugepage/shmem_enabled": "advise", "/sys/kernel/mm/transparent_hugepage/defrag": "never"}},
 	}
 	runs := []timedRun{{"native", w.native}, {"runsc-do", w.runscDoStep()}, {"airlock", w.airlockStep()}}
 	for _, s := range settings {
-		runs = append(runs, timedRun{s.name, w.airlockStep(s.flag)})
+		run := w.airlockStep(s.flags...)
+		if s.host != nil {
+			run = withHostSettings(b, s.host, run)
+		}
+		runs = append(runs, timedRun{s.name, run})
 	}
-	thp := map[string]string{"/sys/kernel/mm/transparent_hugepage/shmem_enabled": "advise", "/sys/kernel/mm/transparent_hugepage/defrag": "never"}
-	runs = append(runs, timedRun{"host-thp", withHostSettings(b, thp, w.airlockStep())})
-	settings = append(settings, struct{ name, flag string }{"host-thp", ""})
 	t := interleave(b, runs)
 	t.ratio(b, "airlock", "runsc-do", "airlock/runsc-do")
 	t.ratio(b, "runsc-do", "native", "runsc-do/native")
