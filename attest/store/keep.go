@@ -355,4 +355,3 @@ func joinErr(a, b string) string {
 func Failed(out []Outcome) []Outcome {
 	return slices.DeleteFunc(slices.Clone(out), func(o Outcome) bool { return o.Error == "" || !o.Required })
 }
-

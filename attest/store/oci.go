@@ -29,24 +29,24 @@ import (
 // The OCI layout's media types and annotations. The bundle's are
 // cosign's (specs/BUNDLE_SPEC.md); the rest are airlock's.
 const (
-	emptyMediaType  types.MediaType = "application/vnd.oci.empty.v1+json"
-	commitArtifact                  = "application/vnd.airlock-ci.commit.v1+json"
-	annCreated                      = "org.opencontainers.image.created"
-	annBundleContent                = "dev.sigstore.bundle.content"
-	annPredicateType                = "dev.sigstore.bundle.predicateType"
-	annPrefix                       = "com.github.airlock-ci."
-	annRepository                   = annPrefix + "repository"
-	annPullRequest                  = annPrefix + "pull-request"
-	annCommit                       = annPrefix + "commit"
-	annRunID                        = annPrefix + "run-id"
-	annRunAttempt                   = annPrefix + "run-attempt"
-	annJob                          = annPrefix + "job"
-	annRunner                       = annPrefix + "runner"
-	annJobID                        = annPrefix + "job-id"
-	annVerdict                      = annPrefix + "verdict"
-	annKind                         = annPrefix + "kind"
-	annTag                          = annPrefix + "tag"
-	annBundleDigest                 = annPrefix + "bundle-digest"
+	emptyMediaType   types.MediaType = "application/vnd.oci.empty.v1+json"
+	commitArtifact                   = "application/vnd.airlock-ci.commit.v1+json"
+	annCreated                       = "org.opencontainers.image.created"
+	annBundleContent                 = "dev.sigstore.bundle.content"
+	annPredicateType                 = "dev.sigstore.bundle.predicateType"
+	annPrefix                        = "com.github.airlock-ci."
+	annRepository                    = annPrefix + "repository"
+	annPullRequest                   = annPrefix + "pull-request"
+	annCommit                        = annPrefix + "commit"
+	annRunID                         = annPrefix + "run-id"
+	annRunAttempt                    = annPrefix + "run-attempt"
+	annJob                           = annPrefix + "job"
+	annRunner                        = annPrefix + "runner"
+	annJobID                         = annPrefix + "job-id"
+	annVerdict                       = annPrefix + "verdict"
+	annKind                          = annPrefix + "kind"
+	annTag                           = annPrefix + "tag"
+	annBundleDigest                  = annPrefix + "bundle-digest"
 )
 
 // emptyJSON is the OCI empty descriptor's content.
@@ -372,7 +372,7 @@ func (s *ociStore) Fetch(ctx context.Context, e Entry) ([]byte, error) {
 // rawManifest is a manifest's bytes, pushed as they are.
 type rawManifest []byte
 
-func (m rawManifest) RawManifest() ([]byte, error)         { return m, nil }
+func (m rawManifest) RawManifest() ([]byte, error)        { return m, nil }
 func (m rawManifest) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
 func (m rawManifest) digest() string                      { return digestOf(m) }
 
