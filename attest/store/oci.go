@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/attest/storeref"
@@ -139,13 +140,31 @@ func (s *ociStore) Put(ctx context.Context, r Record) (Entry, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.o.Deadline)
 	defer cancel()
-	tag := r.Tag()
-	fail := func(what string, err error) (Entry, error) {
-		return Entry{}, fmt.Errorf("%s: %s: %w", s.Location(), what, s.explain(ctx, err))
+	var err error
+	for attempt := range s.o.Attempts {
+		var e Entry
+		if e, err = s.put(ctx, r); err == nil {
+			return e, nil
+		}
+		if !transient(err) || attempt == s.o.Attempts-1 {
+			break
+		}
+		// A try that failed midway (a blob upload the registry took part
+		// of) starts again whole, after a back-off.
+		select {
+		case <-time.After(retryablehttp.DefaultBackoff(s.o.RetryWaitMin, s.o.RetryWaitMax, attempt, nil)):
+		case <-ctx.Done():
+		}
 	}
+	return Entry{}, fmt.Errorf("%s: %w", s.Location(), s.explain(ctx, err))
+}
+
+// put is one try of Put.
+func (s *ociStore) put(ctx context.Context, r Record) (Entry, error) {
+	tag := r.Tag()
 	for _, b := range []v1.Layer{static.NewLayer(emptyJSON, emptyMediaType), static.NewLayer(r.Bundle, attest.BundleMediaType)} {
 		if err := s.pusher.Upload(ctx, s.repo, b); err != nil {
-			return fail("upload the bundle", err)
+			return Entry{}, fmt.Errorf("upload the bundle: %w", err)
 		}
 	}
 	subject, err := commitManifest(r.Repository, r.Commit)
@@ -153,14 +172,14 @@ func (s *ociStore) Put(ctx context.Context, r Record) (Entry, error) {
 		return Entry{}, err
 	}
 	if err := s.putOnce(ctx, CommitTag(r.Repository, r.Commit), subject); err != nil {
-		return fail("the commit's subject manifest", err)
+		return Entry{}, fmt.Errorf("the commit's subject manifest: %w", err)
 	}
 	m, err := bundleManifest(r, tag, subject)
 	if err != nil {
 		return Entry{}, err
 	}
 	if err := s.putOnce(ctx, tag, m); err != nil {
-		return fail("tag "+tag, err)
+		return Entry{}, fmt.Errorf("tag %s: %w", tag, err)
 	}
 	e := entryOf(r.Labels, tag, digestOf(r.Bundle), int64(len(r.Bundle)))
 	e.Store, e.Ref = s.Location(), s.repo.Digest(m.digest()).String()
@@ -475,15 +494,18 @@ func entryOf(l Labels, tag, digest string, size int64) Entry {
 // explain turns a registry's answer into what to do about it.
 func (s *ociStore) explain(ctx context.Context, err error) error {
 	var terr *transport.Error
+	var nerr net.Error
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return fmt.Errorf("no answer within %s, retries included (the registry is down, hangs, or is unreachable from this runner): %w", s.o.Deadline, err)
+	case errors.As(err, &nerr) && nerr.Timeout():
+		return fmt.Errorf("no answer within %s on each of %d tries (the registry hangs, or is unreachable from this runner): %w", s.o.AttemptTimeout, s.o.Attempts, err)
 	case errors.As(err, &terr) && terr.StatusCode == http.StatusUnauthorized:
 		return fmt.Errorf("the registry refused the credentials (401): check that the credentials file (%s) has a valid entry for %s: %w", orNone(s.o.AuthFile), s.ref.Registry, err)
 	case errors.As(err, &terr) && terr.StatusCode == http.StatusForbidden:
 		return fmt.Errorf("the registry forbids it (403): the credentials for %s may not write to %s; grant them push rights there: %w", s.ref.Registry, s.ref.Repository, err)
 	case errors.As(err, &terr) && terr.StatusCode >= 500:
-		return fmt.Errorf("the registry failed (%d) on each of %d tries; see its own log (a full disk, a broken storage backend): %w", terr.StatusCode, s.o.Attempts, err)
+		return fmt.Errorf("the registry failed (%d) after %d tries; see its own log (a full disk, a broken storage backend): %w", terr.StatusCode, s.o.Attempts, err)
 	}
 	return err
 }

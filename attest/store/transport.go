@@ -3,10 +3,14 @@ package store
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
+	"strings"
+	"syscall"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/hashicorp/go-retryablehttp"
 )
 
@@ -41,7 +45,37 @@ func newTransport(o Options) http.RoundTripper {
 	rc.CheckRetry = retryable
 	rc.ErrorHandler = retryablehttp.PassthroughErrorHandler
 	rc.Logger = nil // it would print URLs; errors say what we choose
-	return &retryablehttp.RoundTripper{Client: rc}
+	return &sessionAware{retrying: &retryablehttp.RoundTripper{Client: rc}, once: rc.HTTPClient}
+}
+
+// sessionAware sends a request that continues a blob upload (PATCH or
+// PUT to an upload's location) once: the registry may have taken part
+// of it, so the same bytes again are an error ("upload resumed at wrong
+// offset"); Put retries such an upload whole, from a new session. Every
+// other request (GETs, HEADs, a manifest's PUT, the POST that starts an
+// upload) is idempotent and retried here.
+type sessionAware struct {
+	retrying http.RoundTripper
+	once     *http.Client
+}
+
+func (s *sessionAware) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method != http.MethodPost && strings.Contains(r.URL.Path, "/blobs/uploads/") {
+		return s.once.Transport.RoundTrip(r)
+	}
+	return s.retrying.RoundTrip(r)
+}
+
+// transient says whether an operation that failed with err may pass if
+// it is done again: what retryable retries, seen after the fact.
+func transient(err error) bool {
+	var terr *transport.Error
+	if errors.As(err, &terr) {
+		c := terr.StatusCode
+		return c == http.StatusRequestTimeout || c == http.StatusTooManyRequests || c >= 500 && c != http.StatusNotImplemented
+	}
+	var nerr net.Error
+	return errors.As(err, &nerr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // retryable retries what may pass on a later try: no connection, a

@@ -77,6 +77,8 @@ type Options struct {
 	Referrers bool
 	// Root is distribution's storage directory (default: a temp dir).
 	Root string
+	// Port is distribution's loopback port (default: a free one).
+	Port int
 }
 
 // InProcess starts go-containerregistry's registry on a loopback port.
@@ -133,7 +135,10 @@ func Distribution(t testing.TB, o Options) *Server {
 		}
 		auth = fmt.Sprintf("auth:\n  htpasswd:\n    realm: airlock-test\n    path: %s\n", filepath.Join(dir, "htpasswd"))
 	}
-	port := freePort(t)
+	port := o.Port
+	if port == 0 {
+		port = FreePort(t)
+	}
 	s.Host = fmt.Sprintf("127.0.0.1:%d", port)
 	conf := fmt.Sprintf(`version: 0.1
 log:
@@ -229,8 +234,8 @@ func (s *Server) AuthFile(t testing.TB, user, password string) string {
 	return p
 }
 
-// freePort is a loopback TCP port nobody listens on now.
-func freePort(t testing.TB) int {
+// FreePort is a loopback TCP port nobody listens on now.
+func FreePort(t testing.TB) int {
 	t.Helper()
 	var lc net.ListenConfig
 	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
