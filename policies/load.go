@@ -243,6 +243,7 @@ func evaluate(sources []Source) (*Effective, error) {
 		return nil, &Error{Problems: describe(err, schemaPolicy)}
 	}
 	problems = append(p.Images.check(), unknownCategories(schemaPolicy, v, p.Trust)...)
+	problems = append(problems, p.Attest.checkStores(compiled)...)
 	if len(problems) > 0 {
 		return nil, &Error{Problems: problems}
 	}
@@ -295,6 +296,7 @@ func orgOnly(eff *Effective) error {
 		{"sandbox.user", privileges, o.Policy.Sandbox.User, eff.Policy.Sandbox.User},
 		{"sandbox.capabilities", privileges, o.Policy.Sandbox.Capabilities, eff.Policy.Sandbox.Capabilities},
 		{"egress.mode", "it decides whether the egress rules are enforced at all, which only the organisation policy on the runner may choose", o.Policy.Egress.Mode, eff.Policy.Egress.Mode},
+		{"attest.store", "it decides where the job's record is kept, which only the organisation policy on the runner may choose (a repository could send it where no reviewer looks)", o.Policy.Attest.Store, eff.Policy.Attest.Store},
 	} {
 		if !reflect.DeepEqual(f.org, f.repo) {
 			problems = append(problems, fmt.Sprintf("%s: set by the repository policy (%s); %s: remove it from the repository policy, or ask the runner's administrators to add it", f.name, repoPaths(eff.Sources), f.why))

@@ -181,6 +181,9 @@ func TestOrgPolicyErrorsSayWhatIsAllowed(t *testing.T) {
 		{"a misspelt top-level field", pinned + "sanbox: {}\n", "org.cue:9:1: sanbox: field not allowed; the policy has the fields agents, sandbox, egress, trust,", nil},
 		{"a misspelt trust category", pinned + "trust: runtime: \"git-hookz\": \"fail\"\n", "org.cue:9:30: trust.runtime.\"git-hookz\": no such category: the built-in ones are git-hooks, git-config,", []string{"trust.globs.\"git-hookz\""}},
 		{"a trust action outside the enumeration", pinned + "trust: authored: ci: \"revert\"\n", "org.cue:9:22: trust.authored.ci: \"revert\" is not allowed; allowed: *\"warn\" | \"allow\" | \"fail\"", nil},
+		{"a store that is no URI", pinned + "attest: store: [{uri: \"ghcr.io/org/attestations\"}]\n", "org.cue:9:23: attest.store.0.uri: invalid value \"ghcr.io/org/attestations\" (out of bound =~\"^(oci|file)://\")", nil},
+		{"a store with a bad repository", pinned + "attest: store: [{uri: \"oci://ghcr.io/Org/Attestations\"}]\n", "org.cue:9:18: attest.store[0].uri: attestation store \"oci://ghcr.io/Org/Attestations\": the repository is not a valid OCI repository name", []string{"a store is oci://REGISTRY/REPOSITORY"}},
+		{"a store with credentials in it", pinned + "attest: store: [{uri: \"oci://bot:hunter2@ghcr.io/org/a\"}, {uri: \"file:///mnt/attestations\", required: false}]\n", "org.cue:9:18: attest.store[0].uri: attestation store \"oci://***@ghcr.io/org/a\"", []string{"holds credentials: name the credentials file"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -215,6 +218,35 @@ func TestOrgPolicyErrorsSayWhatIsAllowed(t *testing.T) {
 	srcs, _ := LoadOrgDir(dir)
 	if eff, err := Load(context.Background(), srcs); err != nil || eff.Policy.Trust.Runtime["mine"] != "fail" {
 		t.Errorf("own category: %v", err)
+	}
+}
+
+// attest.store is the organisation's: a repository that sets it is
+// refused, and the organisation's stores are parsed with their options.
+func TestAttestStoreIsOrganisationOnly(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "org.cue"), []byte(`attest: store: [{uri: "oci://registry.internal:5000/airlock/attestations"}, {uri: "file:///mnt/attestations", required: false}]`+"\n"), 0o644)
+	srcs, err := LoadOrgDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff, err := Load(context.Background(), srcs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stores := eff.Policy.Attest.Stores()
+	if len(stores) != 2 || stores[0].Registry != "registry.internal:5000" || !stores[0].Required || stores[1].Path != "/mnt/attestations" || stores[1].Required {
+		t.Fatalf("Stores() = %+v", stores)
+	}
+	// Where the organisation names stores, a repository's are a
+	// conflict of values; where it names none, a refusal.
+	_, err = Load(context.Background(), append(append([]Source{}, srcs...), repo(`attest: store: [{uri: "oci://evil.example/drop"}]`)))
+	if err == nil || !strings.Contains(err.Error(), "attest.store") {
+		t.Errorf("a repository's store beside the organisation's: %v", err)
+	}
+	_, err = Load(context.Background(), append(org(t), repo(`attest: store: [{uri: "oci://evil.example/drop"}]`)))
+	if err == nil || !strings.Contains(err.Error(), "attest.store: set by the repository policy") {
+		t.Errorf("a repository's store where the organisation has none: %v, want the organisation-only refusal", err)
 	}
 }
 

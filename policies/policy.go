@@ -6,6 +6,10 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"cuelang.org/go/cue"
+
+	"github.com/airlock-ci/airlock/attest/storeref"
 )
 
 // Policy is the effective policy, decoded from CUE. Field meanings are
@@ -272,6 +276,30 @@ type Attest struct {
 	Outputs []string `json:"outputs"`
 	// Subjects is the deprecated synonym of Outputs.
 	Subjects []string `json:"subjects"`
+	// Store are where the job's bundles are kept (organisation only).
+	Store []AttestStore `json:"store"`
+}
+
+// AttestStore is one store of attest.store.
+type AttestStore struct {
+	URI      string `json:"uri"`
+	Required bool   `json:"required"`
+}
+
+// Stores are the stores attest.store names, parsed (Load has refused
+// any that does not parse): a best-effort store is one whose entry or
+// name says so.
+func (a Attest) Stores() []storeref.Ref {
+	var out []storeref.Ref
+	for _, s := range a.Store {
+		r, err := storeref.Parse(s.URI)
+		if err != nil {
+			continue
+		}
+		r.Required = r.Required && s.Required
+		out = storeref.Merge(out, r)
+	}
+	return out
 }
 
 // OutputPatterns are the job's artifact patterns: Outputs, then those
@@ -294,4 +322,34 @@ type Step struct {
 	Env              map[string]string `json:"env"`
 	WorkingDirectory string            `json:"workingDirectory,omitempty"`
 	Timeout          string            `json:"timeout,omitempty"`
+}
+
+// checkStores refuses a store name that does not parse, at the file and
+// line that gave it (compiled are the sources' values, in order).
+func (a Attest) checkStores(compiled []cue.Value) []string {
+	var problems []string
+	for i, s := range a.Store {
+		if _, err := storeref.Parse(s.URI); err != nil {
+			at := fmt.Sprintf("attest.store[%d].uri", i)
+			if pos := positionOf(compiled, at); pos != "" {
+				at = pos + ": " + at
+			}
+			problems = append(problems, fmt.Sprintf("%s: %v", at, err))
+		}
+	}
+	return problems
+}
+
+// positionOf is file:line:column of the first source that sets path.
+func positionOf(compiled []cue.Value, path string) string {
+	p := cue.ParsePath(path)
+	for _, v := range compiled {
+		if !v.Exists() {
+			continue
+		}
+		if sv := v.LookupPath(p); sv.Exists() && sv.Pos().IsValid() {
+			return sv.Pos().String()
+		}
+	}
+	return ""
 }

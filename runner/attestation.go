@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/attest/storeref"
 	"github.com/airlock-ci/airlock/internal/gitexec"
 )
 
@@ -36,6 +37,11 @@ type AttestConfig struct {
 	// following symlinks).
 	Repository   string
 	ArtifactsDir string
+	// Stores are where the bundles are kept after the job (the
+	// organisation policy's attest.store and the door's), StoreAuth the
+	// Docker config.json with their credentials.
+	Stores    []storeref.Ref
+	StoreAuth string
 
 	headWasImplicit bool     // no head given: the subject is the repository's HEAD
 	subjectNotes    []string // trouble resolving the subject, for the verdict

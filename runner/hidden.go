@@ -39,6 +39,7 @@ func hiddenPaths(eff *policies.Effective, in Inputs, a AttestConfig, mountAt str
 		add(k)
 	}
 	add(a.PasswordFile)
+	add(a.StoreAuth)
 	if eff != nil {
 		for _, s := range eff.Sources {
 			if s.Kind == policies.KindOrg && s.Path != "" {

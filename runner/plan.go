@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/attest/storeref"
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/input"
 	"github.com/airlock-ci/airlock/policies"
@@ -121,6 +122,12 @@ type Inputs struct {
 	// configuration); empty: the organisation policy's attest.key.
 	// AttestPasswordFile holds an encrypted key's password.
 	AttestKey, AttestPasswordFile string
+	// AttestStores are the door's stores (airlock run --attest-store, the
+	// hook's AIRLOCK_ATTEST_STORE), kept beside the organisation
+	// policy's attest.store; AttestStoreAuth names the Docker
+	// config.json that holds their credentials (hidden from the sandbox).
+	AttestStores    []storeref.Ref
+	AttestStoreAuth string
 	// RunnerRoot is the installation directory of the Actions runner
 	// the job runs under (FindRunnerRoot), hidden from the sandbox; empty:
 	// none.
@@ -185,6 +192,7 @@ func NewPlan(eff *policies.Effective, pr PullRequest, in Inputs) (Plan, error) {
 		p.Attest.Meta.PullRequest, p.Attest.Meta.Author, p.Attest.Meta.Event = ev.Number, ev.Author, "pull_request"
 	}
 	p.Attest.Key, p.Attest.PasswordFile = in.AttestKey, in.AttestPasswordFile
+	p.Attest.Stores, p.Attest.StoreAuth = slices.Clone(in.AttestStores), in.AttestStoreAuth
 	if eff == nil {
 		p.Job.Sandbox = requestedSandbox(in)
 		if p.Images, err0 = NewImageSource(nil, nil, nil, false); err0 != nil {
@@ -380,6 +388,10 @@ func (p *Plan) attestation(eff *policies.Effective) {
 	}
 	if p.Attest.Key == "" {
 		p.Attest.Key = orgKey
+	}
+	if eff.Org != nil {
+		// The organisation's stores first; the door's beside them.
+		p.Attest.Stores = storeref.Merge(eff.Org.Attest.Stores(), p.Attest.Stores...)
 	}
 }
 

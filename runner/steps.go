@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/airlock-ci/airlock/gvisor"
+	"github.com/airlock-ci/airlock/internal/input"
 )
 
 // StepSpec is one step of a steps file.
@@ -185,4 +186,25 @@ func (s StepSpec) argv() []string {
 		return []string{"bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", s.Run}
 	}
 	return []string{"/bin/sh", "-e", "-c", s.Run}
+}
+
+// ChooseSteps are the steps of airlock run: a steps file, a command (run
+// as given, as docker run does: no shell in between), or none when the
+// policy's named job (policyJob) gives them; exactly one of the three.
+func ChooseSteps(stepsFile string, command []string, policyJob string) ([]StepSpec, error) {
+	switch {
+	case stepsFile != "" && len(command) > 0, policyJob != "" && (stepsFile != "" || len(command) > 0):
+		return nil, input.Errorf("", "give one of a steps file, a policy's job or a command")
+	case stepsFile != "":
+		steps, err := LoadSteps(stepsFile)
+		if err != nil {
+			return nil, input.Error{Err: err}
+		}
+		return steps, nil
+	case len(command) > 0:
+		return []StepSpec{{Name: "run", Command: command}}, nil
+	case policyJob != "":
+		return nil, nil
+	}
+	return nil, input.Errorf("", "nothing to run: give a command after -- (airlock run -- make test) or a steps file")
 }

@@ -215,7 +215,14 @@ func Merge(refs []Ref, add ...Ref) []Ref {
 	return refs
 }
 
+// clip shortens a name for an error, and hides what stands between
+// :// and @ (a name that carries credentials must not print them).
 func clip(s string) string {
+	if i := strings.Index(s, "://"); i >= 0 {
+		if j := strings.LastIndex(s, "@"); j > i+3 {
+			s = s[:i+3] + "***" + s[j:]
+		}
+	}
 	if len(s) > 120 {
 		return s[:120] + "..."
 	}

@@ -40,6 +40,9 @@ func TestParse(t *testing.T) {
 		t.Run(tc.in, func(t *testing.T) {
 			got, err := Parse(tc.in)
 			if tc.err != "" {
+				if err != nil && strings.Contains(err.Error(), "pass@") {
+					t.Fatalf("the error prints the credentials: %v", err)
+				}
 				if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), "oci://REGISTRY/REPOSITORY") {
 					t.Fatalf("Parse(%q) = %+v, %v; want an error with %q and the form", tc.in, got, err, tc.err)
 				}

@@ -21,6 +21,7 @@ const (
 	exitNoInput     = 66  // the workspace or another input does not exist
 	exitUnavailable = 69  // the sandbox could not be started on this host (no /proc/self/exe, unsupported kernel, kvm asked for where it cannot boot, runsc failed)
 	exitInternal    = 70  // an airlock bug or an unexpected host failure
+	exitCantCreate  = 73  // a required attestation store did not take the job's record
 	exitNoPerm      = 77  // not root
 	exitInterrupted = 130 // SIGINT or SIGTERM: the job was cancelled
 )

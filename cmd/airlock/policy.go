@@ -3,14 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 
-	"github.com/sigstore/sigstore/pkg/signature"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/airlock-ci/airlock/attest"
-	"github.com/airlock-ci/airlock/internal/input"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/suggest"
@@ -142,18 +138,8 @@ func orgSources(dir string) ([]policies.Source, error) {
 	return srcs, nil
 }
 
-// suggestOptions are the flags of `airlock policy suggest`.
-type suggestOptions struct {
-	keyFile       string
-	allowUnsigned bool
-	repo, base    string
-	orgDir        string
-	output        string
-	agentRuns     bool
-}
-
 func newPolicySuggestCmd(code *int) *cobra.Command {
-	o := &suggestOptions{}
+	var req suggest.Request
 	cmd := &cobra.Command{
 		Use:   "suggest [--key PUB] [--repo DIR --base REV] [--org DIR] BUNDLE...",
 		Short: "Suggest the repository's egress rules from the attestations of audit (or refused) runs",
@@ -170,69 +156,24 @@ a "*.suffix" rule only stands for several sibling names seen. The
 result passes "airlock policy vet --org" before it is printed.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.run(cmd, args, code)
+			req.Bundles = args
+			err := suggest.Command(cmd.Context(), req, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			var failed suggest.Failure
+			if errors.As(err, &failed) {
+				fmt.Fprintln(cmd.ErrOrStderr(), flagSpelling().Say(err))
+				*code = exitDataErr
+				return nil
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.keyFile, "key", "", "public key (PEM) the bundles must be signed with")
-	f.BoolVar(&o.allowUnsigned, "allow-unsigned", false, "also read bundles no key verifies and unsigned statements (*.UNSIGNED.intoto.json), as unverified evidence")
-	f.StringVar(&o.repo, "repo", "", "git repository whose "+policies.RepoPolicyPath+" the rules are merged into")
-	f.StringVar(&o.base, "base", "", "the commit to read the repository policy from (with --repo)")
-	f.StringVar(&o.orgDir, "org", "", "organisation policy directory (default "+policies.DefaultOrgDir+" when it exists): what it allows is left out, and the result is vetted against it")
-	f.StringVarP(&o.output, "output", "o", "", "write the policy to this file instead of standard output")
-	f.BoolVar(&o.agentRuns, "include-agent-runs", false, "also learn from runs of pull requests detected as agent work (left out by default: what an agent tried to reach is no evidence of what the repository needs)")
+	f.StringVar(&req.KeyFile, "key", "", "public key (PEM) the bundles must be signed with")
+	f.BoolVar(&req.AllowUnsigned, "allow-unsigned", false, "also read bundles no key verifies and unsigned statements (*.UNSIGNED.intoto.json), as unverified evidence")
+	f.StringVar(&req.Dir, "repo", "", "git repository whose "+policies.RepoPolicyPath+" the rules are merged into")
+	f.StringVar(&req.Base, "base", "", "the commit to read the repository policy from (with --repo)")
+	f.StringVar(&req.OrgDir, "org", "", "organisation policy directory (default "+policies.DefaultOrgDir+" when it exists): what it allows is left out, and the result is vetted against it")
+	f.StringVarP(&req.Output, "output", "o", "", "write the policy to this file instead of standard output")
+	f.BoolVar(&req.AgentRuns, "include-agent-runs", false, "also learn from runs of pull requests detected as agent work (left out by default: what an agent tried to reach is no evidence of what the repository needs)")
 	return cmd
-}
-
-func (o *suggestOptions) run(cmd *cobra.Command, args []string, code *int) error {
-	if o.keyFile == "" && !o.allowUnsigned {
-		return usagef("give --key PUB to verify the bundles, or --allow-unsigned to read them unverified")
-	}
-	if (o.repo == "") != (o.base == "") {
-		return usagef("--repo and --base go together: the repository policy is read from the base commit")
-	}
-	var ver signature.Verifier
-	if o.keyFile != "" {
-		var err error
-		if ver, err = attest.LoadVerifierFile(o.keyFile); err != nil {
-			return usageError{err}
-		}
-	}
-	runs, err := suggest.ReadRuns(args, ver, o.allowUnsigned)
-	var bad suggest.EvidenceError
-	if errors.As(err, &bad) {
-		fmt.Fprintln(cmd.ErrOrStderr(), flagSpelling().Say(err))
-		*code = exitDataErr
-		return nil
-	} else if err != nil {
-		return usageError{err}
-	}
-	for _, r := range runs {
-		if r.Unverified {
-			fmt.Fprintf(cmd.ErrOrStderr(), "%s: read UNVERIFIED (--allow-unsigned)\n", r.Name)
-		}
-	}
-	org, err := orgSources(o.orgDir)
-	if err != nil {
-		return err
-	}
-	res, err := suggest.ForRepository(cmd.Context(), runs, suggest.Repository{Dir: o.repo, Base: o.base, Org: org}, o.agentRuns)
-	var inputErr input.Error
-	if errors.As(err, &inputErr) {
-		return err
-	}
-	if err != nil {
-		fmt.Fprintln(cmd.ErrOrStderr(), err)
-		*code = exitDataErr
-		return nil
-	}
-	for _, n := range res.Notes {
-		fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", n)
-	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "%d rule(s) suggested from %d run(s); nothing for trust (review the trust findings in the reports)\n", len(res.Rules), len(runs))
-	if o.output == "" {
-		_, err := cmd.OutOrStdout().Write(res.File)
-		return err
-	}
-	return os.WriteFile(o.output, res.File, 0o644)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/airlock-ci/airlock/attest/storeref"
 	"github.com/airlock-ci/airlock/internal/input"
 	"github.com/airlock-ci/airlock/policies"
 	"github.com/airlock-ci/airlock/runner"
@@ -48,6 +49,8 @@ type runOptions struct {
 	retention          report.Retention
 	attestKey          string
 	attestPasswordFile string
+	attestStores       []string
+	attestStoreAuth    string
 }
 
 func (o *runOptions) addFlags(f *pflag.FlagSet) {
@@ -86,6 +89,8 @@ func (o *runOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.retention.MaxAge, "attestation-max-age", report.DefaultRetention.MaxAge, "how long STATE-DIR/attestations keeps a job's attestation (0: for ever)")
 	f.StringVar(&o.attestKey, "attest-key", "", "signing key: a key file (PEM, ECDSA P-256 or Ed25519; encrypted ones take the password from "+report.PasswordEnv+") or a KMS URI; default the policy's attest.key")
 	f.StringVar(&o.attestPasswordFile, "attest-key-password-file", "", "file with the signing key's password, when "+report.PasswordEnv+" is not set")
+	f.StringArrayVar(&o.attestStores, "attest-store", nil, "also keep the signed bundles in this store before the job ends (oci://REGISTRY/REPOSITORY or file:///PATH; ?required=false: best-effort), beside the policy's attest.store (repeatable)")
+	f.StringVar(&o.attestStoreAuth, "attest-store-auth", "", "Docker config.json holding the attestation stores' registry credentials (hidden from the job)")
 	f.StringArrayVar(&o.runscFlags, "runsc-flag", nil, "extra global runsc flag, e.g. --runsc-flag=--directfs=false (experts)")
 	f.MarkHidden("runsc-flag")
 }
@@ -148,26 +153,16 @@ func (o *runOptions) plan(ctx context.Context, flags *pflag.FlagSet, args []stri
 func (o *runOptions) inputs(flags *pflag.FlagSet, args []string) (runner.Inputs, error) {
 	in := runner.Inputs{
 		Name: o.jobName, PolicyJob: o.jobFromPolicy, Workspace: o.workspace, StateRoot: o.stateDir, Image: o.image,
-		Masks: o.masks, RunscFlags: o.runscFlags, RunscBuildID: runscBuildID, AttestKey: o.attestKey, AttestPasswordFile: o.attestPasswordFile,
+		Masks: o.masks, RunscFlags: o.runscFlags, RunscBuildID: runscBuildID, AttestKey: o.attestKey, AttestPasswordFile: o.attestPasswordFile, AttestStoreAuth: o.attestStoreAuth,
 		RunnerRoot: runner.FindRunnerRoot(os.Getpid()), GitHubServerURL: os.Getenv("GITHUB_SERVER_URL"), GitHubAPIURL: os.Getenv("GITHUB_API_URL"),
 		Requests: runner.Requests{RootFS: o.rootfs, Platform: o.platform, WorkspaceMount: o.workspaceMount, Capabilities: o.caps, Set: map[input.Name]bool{}},
 	}
-	switch {
-	case o.stepsFile != "" && len(args) > 0, o.jobFromPolicy != "" && (o.stepsFile != "" || len(args) > 0):
-		return in, usagef("give one of --steps FILE, --job NAME or a command after --")
-	case o.stepsFile != "":
-		steps, err := runner.LoadSteps(o.stepsFile)
-		if err != nil {
-			return in, usageError{err}
-		}
-		in.Steps = steps
-	case len(args) > 0:
-		// Run as given, as docker run does: no shell in between (one
-		// exec less in the sandbox; `-- sh -c '...'` for a shell).
-		in.Steps = []runner.StepSpec{{Name: "run", Command: args}}
-	case o.jobFromPolicy != "": // the policy's steps
-	default:
-		return in, usagef("nothing to run: give a command after -- (airlock run -- make test) or --steps FILE")
+	var err error
+	if in.Steps, err = runner.ChooseSteps(o.stepsFile, args, o.jobFromPolicy); err != nil {
+		return in, err
+	}
+	if in.AttestStores, err = storeref.ParseList(strings.Join(o.attestStores, " ")); err != nil {
+		return in, usageError{err}
 	}
 	if !slices.Contains(runner.Platforms, o.platform) {
 		return in, usagef("--platform %q: use auto, systrap or kvm", o.platform)
@@ -186,7 +181,6 @@ func (o *runOptions) inputs(flags *pflag.FlagSet, args []string) (runner.Inputs,
 		}
 		in.Requests.User = &u
 	}
-	var err error
 	in.Env, err = runner.PassEnv(o.env, os.LookupEnv)
 	return in, err
 }
@@ -218,20 +212,14 @@ func runJob(ctx context.Context, plan runner.Plan, o *runOptions, stdout, stderr
 	if o.attestDir != "" {
 		keep = nil
 	}
-	att := report.Finish(ctx, res, &plan.Attest, keep, stderr)
-	if res.Trust != nil {
-		report.PublishTrust(res.Trust, stdout, stderr)
+	out, werr := report.Conclude(ctx, res, &plan.Attest, keep, report.ResultOutput{File: o.resultFile, JSON: o.asJSON}, stdout, stderr)
+	if werr != nil {
+		return exitInternal, werr
 	}
-	out := report.Outcome{Result: res, Attestation: att}
-	if o.resultFile != "" {
-		if werr := out.WriteFile(o.resultFile); werr != nil {
-			fmt.Fprintf(stderr, "airlock: %v\n", werr)
-		}
-	}
-	if o.asJSON {
-		if err := printJSON(stdout, out); err != nil {
-			return exitInternal, fmt.Errorf("write JSON result: %w", err)
-		}
+	if fails := out.Attestation.StoreFailures(); len(fails) > 0 && res.ExitCode == 0 {
+		// The job's record is not kept where its reviewers look.
+		fmt.Fprintf(stderr, "airlock: the job fails: %s\n", strings.Join(fails, "; "))
+		return exitCantCreate, nil
 	}
 	if ctx.Err() != nil {
 		return exitInterrupted, nil

@@ -9,79 +9,48 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-ci/airlock/attest"
-	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/runner/report"
 )
 
 func newVerifyCmd(code *int) *cobra.Command {
-	var keyFile, commitSHA, policyFile, htmlFile, artifact string
-	var bind attest.Binding
-	var asJSON bool
+	var req report.VerifyRequest
 	cmd := &cobra.Command{
-		Use:   "verify --key PUB [--commit SHA] [--policy compliance.cue] BUNDLE | verify --key PUB --artifact FILE [--repository URL] [--commit SHA] [--run URL] [--policy compliance.cue] BUNDLE|DIR",
-		Short: "Verify an airlock attestation bundle, or an artifact against its job's provenance, offline, and check it against a compliance policy",
+		Use:   "verify --key PUB [--commit SHA] [--policy compliance.cue] BUNDLE | verify --key PUB --artifact FILE [--repository URL] [--commit SHA] [--run URL] [--policy compliance.cue] BUNDLE|DIR | verify --key PUB --store URI (--pr N | --commit SHA) [--repo R] [--policy compliance.cue]",
+		Short: "Verify an airlock attestation bundle, an artifact against its job's provenance, or every stored job of a pull request, offline, and check it against a compliance policy",
 		Long: `verify checks the bundle's signature with the public key, then its payload (airlock's
 predicate, the subject --commit, a CUE --policy over "predicate"), and prints what ran, its
 egress and trust findings, or --json. --artifact FILE checks FILE's sha256 against a job's
 provenance (BUNDLE, or DIR's *.provenance.sigstore.json) bound to --repository, --commit and
---run, and the run attestation beside it. Exit 0: verified; 1: not verified (why printed).`,
-		Args: cobra.ExactArgs(1),
+--run, and the run attestation beside it. --store verifies every job the store holds for --pr
+or --commit, each against the commit it is filed under and what the store says of it, one line
+each. Exit 0: verified; 1: not verified (why printed).`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			if keyFile == "" {
-				return usagef("--key is required: the public key (PEM) the bundle must be signed with")
+			if len(args) == 1 {
+				req.Bundle = args[0]
 			}
-			v, err := attest.LoadVerifierFile(keyFile)
-			if err != nil {
-				return usageError{err}
-			}
-			var policy []byte
-			if policyFile != "" {
-				if policy, err = files.ReadCapped(policyFile, 1<<20); err != nil {
-					return usageError{err}
-				}
-			}
-			notVerified := func(err error) error {
+			req.Store.Query.Commit = req.Commit
+			err := report.Verify(c.Context(), req, c.OutOrStdout(), c.ErrOrStderr())
+			if errors.Is(err, report.ErrNotVerified) {
 				*code = 1
-				fmt.Fprintf(c.ErrOrStderr(), "NOT VERIFIED: %v\n", err)
 				return nil
 			}
-			switch {
-			case artifact == "" && (bind.Repository != "" || bind.Invocation != ""):
-				return usagef("--repository and --run are for an artifact's provenance: with --artifact")
-			case artifact != "" && htmlFile != "":
-				return usagef("--html is for a run attestation: not with --artifact")
-			case artifact != "":
-				bind.Commit = commitSHA
-				rep, err := report.VerifyArtifact(report.ArtifactQuery{Artifact: artifact, Provenance: args[0], Compliance: policy, ComplianceName: policyFile, Binding: bind}, v)
-				if err != nil {
-					return notVerified(err)
-				}
-				return report.WriteArtifactVerified(c.OutOrStdout(), rep, asJSON)
-			}
-			res, err := report.VerifyFile(args[0], v, attest.VerifyOptions{Commit: commitSHA, Compliance: policy, ComplianceName: policyFile})
-			if err != nil {
-				return notVerified(err)
-			}
-			if htmlFile != "" {
-				if err := attest.WriteHTMLFile(htmlFile, res, true, "signature verified with "+keyFile); err != nil {
-					return err
-				}
-			}
-			if asJSON {
-				return printJSON(c.OutOrStdout(), res)
-			}
-			report.WriteVerified(c.OutOrStdout(), res)
-			return nil
+			return err
 		},
 	}
-	cmd.Flags().StringVar(&keyFile, "key", "", "public key (PEM) of the signer")
-	cmd.Flags().StringVar(&commitSHA, "commit", "", "the subject must be this commit (with --artifact: the commit the job built)")
-	cmd.Flags().StringVar(&bind.Repository, "repository", "", "with --artifact: the job's repository must be this (its URL)")
-	cmd.Flags().StringVar(&bind.Invocation, "run", "", "with --artifact: the provenance's invocation id must be this run's URL, or start with it")
-	cmd.Flags().StringVar(&policyFile, "policy", "", "CUE compliance policy over the field predicate")
-	cmd.Flags().StringVar(&htmlFile, "html", "", "also write the HTML report to this file")
-	cmd.Flags().StringVar(&artifact, "artifact", "", "check this file against its job's provenance (BUNDLE or DIR)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the verified subject and predicate as JSON")
+	f := cmd.Flags()
+	f.StringVar(&req.KeyFile, "key", "", "public key (PEM) of the signer")
+	f.StringVar(&req.Commit, "commit", "", "the subject must be this commit (with --artifact: the commit the job built; with --store: the jobs of this commit)")
+	f.StringVar(&req.Binding.Repository, "repository", "", "with --artifact: the job's repository must be this (its URL)")
+	f.StringVar(&req.Binding.Invocation, "run", "", "with --artifact: the provenance's invocation id must be this run's URL, or start with it")
+	f.StringVar(&req.PolicyFile, "policy", "", "CUE compliance policy over the field predicate")
+	f.StringVar(&req.HTMLFile, "html", "", "also write the HTML report to this file")
+	f.StringVar(&req.Artifact, "artifact", "", "check this file against its job's provenance (BUNDLE or DIR)")
+	f.BoolVar(&req.JSON, "json", false, "print the verified subject and predicate as JSON")
+	f.StringVar(&req.Store.Store, "store", "", "verify the jobs this attestation store holds (oci://REGISTRY/REPOSITORY or file:///PATH)")
+	f.StringVar(&req.Store.Auth, "store-auth", "", "with --store: Docker config.json with the registry's credentials")
+	f.StringVar(&req.Store.Query.Repository, "repo", "", "with --store: only this repository's jobs")
+	f.IntVar(&req.Store.Query.PullRequest, "pr", 0, "with --store: the jobs of this pull request")
 	return cmd
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/sigstore/sigstore/pkg/signature"
 
 	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/attest/store"
 	"github.com/airlock-ci/airlock/internal/gitexec"
 	"github.com/airlock-ci/airlock/runner"
 )
@@ -34,6 +35,8 @@ type Files struct {
 type Attestation struct {
 	Files
 	Provenance *ProvenanceFiles `json:"provenance,omitempty"`
+	// Stored is what each attestation store did with the bundles.
+	Stored []store.Outcome `json:"stored,omitempty"`
 }
 
 // runStatement is the run attestation as WriteProvenance needs it: the

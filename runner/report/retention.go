@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"slices"
 	"time"
+
+	"github.com/airlock-ci/airlock/attest/store"
 )
 
 // Retention bounds what a state directory keeps of past jobs'
@@ -27,7 +29,8 @@ var attestationFile = regexp.MustCompile(`^(job-[0-9a-f]+)\.(provenance\.)?(sigs
 
 // Prune removes from dir the attestation files of the jobs beyond r
 // (a job's files go together; the newest file dates a job), and returns
-// how many jobs it removed. Only regular files named as WriteAttestation
+// how many jobs it removed. A job that some attestation store does not
+// hold yet is kept whatever its age. Only regular files named as WriteAttestation
 // and WriteProvenance name them are touched, nothing is followed out of
 // dir.
 func (r Retention) Prune(dir string, now time.Time) (int, error) {
@@ -51,9 +54,10 @@ func (r Retention) Prune(dir string, now time.Time) (int, error) {
 		newest time.Time
 	}
 	jobs := map[string]*job{}
+	pending := store.PendingJobs(dir) // not held by every store yet: kept
 	for _, e := range entries {
 		m := attestationFile.FindStringSubmatch(e.Name())
-		if m == nil || !e.Type().IsRegular() {
+		if m == nil || !e.Type().IsRegular() || pending[m[1]] {
 			continue
 		}
 		fi, err := e.Info()

@@ -14,14 +14,16 @@ import (
 func TestRetention(t *testing.T) {
 	now := time.Now()
 	for _, tc := range []struct {
-		name string
-		r    Retention
-		want []string // jobs kept
+		name    string
+		r       Retention
+		pending []string // jobs some attestation store does not hold yet
+		want    []string // jobs kept
 	}{
-		{"by count", Retention{Keep: 2}, []string{"job-01", "job-02"}},
-		{"by age", Retention{MaxAge: 60 * time.Hour}, []string{"job-01", "job-02"}},
-		{"both", Retention{Keep: 1, MaxAge: 100 * time.Hour}, []string{"job-01"}},
-		{"no bound", Retention{}, []string{"job-01", "job-02", "job-03", "job-04"}},
+		{"by count", Retention{Keep: 2}, nil, []string{"job-01", "job-02"}},
+		{"by age", Retention{MaxAge: 60 * time.Hour}, nil, []string{"job-01", "job-02"}},
+		{"both", Retention{Keep: 1, MaxAge: 100 * time.Hour}, nil, []string{"job-01"}},
+		{"no bound", Retention{}, nil, []string{"job-01", "job-02", "job-03", "job-04"}},
+		{"a job still pending, whatever its age", Retention{Keep: 1, MaxAge: time.Hour}, []string{"job-04"}, []string{"job-04"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -37,6 +39,10 @@ func TestRetention(t *testing.T) {
 					age := now.Add(-time.Duration(i+1) * 24 * time.Hour)
 					os.Chtimes(p, age, age)
 				}
+			}
+			os.MkdirAll(filepath.Join(dir, "pending"), 0o700)
+			for _, p := range tc.pending {
+				os.WriteFile(filepath.Join(dir, "pending", p+".json"), []byte("{}"), 0o600)
 			}
 			os.WriteFile(filepath.Join(dir, "notes.txt"), nil, 0o644)
 			os.Symlink("/etc/passwd", filepath.Join(dir, "job-99.sigstore.json"))

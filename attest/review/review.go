@@ -1,0 +1,239 @@
+// Package review is what a compliance reviewer does with an attestation
+// store (attest/store): list a repository's, a pull request's or a
+// commit's jobs, fetch their bundles as files that airlock verify and
+// cosign take, and verify them all at once, each against its signature,
+// its subject and what the store's index says of it (a label that does
+// not match the signed statement is a failure: the index is not
+// evidence).
+//
+// cmd/airlock's `attestations ls|get`, `verify --store` and
+// `report --store` are its doors; it knows nothing of cobra.
+//
+// Layer 3: above attest and attest/store.
+package review
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sigstore/sigstore/pkg/signature"
+
+	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/attest/store"
+	"github.com/airlock-ci/airlock/attest/storeref"
+	"github.com/airlock-ci/airlock/internal/textsafe"
+)
+
+// Selection is what a reviewer asks for: a store (its name, and the
+// credentials file for it), and the jobs of a repository, a pull
+// request or a commit, or one record by its tag or digest (Ref).
+type Selection struct {
+	Store, Auth string
+	Query       store.Query
+	Ref         string
+}
+
+// hexCommit is a commit id or an abbreviation of one.
+var hexCommit = regexp.MustCompile(`^[0-9a-f]{7,40}$`)
+
+// Open checks the selection and opens its store.
+func (s Selection) Open() (store.Backend, error) {
+	if s.Store == "" {
+		return nil, errors.New("--store is required: the attestation store (oci://REGISTRY/REPOSITORY or file:///PATH)")
+	}
+	if s.Query.Commit != "" && !hexCommit.MatchString(s.Query.Commit) {
+		return nil, fmt.Errorf("--commit %q: give a commit id (7 to 40 lower-case hex digits)", s.Query.Commit)
+	}
+	if s.Query.PullRequest < 0 {
+		return nil, fmt.Errorf("--pr %d: a pull request's number is positive", s.Query.PullRequest)
+	}
+	r, err := storeref.Parse(s.Store)
+	if err != nil {
+		return nil, err
+	}
+	return store.Open(r, store.Options{AuthFile: s.Auth})
+}
+
+// Find lists the entries the selection names: the one Ref, or what
+// Query selects (every job of the store when it selects nothing).
+func (s Selection) Find(ctx context.Context, b store.Backend) ([]store.Entry, error) {
+	if s.Ref != "" {
+		e, err := b.Resolve(ctx, s.Ref)
+		if err != nil {
+			return nil, err
+		}
+		return []store.Entry{e}, nil
+	}
+	return b.List(ctx, s.Query)
+}
+
+// WriteList prints entries one line a job (its kind, verdict, time,
+// pull request, commit and reference), or as JSON.
+func WriteList(out io.Writer, entries []store.Entry, asJSON bool) error {
+	if asJSON {
+		if entries == nil {
+			entries = []store.Entry{}
+		}
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(entries)
+	}
+	w := tabwriter.NewWriter(textsafe.Writer(out), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "VERDICT\tKIND\tCREATED\tPR\tCOMMIT\tRUN\tJOB\tREFERENCE")
+	for _, e := range entries {
+		pr, run := "-", "-"
+		if e.PullRequest > 0 {
+			pr = fmt.Sprint(e.PullRequest)
+		}
+		if e.RunID != "" {
+			run = e.RunID + "/" + e.RunAttempt
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Verdict, e.Kind, e.Created.UTC().Format(time.RFC3339), pr, abbrev(e.Commit), run, orDash(e.Job), e.Ref)
+	}
+	return w.Flush()
+}
+
+// Get writes each entry's bundle to dir as TAG.sigstore.json, as
+// cosign and airlock verify take it, and returns the files.
+func Get(ctx context.Context, b store.Backend, entries []store.Entry, dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, e := range entries {
+		data, err := b.Fetch(ctx, e)
+		if err != nil {
+			return files, err
+		}
+		f := filepath.Join(dir, e.Tag+".sigstore.json")
+		if err := os.WriteFile(f, data, 0o644); err != nil {
+			return files, err
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// Result is one job's verification.
+type Result struct {
+	Entry store.Entry `json:"entry"`
+	// Verified is the run attestation (nil for a provenance bundle,
+	// which is checked by its signature and subject type alone).
+	Verified *attest.Verified `json:"verified,omitempty"`
+	Error    string           `json:"error,omitempty"`
+}
+
+// verifyWorkers bounds the bundles fetched and verified at once.
+const verifyWorkers = 8
+
+// VerifyAll fetches and verifies every entry with v (and the compliance
+// policy in opts), at most verifyWorkers at once, in the entries'
+// order.
+func VerifyAll(ctx context.Context, b store.Backend, entries []store.Entry, v signature.Verifier, opts attest.VerifyOptions) []Result {
+	out := make([]Result, len(entries))
+	sem := make(chan struct{}, verifyWorkers)
+	var wg sync.WaitGroup
+	for i, e := range entries {
+		out[i].Entry = e
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ver, err := verifyOne(ctx, b, e, v, opts)
+			out[i].Verified = ver
+			if err != nil {
+				out[i].Error = err.Error()
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// verifyOne verifies one entry's bundle, and that the store's labels
+// say what the signed statement says.
+func verifyOne(ctx context.Context, b store.Backend, e store.Entry, v signature.Verifier, opts attest.VerifyOptions) (*attest.Verified, error) {
+	data, err := b.Fetch(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	if e.Kind == store.KindProvenance {
+		_, err := attest.VerifyProvenance(data, v)
+		return nil, err
+	}
+	if opts.Commit == "" {
+		opts.Commit = e.Commit // the subject must be the commit it is filed under
+	}
+	ver, err := attest.Verify(data, v, opts)
+	if err != nil {
+		return nil, err
+	}
+	p := ver.Predicate
+	want := store.VerdictFailed
+	if p.Verdict.Passed {
+		want = store.VerdictPassed
+	}
+	switch {
+	case e.Verdict != want:
+		return ver, fmt.Errorf("the store says %s, the signed statement %s", e.Verdict, want)
+	case p.Runner.GitHub != nil && e.RunID != "" && p.Runner.GitHub.RunID != e.RunID:
+		return ver, fmt.Errorf("the store says run %s, the signed statement run %s", e.RunID, p.Runner.GitHub.RunID)
+	case p.Sandbox.ID != "" && p.Sandbox.ID != e.JobID:
+		return ver, fmt.Errorf("the store says job %s, the signed statement job %s", e.JobID, p.Sandbox.ID)
+	}
+	return ver, nil
+}
+
+// WriteResults prints one line a job, VERIFIED or NOT VERIFIED and
+// why, then a count; or JSON. failed counts the jobs not verified.
+func WriteResults(out io.Writer, results []Result, asJSON bool) (failed int, err error) {
+	for _, r := range results {
+		if r.Error != "" {
+			failed++
+		}
+	}
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return failed, enc.Encode(struct {
+			Jobs   []Result `json:"jobs"`
+			Failed int      `json:"failed"`
+		}{results, failed})
+	}
+	w := textsafe.Writer(out)
+	for _, r := range results {
+		if r.Error != "" {
+			fmt.Fprintf(w, "NOT VERIFIED  %s  %s: %s\n", r.Entry.Kind, r.Entry.Tag, r.Error)
+			continue
+		}
+		verdict := ""
+		if r.Verified != nil {
+			verdict = " (the job " + r.Entry.Verdict + ")"
+		}
+		fmt.Fprintf(w, "VERIFIED      %s  %s%s\n", r.Entry.Kind, r.Entry.Tag, verdict)
+	}
+	fmt.Fprintf(w, "%d of %d bundle(s) verified\n", len(results)-failed, len(results))
+	return failed, nil
+}
+
+func abbrev(c string) string {
+	if len(c) > 12 {
+		return c[:12]
+	}
+	return orDash(c)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
