@@ -148,7 +148,7 @@ func TestOnboarding(t *testing.T) {
 		code int
 		want string
 	}{
-		{"no key, no flag", []string{bundle}, exitUsage, "give --key"},
+		{"no key, no flag", []string{bundle}, exitUsage, "--key: required to verify the bundles"},
 		{"another signer", []string{"--key", filepath.Join(other, "k.pub"), "--allow-unsigned", bundle}, exitDataErr, "NOT VERIFIED"},
 		{"not evidence at all", []string{"--key", filepath.Join(keys, "k.pub"), file}, exitDataErr, "neither an airlock bundle nor an airlock statement"},
 		{"an unsigned statement", []string{"--key", filepath.Join(keys, "k.pub"), unsigned}, exitDataErr, "--allow-unsigned: not given: an unsigned statement is refused without it"},

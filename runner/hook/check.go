@@ -68,6 +68,13 @@ func checkReport(res runner.Result, att *report.Attestation, fails []string) git
 		report.WriteCredentials(&b, c)
 		fmt.Fprintf(&text, "\n```\n%s```\n", strings.ReplaceAll(b.String(), "`", "'"))
 	}
+	if refs := att.StoredRefs(); len(refs) > 0 {
+		text.WriteString("Stored (`airlock attestations get` or `crane` fetch them; `airlock verify --store` checks them):\n")
+		for _, r := range refs {
+			fmt.Fprintf(&text, "- `%s`\n", r)
+		}
+		text.WriteString("\n")
+	}
 	if att != nil && att.Provenance != nil {
 		publishBundle(&text, "Provenance", att.Provenance.Bundle)
 	}
@@ -97,9 +104,9 @@ func publishBundle(text *strings.Builder, what, path string) {
 	fmt.Fprintf(text, "%s: `%s`, sha256 `%x`.\n", what, filepath.Base(path), sha256.Sum256(b))
 	switch {
 	case len(b) > maxCheckBundle:
-		fmt.Fprintf(text, "The %s bundle is not included: it is %d bytes, more than the %d a check run carries of one bundle; take it from the runner's attestation directory.\n\n", strings.ToLower(what), len(b), maxCheckBundle)
+		fmt.Fprintf(text, "The %s bundle is not included: it is %d bytes, more than the %d a check run carries of one bundle; take it from the attestation store named above, or the runner's attestation directory.\n\n", strings.ToLower(what), len(b), maxCheckBundle)
 	case text.Len()+len(b)+200 > maxCheckText:
-		fmt.Fprintf(text, "The %s bundle is not included: its %d bytes would take the check run's text past %d; take it from the runner's attestation directory.\n\n", strings.ToLower(what), len(b), maxCheckText)
+		fmt.Fprintf(text, "The %s bundle is not included: its %d bytes would take the check run's text past %d; take it from the attestation store named above, or the runner's attestation directory.\n\n", strings.ToLower(what), len(b), maxCheckText)
 	case !json.Valid(b) || bytes.ContainsAny(b, "`\n"):
 		fmt.Fprintf(text, "The %s bundle is not included: it is not one line of JSON.\n\n", strings.ToLower(what))
 	default:

@@ -16,6 +16,12 @@ const (
 	JobsRootEnv  = "AIRLOCK_HOOK_DIR" // where job directories go (default /run/airlock/hooks)
 	OrgDirEnv    = "AIRLOCK_ORG_DIR"  // organisation policy (default /etc/airlock)
 	AttestKeyEnv = "AIRLOCK_ATTEST_KEY"
+	// AttestStoreEnv adds attestation stores beside the organisation
+	// policy's attest.store (names separated by spaces or commas), and
+	// AttestStoreAuthEnv names the Docker config.json with their
+	// credentials (on ARC, a key of a Secret mounted as a file).
+	AttestStoreEnv     = "AIRLOCK_ATTEST_STORE"
+	AttestStoreAuthEnv = "AIRLOCK_ATTEST_STORE_AUTH"
 	// ImageCacheEnv is the directory of the image cache the jobs' pulls
 	// share (default images.DefaultStoreDir).
 	ImageCacheEnv = "AIRLOCK_IMAGE_CACHE"
@@ -57,6 +63,10 @@ type Config struct {
 	OrgDir string
 	// AttestKey is the signing key; empty: the organisation policy's.
 	AttestKey string
+	// AttestStores are the host's attestation stores (unparsed: a job
+	// is refused at prepare_job when they do not parse), AttestStoreAuth
+	// the file with their credentials.
+	AttestStores, AttestStoreAuth string
 	// ImageCache is the image cache's directory; empty: the default.
 	ImageCache string
 	// Retention bounds the attestations kept in JobsRoot/attestations.
@@ -65,7 +75,8 @@ type Config struct {
 
 // ConfigFromEnv reads the hook's configuration from the environment.
 func ConfigFromEnv(b Build) Config {
-	c := Config{Build: b, JobsRoot: os.Getenv(JobsRootEnv), OrgDir: os.Getenv(OrgDirEnv), AttestKey: os.Getenv(AttestKeyEnv), ImageCache: os.Getenv(ImageCacheEnv)}
+	c := Config{Build: b, JobsRoot: os.Getenv(JobsRootEnv), OrgDir: os.Getenv(OrgDirEnv), AttestKey: os.Getenv(AttestKeyEnv), ImageCache: os.Getenv(ImageCacheEnv),
+		AttestStores: os.Getenv(AttestStoreEnv), AttestStoreAuth: os.Getenv(AttestStoreAuthEnv)}
 	if c.JobsRoot == "" {
 		c.JobsRoot = defaultJobsRoot
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/airlock-ci/airlock/attest/storeref"
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/internal/paths"
 	"github.com/airlock-ci/airlock/internal/shlex"
@@ -111,6 +112,10 @@ func planInputs(args PrepareArgs, event eventFile, host hostInputs) (jobInputs, 
 	if in.pr, err = pullRequestOf(event); err != nil {
 		return jobInputs{}, err
 	}
+	stores, err := storeref.ParseList(host.cfg.AttestStores)
+	if err != nil {
+		return jobInputs{}, fmt.Errorf("%s: %w", AttestStoreEnv, err)
+	}
 	var user *gvisor.User
 	user, in.userErr = optionsUser(c.CreateOptions)
 	in.inputs = runner.Inputs{
@@ -122,6 +127,7 @@ func planInputs(args PrepareArgs, event eventFile, host hostInputs) (jobInputs, 
 		Masks: jobMasks(in.mounts, host.dir), WorkspaceKeep: runnersOwn(work, in.mounts), Services: jobServices(args.Services, in.serviceNames),
 		TrustDir: repoDir(c.WorkingDirectory), CheckoutInJob: true, AttestKey: host.cfg.AttestKey, RunnerRoot: host.runnerRoot,
 		GitHubServerURL: host.serverURL, GitHubAPIURL: host.apiURL, RunscBuildID: host.cfg.RunscBuildID,
+		AttestStores: stores, AttestStoreAuth: host.cfg.AttestStoreAuth,
 	}
 	return in, nil
 }

@@ -500,7 +500,8 @@ func (d *job) Cleanup(ctx context.Context, stdout, stderr io.Writer) error {
 // airlockFails are the reasons airlock itself fails the job, which only
 // cleanup_job's exit status can say: a trust finding whose action is
 // fail, and an attestation or provenance that a configured key could not
-// sign. A step that failed is not one: the runner already failed it, or
+// sign, and a required attestation store that does not hold the job's
+// record (report.Attestation.StoreFailures). A step that failed is not one: the runner already failed it, or
 // let it fail (continue-on-error: true), and a failing cleanup_job would
 // fail the job's post step, and so the job, whatever the workflow said.
 func airlockFails(res runner.Result, att *report.Attestation, keyConfigured bool) []string {
@@ -518,5 +519,5 @@ func airlockFails(res runner.Result, att *report.Attestation, keyConfigured bool
 	if keyConfigured && att != nil && att.Bundle != "" && att.Provenance != nil && att.Provenance.None == "" && att.Provenance.Bundle == "" {
 		out = append(out, "the provenance could not be signed: "+att.Provenance.Error)
 	}
-	return out
+	return append(out, att.StoreFailures()...)
 }

@@ -42,7 +42,7 @@ func (f Failure) Unwrap() error { return f.Err }
 // asked cannot be done), Failure, or the host's trouble.
 func Command(ctx context.Context, req Request, out, log io.Writer) error {
 	if req.KeyFile == "" && !req.AllowUnsigned {
-		return input.Errorf(input.VerifyKey, "give the public key to verify the bundles, or allow unsigned evidence to read them unverified")
+		return input.Errorf(input.VerifyKey, "required to verify the bundles, unless unsigned evidence is allowed (read unverified)")
 	}
 	if (req.Dir == "") != (req.Base == "") {
 		return input.Errorf(input.Base, "the repository and its base go together: the repository policy is read from the base commit")
