@@ -4,7 +4,7 @@
 // go-containerregistry's registry in process (which answers referrers),
 // behind an optional fault, basic auth and a recorder of requests.
 //
-// Layer 0: for tests only; imports nothing of airlock's.
+// Layer 1: for tests only; above internal/testtool.
 package testregistry
 
 import (
