@@ -102,3 +102,52 @@ func TestReportInBrowser(t *testing.T) {
 		t.Fatalf("screenshot: %v %v", err, img)
 	}
 }
+
+// A pull request's page in a real browser: the jobs' table first (each
+// job's verdict, a job whose bundle did not verify marked so, the same
+// summary line as the single-job page), then each job's report,
+// collapsed, with the single-job page's sections under ids of its own.
+func TestPullRequestReportInBrowser(t *testing.T) {
+	browser := chromium(t)
+	passed, failed := predicate(300, 20, 1), predicate(200, 5, 2)
+	failed.Verdict.Passed, failed.Verdict.ExitCode = false, 2
+	subject := SubjectInfo{Name: "https://github.com/octo-org/widgets", Digest: map[string]string{"gitCommit": commitA}}
+	jobs := []JobPage{
+		{Tag: "octo-org_widgets.pr42.0123456789ab.r88-1.build.aaaaaaaaaaaa.att", Ref: "reg/a@sha256:1", V: &Verified{Predicate: passed, Subject: subject}, Verified: true, Status: "signature verified"},
+		{Tag: "octo-org_widgets.pr42.0123456789ab.r88-1.test.bbbbbbbbbbbb.att", Ref: "reg/a@sha256:2", V: &Verified{Predicate: failed, Subject: subject}, Verified: true, Status: "signature verified"},
+		{Tag: "octo-org_widgets.pr42.0123456789ab.r89-1.lint.cccccccccccc.att", Ref: "reg/a@sha256:3", Error: "not verified: signature does not match"},
+	}
+	var page bytes.Buffer
+	if err := WritePullRequestHTML(&page, "airlock: pull request #42 of octo-org/widgets", jobs); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "pr.html")
+	os.WriteFile(file, page.Bytes(), 0o644)
+	dom, _ := headless(t, browser, "--dump-dom", "file://"+file)
+	text := string(dom)
+	order := []string{`id="title"`, `id="verdicts"`, `id="jobs"`, `id="job1-verdict"`, `id="job1-processes"`, `id="job2-verdict"`, `id="job2-trust"`}
+	last := -1
+	for _, id := range order {
+		i := strings.Index(text, id)
+		if i < 0 || i < last {
+			t.Fatalf("section %s missing or out of order (%v)", id, order)
+		}
+		last = i
+	}
+	for _, want := range []string{"3 job(s)</strong>: 1 passed, 1 failed, 1 not verified", "NOT VERIFIED: not verified: signature does not match",
+		"octo-org_widgets.pr42.0123456789ab.r89-1.lint.cccccccccccc.att", "egress: 2 denied, 0 would-deny · trust: 1 finding(s)", "egress: 0 denied, 0 would-deny · trust: 2 finding(s)", "FAILED</strong> (exit 2)"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the rendered page lacks %q", want)
+		}
+	}
+	if strings.Contains(text, `id="job3-`) || strings.Contains(text, "<script") {
+		t.Error("a job that did not verify has a report, or the page has a script")
+	}
+	shot := filepath.Join(t.TempDir(), "pr.png")
+	headless(t, browser, "--screenshot="+shot, "--window-size=1280,1200", "file://"+file)
+	if f, err := os.Open(shot); err != nil {
+		t.Fatalf("no screenshot: %v", err)
+	} else if img, err := png.Decode(f); err != nil || img.Bounds().Dx() != 1280 {
+		t.Fatalf("screenshot: %v", err)
+	}
+}

@@ -237,3 +237,57 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// Report writes one HTML page over the run attestations of entries
+// (attest.WritePullRequestHTML): each verified with v and checked
+// against its labels as VerifyAll does, or, without v, read unverified
+// and shown as such.
+func Report(ctx context.Context, b store.Backend, entries []store.Entry, v signature.Verifier, title string, out io.Writer) error {
+	var runs []store.Entry
+	for _, e := range entries {
+		if e.Kind == store.KindAttestation {
+			runs = append(runs, e)
+		}
+	}
+	pages := make([]attest.JobPage, len(runs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, verifyWorkers)
+	for i, e := range runs {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			pg := attest.JobPage{Tag: e.Tag, Ref: e.Ref}
+			if v != nil {
+				ver, err := verifyOne(ctx, b, e, v, attest.VerifyOptions{})
+				pg.V, pg.Verified, pg.Status = ver, err == nil, "signature verified"
+				if err != nil {
+					pg.Status, pg.Error = err.Error(), err.Error()
+				}
+			} else if data, err := b.Fetch(ctx, e); err != nil {
+				pg.Error = err.Error()
+			} else if pg.V, err = attest.Inspect(data); err != nil {
+				pg.V, pg.Error = nil, err.Error()
+			} else {
+				pg.Status = "SIGNATURE NOT CHECKED (give --key)"
+			}
+			pages[i] = pg
+		})
+	}
+	wg.Wait()
+	return attest.WritePullRequestHTML(out, title, pages)
+}
+
+// Title names what a selection selects, for a page's title.
+func (s Selection) Title() string {
+	what := "every job"
+	switch {
+	case s.Query.PullRequest > 0:
+		what = fmt.Sprintf("pull request #%d", s.Query.PullRequest)
+	case s.Query.Commit != "":
+		what = "commit " + s.Query.Commit
+	}
+	if s.Query.Repository != "" {
+		what += " of " + s.Query.Repository
+	}
+	return "airlock: " + what + " in " + s.Store
+}

@@ -1,64 +1,26 @@
 package store
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/sigstore/sigstore/pkg/signature"
-
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/attest/storeref"
+	"github.com/airlock-ci/airlock/internal/testattest"
 	"github.com/airlock-ci/airlock/internal/testregistry"
 )
 
-// testKey is a real ECDSA key pair written to files, and its signer.
-type testKey struct {
-	priv, pub string
-	signer    signature.Signer
-}
+// testKey is a real key pair, and signedBundle a real signed run
+// attestation of commit with execs processes (about 250 bytes each).
+type testKey = testattest.Key
 
-func newTestKey(t testing.TB) testKey {
-	t.Helper()
-	privPEM, pubPEM, err := attest.GenerateKeyPair(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	k := testKey{priv: filepath.Join(dir, "key.pem"), pub: filepath.Join(dir, "key.pub")}
-	os.WriteFile(k.priv, privPEM, 0o600)
-	os.WriteFile(k.pub, pubPEM, 0o644)
-	if k.signer, err = attest.LoadSigner(context.Background(), k.priv, nil); err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
+func newTestKey(t testing.TB) testKey { return testattest.NewKey(t) }
 
-// signedBundle is a real signed run attestation of commit with execs
-// processes (about 250 bytes each), and the predicate's verdict.
 func signedBundle(t testing.TB, k testKey, commit string, execs int, passed bool) []byte {
-	t.Helper()
-	var p attest.Predicate
-	p.Verdict.Passed, p.Verdict.Final = passed, true
-	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
-	for i := range execs {
-		p.Processes.Execs = append(p.Processes.Execs, attest.Exec{Time: now, PID: int32(i + 2), PPID: 1, Source: "execve", Binary: "/usr/bin/go", Argv: []string{"go", "test", fmt.Sprintf("./pkg%d/...", i)}, SHA256: hex.EncodeToString(make([]byte, 32))})
-	}
-	subject := attest.Subject(attest.Meta{Repository: "https://github.com/octo-org/widgets", HeadSHA: commit}, "")
-	stmt, err := attest.Statement(subject, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signed, err := attest.Sign(k.signer, stmt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return signed.Bundle
+	return k.Bundle(t, testattest.Job{Repository: "https://github.com/octo-org/widgets", Commit: commit, Execs: execs, Passed: passed})
 }
 
 // commitOf is a commit id made from s.

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/attest/review"
 	"github.com/airlock-ci/airlock/runner/report"
 )
 
@@ -56,11 +57,21 @@ each. Exit 0: verified; 1: not verified (why printed).`,
 
 func newReportCmd() *cobra.Command {
 	var keyFile, out string
+	var sel review.Selection
 	cmd := &cobra.Command{
-		Use:   "report [--key PUB] [-o FILE] BUNDLE",
-		Short: "Render an attestation bundle as a self-contained HTML page",
-		Args:  cobra.ExactArgs(1),
+		Use:   "report [--key PUB] [-o FILE] BUNDLE | report --store URI (--pr N | --commit SHA) [--repo R] [--key PUB] -o FILE",
+		Short: "Render an attestation bundle, or every stored job of a pull request, as one self-contained HTML page",
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
+			if sel.Store != "" {
+				if len(args) > 0 || out == "" || (sel.Query.PullRequest == 0 && sel.Query.Commit == "") {
+					return usagef("with --store give -o FILE and --pr N or --commit SHA, and no bundle")
+				}
+				return report.StoreReport(c.Context(), sel, keyFile, out)
+			}
+			if len(args) != 1 {
+				return usagef("give a bundle, or --store")
+			}
 			v, status, err := report.ReadForReport(args[0], keyFile)
 			if err != nil {
 				return usageError{err}
@@ -75,8 +86,9 @@ func newReportCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&keyFile, "key", "", "public key to verify the bundle with first")
+	cmd.Flags().StringVar(&keyFile, "key", "", "public key to verify the bundle (or each stored job) with first")
 	cmd.Flags().StringVarP(&out, "output", "o", "", "HTML file (default: the bundle's name with .html)")
+	selectionFlags(cmd.Flags(), &sel)
 	return cmd
 }
 

@@ -22,7 +22,7 @@ const module = "github.com/airlock-ci/airlock/"
 var layer = map[string]int{
 	"internal/files": 0, "internal/gitexec": 0, "internal/paths": 0, "internal/shlex": 0, "internal/textsafe": 0, "internal/leakcheck": 0, "internal/layers": 0, "internal/doclinks": 0, "internal/input": 0, "internal/buildinfo": 0, "internal/testtool": 0, "internal/testimage": 0, "internal/podlike": 0, "internal/runnersim": 0, "internal/fuzzinput": 0, "attest/storeref": 0,
 	"gvisor/monitor": 1, "gvisor/platform": 1, "gvisor/cgroup": 1, "gvisor/quota": 1, "policies": 1, "attest": 1, "runner/github": 1, "runner/workspace": 1, "runner/egress/netns": 1, "runner/egress/refusal": 1, "runner/egress/uploads": 1, "internal/testregistry": 1,
-	"gvisor": 2, "attest/store": 2, "attest/review": 3, "runner/trust": 2, "runner/egress/rules": 2, "runner/credentials": 2,
+	"gvisor": 2, "attest/store": 2, "internal/testattest": 2, "attest/review": 3, "runner/trust": 2, "runner/egress/rules": 2, "runner/credentials": 2,
 	"runner/egress/dns": 3, "runner/egress/gateway": 3, "runner/doctor": 3, "runner/images": 3, "internal/testhost": 3, "runner/suggest": 3, "cmd/airlock-runsc": 3,
 	"runner/egress": 4,
 	"runner":        5, "runner/report": 6,

@@ -1,11 +1,15 @@
 package report
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+
+	"github.com/sigstore/sigstore/pkg/signature"
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/attest/review"
@@ -119,4 +123,33 @@ func describe(s review.Selection) string {
 		what += " of " + s.Query.Repository
 	}
 	return what
+}
+
+// StoreReport writes one HTML page over the jobs sel selects to the
+// file out, each verified with the public key in keyFile (or read
+// unverified without one, and shown so).
+func StoreReport(ctx context.Context, sel review.Selection, keyFile, out string) error {
+	var v signature.Verifier
+	if keyFile != "" {
+		var err error
+		if v, err = attest.LoadVerifierFile(keyFile); err != nil {
+			return input.Error{Input: input.VerifyKey, Err: err}
+		}
+	}
+	b, err := sel.Open()
+	if err != nil {
+		return input.Error{Err: err}
+	}
+	entries, err := sel.Find(ctx, b)
+	if err != nil {
+		return err
+	}
+	if len(entries) == 0 {
+		return fmt.Errorf("%s holds no job of %s", sel.Store, describe(sel))
+	}
+	var page bytes.Buffer
+	if err := review.Report(ctx, b, entries, v, sel.Title(), &page); err != nil {
+		return err
+	}
+	return os.WriteFile(out, page.Bytes(), 0o644)
 }
