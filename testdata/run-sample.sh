@@ -45,11 +45,20 @@ cp "$keys/demo.pub" "$out/demo.pub"
 status=0
 DEMO_REGISTRY_TOKEN=$(cat "$keys/registry-token") SSL_CERT_FILE="$keys/registry-ca.pem" \
 bin/airlock run --workspace "$ws" --org testdata/sample-org --base main~1 --head main \
-  --steps "$ws/ci.yaml" --env DEMO_REGISTRY_TOKEN --attest-key "$keys/demo.key" --attest-dir "$out" "$@" || status=$?
+  --steps "$ws/ci.yaml" --env DEMO_REGISTRY_TOKEN --attest-key "$keys/demo.key" --attest-dir "$out" \
+  --attest-store-auth "$keys/store-auth.json" "$@" || status=$?
 
 # The signed attestation, checked offline as a reviewer would.
 bundle=$(ls "$out"/*.sigstore.json)
 echo "== airlock verify $bundle"
 bin/airlock verify --key "$out/demo.pub" --commit "$(git_ rev-parse main)" --html "$out/report.html" "$bundle"
 echo "HTML report: $out/report.html"
+
+# Where the organisation policy's attest.store kept it, as a reviewer
+# finds and checks it months later: every job of the commit.
+store=oci://127.0.0.1:18500/airlock/attestations
+echo "== airlock attestations ls --store $store --commit $(git_ rev-parse --short main)"
+bin/airlock attestations ls --store "$store" --store-auth "$keys/store-auth.json" --commit "$(git_ rev-parse main)"
+echo "== airlock verify --store $store --commit ..."
+bin/airlock verify --key "$out/demo.pub" --store "$store" --store-auth "$keys/store-auth.json" --commit "$(git_ rev-parse main)"
 exit $status

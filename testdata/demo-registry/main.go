@@ -9,6 +9,12 @@
 // writes to -token-out: the sample passes it to the job as a workflow
 // secret, which the sandbox sees as a placeholder and the gateway puts
 // back for this host only.
+//
+// With -oci-listen it also serves an OCI registry (go-containerregistry's,
+// with the referrers API) behind basic auth, the sample's attestation
+// store: its credentials, made up, go to -auth-out as a Docker
+// config.json, which airlock run takes with --attest-store-auth. The
+// sample policies do not allow the job to reach it.
 package main
 
 import (
@@ -22,11 +28,15 @@ import (
 	"encoding/pem"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/registry"
 )
 
 func main() {
@@ -35,7 +45,14 @@ func main() {
 	caOut := flag.String("ca-out", "", "write the CA of the HTTPS certificate here")
 	tokenOut := flag.String("token-out", "", "write the registry's token here")
 	life := flag.Duration("exit-after", 10*time.Minute, "exit after this long, in case nobody stops it")
+	ociAddr := flag.String("oci-listen", "", "address to serve the attestation store's OCI registry on (loopback)")
+	authOut := flag.String("auth-out", "", "write the OCI registry's credentials here (Docker config.json)")
 	flag.Parse()
+	if *ociAddr != "" {
+		if err := serveOCI(*ociAddr, *authOut); err != nil {
+			log.Fatal(err)
+		}
+	}
 	token := make([]byte, 20)
 	rand.Read(token)
 	secret := "demo_" + hex.EncodeToString(token)
@@ -66,6 +83,33 @@ func main() {
 	go func() { log.Fatal(tlsSrv.ListenAndServeTLS("", "")) }()
 	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	log.Fatal(srv.ListenAndServe())
+}
+
+// serveOCI serves an OCI registry on addr behind basic auth, writing its
+// credentials to authOut, and returns once it listens.
+func serveOCI(addr, authOut string) error {
+	pw := make([]byte, 16)
+	rand.Read(pw)
+	user, password := "airlock", hex.EncodeToString(pw)
+	config := fmt.Sprintf(`{"auths":{%q:{"username":%q,"password":%q}}}`, addr, user, password)
+	if err := os.WriteFile(authOut, []byte(config), 0o600); err != nil {
+		return err
+	}
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)), registry.WithReferrersSupport(true))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != user || p != password {
+			w.Header().Set("WWW-Authenticate", `Basic realm="demo"`)
+			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
+			return
+		}
+		reg.ServeHTTP(w, r)
+	})}
+	go func() { log.Fatal(srv.Serve(ln)) }()
+	return nil
 }
 
 // certificate makes a CA and a certificate it signs for name.
