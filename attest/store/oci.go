@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"slices"
@@ -171,35 +172,108 @@ func (s *ociStore) put(ctx context.Context, r Record) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
-	if err := s.putOnce(ctx, CommitTag(r.Repository, r.Commit), subject); err != nil {
+	if err := s.putOnce(ctx, CommitTag(r.Repository, r.Commit), subject, false); err != nil {
 		return Entry{}, fmt.Errorf("the commit's subject manifest: %w", err)
 	}
 	m, err := bundleManifest(r, tag, subject)
 	if err != nil {
 		return Entry{}, err
 	}
-	if err := s.putOnce(ctx, tag, m); err != nil {
+	if err := s.putOnce(ctx, tag, m, true); err != nil && !s.holds(ctx, tag, m) {
 		return Entry{}, fmt.Errorf("tag %s: %w", tag, err)
 	}
+	// The tag holds the record now. The commit's fallback index is how
+	// standard tools find it; its update can fail where the tag's did
+	// not (distribution 2.8, busy with other jobs of the commit, has
+	// answered MANIFEST_BLOB_UNKNOWN for a manifest it had just
+	// stored), and is tried again here; List finds the job by its tag
+	// whatever happens.
+	s.ensureReferred(ctx, subject.digest(), m)
 	e := entryOf(r.Labels, tag, digestOf(r.Bundle), int64(len(r.Bundle)))
 	e.Store, e.Ref = s.Location(), s.repo.Digest(m.digest()).String()
 	return e, nil
 }
 
 // putOnce puts m under tag unless the tag holds something else
-// (ErrConflict). A tag that holds m already is put again: a retry after
-// a job was killed between its manifest and its fallback index repairs
-// the index, and the bytes are the same.
-func (s *ociStore) putOnce(ctx context.Context, tag string, m rawManifest) error {
+// (ErrConflict). A tag that holds m already is put again when m has a
+// subject (hasSubject): a retry after a job was killed between its
+// manifest and its fallback index repairs the index, and the bytes are
+// the same; a commit's subject manifest, there already, is left alone.
+func (s *ociStore) putOnce(ctx context.Context, tag string, m rawManifest, hasSubject bool) error {
 	ref := s.repo.Tag(tag)
 	d, err := s.puller.Head(ctx, ref)
 	switch {
 	case err == nil && d.Digest.String() != m.digest():
 		return fmt.Errorf("%w: it holds %s, this record is %s", ErrConflict, d.Digest, m.digest())
+	case err == nil && !hasSubject:
+		return nil
 	case err != nil && !isStatus(err, http.StatusNotFound):
 		return err
 	}
 	return s.pusher.Put(ctx, ref, m)
+}
+
+// holds says whether tag holds m.
+func (s *ociStore) holds(ctx context.Context, tag string, m rawManifest) bool {
+	d, err := s.puller.Head(ctx, s.repo.Tag(tag))
+	return err == nil && d.Digest.String() == m.digest()
+}
+
+// indexRounds bounds how often Put puts a manifest again whose
+// fallback index lost it.
+const indexRounds = 10
+
+// ensureReferred makes sure that the fallback index of the subject
+// lists m, on a registry without the referrers API: two jobs of one
+// commit that finish together each read the index, add themselves and
+// write it back, and the later write drops the earlier (distribution
+// has no conditional PUT). A job that finds itself missing puts its
+// manifest again (go-containerregistry adds it to the index anew),
+// after a random pause, a few times. The job's tag holds it whatever
+// happens: List finds a job the index lost by its tag.
+func (s *ociStore) ensureReferred(ctx context.Context, subject string, m rawManifest) error {
+	idx := s.repo.Tag(strings.Replace(subject, ":", "-", 1))
+	contended := false
+	for round := range indexRounds {
+		desc, err := s.puller.Get(ctx, idx)
+		if err != nil {
+			if isStatus(err, http.StatusNotFound) && round == 0 {
+				return nil // no fallback index: the registry has the referrers API
+			}
+			return err
+		}
+		im, err := v1.ParseIndexManifest(bytes.NewReader(desc.Manifest))
+		if err != nil {
+			return fmt.Errorf("fallback index %s: %w", idx.TagStr(), err)
+		}
+		present := false
+		for _, d := range im.Manifests {
+			present = present || d.Digest.String() == m.digest()
+		}
+		switch {
+		case present && !contended:
+			return nil
+		case present:
+			// Others of the commit are writing the index now: one that
+			// read it before this job's write may still drop it. Look
+			// again once they are likely done.
+			contended = false
+			select {
+			case <-time.After(time.Duration(20+rand.IntN(60)) * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
+		}
+		contended = true
+		select {
+		case <-time.After(time.Duration(5+rand.IntN(40)) * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		s.pusher.Put(ctx, s.repo.Digest(m.digest()), m) // its error is the index's: the next round reads again
+	}
+	return nil // the tag still finds it
 }
 
 // List lists the jobs q selects: the referrers of each commit whose
@@ -287,7 +361,11 @@ func (s *ociStore) referrers(ctx context.Context, t string, add func(Entry)) err
 	if err != nil {
 		return fmt.Errorf("%s: commit tag %s: %w", s.Location(), t, s.explain(ctx, err))
 	}
-	idx, err := remote.Referrers(s.repo.Digest(d.Digest.String()), remote.Reuse(s.puller), remote.WithContext(ctx), remote.WithFilter("artifactType", string(attest.BundleMediaType)))
+	// No artifactType filter: a registry may put the config's media
+	// type there instead of the manifest's (go-containerregistry's own
+	// does); airlock's annotations pick its records, and Fetch checks
+	// the manifest.
+	idx, err := remote.Referrers(s.repo.Digest(d.Digest.String()), remote.Reuse(s.puller), remote.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("%s: referrers of %s: %w", s.Location(), t, s.explain(ctx, err))
 	}

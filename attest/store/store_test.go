@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/airlock-ci/airlock/attest"
@@ -269,5 +270,45 @@ func TestFileStoreRefuses(t *testing.T) {
 	os.WriteFile(e.Ref, []byte(`{"tampered":true}`), 0o644)
 	if _, err := b.Fetch(context.Background(), e); err == nil || !strings.Contains(err.Error(), "hashes to") {
 		t.Fatalf("Fetch of a changed bundle: %v", err)
+	}
+}
+
+// Twenty jobs of one commit stored at once: on a registry without the
+// referrers API they race to update the commit's fallback index, and a
+// later write can drop an earlier one (there is no conditional PUT);
+// every job is still listed, by its tag, and each fetches back.
+func TestConcurrentJobsOfOneCommit(t *testing.T) {
+	key := newTestKey(t)
+	for _, k := range registries {
+		t.Run(k.name, func(t *testing.T) {
+			ref, opts, _ := k.start(t)
+			st, _ := Open(ref, opts)
+			commit := commitOf("matrix")
+			bundle := signedBundle(t, key, commit, 1, true)
+			var wg sync.WaitGroup
+			errs := make(chan error, 20)
+			for i := range 20 {
+				wg.Go(func() {
+					l := labels(KindAttestation, 4, commit, fmt.Sprintf("job-%012x", 0x100+i), i)
+					if _, err := st.Put(context.Background(), Record{Labels: l, Bundle: bundle}); err != nil {
+						errs <- err
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Errorf("Put: %v", err)
+			}
+			got, err := st.List(context.Background(), Query{Commit: commit})
+			if err != nil || len(got) != 20 {
+				t.Fatalf("List of the commit: %d jobs (%v), want 20", len(got), err)
+			}
+			for _, e := range got {
+				if b, err := st.Fetch(context.Background(), e); err != nil || string(b) != string(bundle) {
+					t.Fatalf("Fetch %s: %v", e.Tag, err)
+				}
+			}
+		})
 	}
 }

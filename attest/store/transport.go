@@ -78,21 +78,21 @@ func transient(err error) bool {
 	return errors.As(err, &nerr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 }
 
-// retryable retries what may pass on a later try: no connection, a
-// timed-out try, 408, 429 and the server errors but 501 (not
-// implemented: it will not be later). 4xx are answers: never retried.
+// retryable retries what may pass on a later try: go-retryablehttp's
+// own policy (no connection, a try that timed out, 429, the server
+// errors but 501; never a certificate that is not trusted or a URL that
+// is wrong), 408, and never a TLS handshake that met plain HTTP (go-
+// containerregistry tries https first even on loopback, and must fall
+// back to http at once). Other 4xx are answers: never retried.
 func retryable(ctx context.Context, resp *http.Response, err error) (bool, error) {
 	if ctx.Err() != nil {
 		return false, ctx.Err()
 	}
-	if err != nil {
-		return !errors.Is(err, context.Canceled), nil
+	if err != nil && (errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")) {
+		return false, nil
 	}
-	switch c := resp.StatusCode; {
-	case c == http.StatusRequestTimeout, c == http.StatusTooManyRequests:
-		return true, nil
-	case c >= 500 && c != http.StatusNotImplemented:
+	if resp != nil && resp.StatusCode == http.StatusRequestTimeout {
 		return true, nil
 	}
-	return false, nil
+	return retryablehttp.DefaultRetryPolicy(ctx, resp, err)
 }
