@@ -104,6 +104,10 @@ bench:
 	go test -timeout 30m -run XXX -bench ArtifactUploadInSandbox -benchtime 5x ./runner/egress/
 	go test -run XXX -bench 'FirstPull|SharedBase' -benchtime 5x ./runner/images/
 	go test -run XXX -bench CachedImageStart -benchtime 20x ./runner/
+	go test -run XXX -bench Keep -benchtime 21x ./attest/store/
+	go test -timeout 20m -run XXX -bench List -benchtime 2x ./attest/store/
+	go test -run XXX -bench VerifyPullRequest -benchtime 5x ./attest/review/
+	go test -timeout 30m -run XXX -bench StorePush -benchtime 11x ./cmd/airlock/
 
 clean:
 	rm -rf bin

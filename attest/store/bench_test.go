@@ -3,9 +3,11 @@ package store
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,15 +45,19 @@ func BenchmarkKeep(b *testing.B) {
 		bundle := key.Bundle(b, testattest.Job{Repository: "https://github.com/octo-org/widgets", Commit: commit, Execs: 1000, Passed: true})
 		times["sign (baseline)"] = append(times["sign (baseline)"], ms(time.Since(t0)))
 		for _, n := range names {
-			jobID := fmt.Sprintf("job-%012x", i*16+len(times))
-			file := jobID + ".sigstore.json"
-			os.WriteFile(filepath.Join(dir, file), bundle, 0o644)
-			k := Keeper{Stores: []storeref.Ref{stores[n]}, Options: opts[n], Dir: dir}
-			t0 := time.Now()
-			out := k.Keep(context.Background(), jobID, []Bundle{{File: file, Labels: labels(KindAttestation, 1, commit, jobID, i)}})
-			times[n] = append(times[n], ms(time.Since(t0)))
-			if len(Failed(out)) > 0 {
-				b.Fatalf("Keep to %s: %+v", n, out)
+			// The first job of a commit puts the commit's subject
+			// manifest too; a later one finds it there.
+			for _, which := range []string{" first of its commit", " later of its commit"} {
+				jobID := fmt.Sprintf("job-%012x", i*64+len(times))
+				file := jobID + ".sigstore.json"
+				os.WriteFile(filepath.Join(dir, file), bundle, 0o644)
+				k := Keeper{Stores: []storeref.Ref{stores[n]}, Options: opts[n], Dir: dir}
+				t0 := time.Now()
+				out := k.Keep(context.Background(), jobID, []Bundle{{File: file, Labels: labels(KindAttestation, 1, commit, jobID, i)}})
+				times[n+which] = append(times[n+which], ms(time.Since(t0)))
+				if len(Failed(out)) > 0 {
+					b.Fatalf("Keep to %s: %+v", n, out)
+				}
 			}
 		}
 		if i == 0 {
@@ -60,9 +66,12 @@ func BenchmarkKeep(b *testing.B) {
 	}
 	base := median(times["sign (baseline)"])
 	b.ReportMetric(base, "ms-sign")
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(times)) {
+		if n == "sign (baseline)" {
+			continue
+		}
 		m := median(times[n])
-		b.ReportMetric(m, "ms-"+n)
+		b.ReportMetric(m, "ms-"+strings.ReplaceAll(strings.TrimSpace(n), " ", "-"))
 		b.Logf("%s: Keep of a 400 KB bundle %.1f ms (median of %d), %.2f× the signing (%.1f ms)", n, m, len(times[n]), m/base, base)
 	}
 }

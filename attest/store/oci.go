@@ -160,20 +160,33 @@ func (s *ociStore) Put(ctx context.Context, r Record) (Entry, error) {
 	return Entry{}, fmt.Errorf("%s: %w", s.Location(), s.explain(ctx, err))
 }
 
-// put is one try of Put.
+// put is one try of Put. The bundle's blob goes up while the commit's
+// subject manifest does: the bundle's manifest needs both.
 func (s *ociStore) put(ctx context.Context, r Record) (Entry, error) {
 	tag := r.Tag()
-	for _, b := range []v1.Layer{static.NewLayer(emptyJSON, emptyMediaType), static.NewLayer(r.Bundle, attest.BundleMediaType)} {
-		if err := s.pusher.Upload(ctx, s.repo, b); err != nil {
-			return Entry{}, fmt.Errorf("upload the bundle: %w", err)
-		}
-	}
 	subject, err := commitManifest(r.Repository, r.Commit)
 	if err != nil {
 		return Entry{}, err
 	}
-	if err := s.putOnce(ctx, CommitTag(r.Repository, r.Commit), subject, false); err != nil {
-		return Entry{}, fmt.Errorf("the commit's subject manifest: %w", err)
+	// The empty blob first, alone: small, there after the first job,
+	// and never half-written beside a large upload on a full disk.
+	if err := s.pusher.Upload(ctx, s.repo, static.NewLayer(emptyJSON, emptyMediaType)); err != nil {
+		return Entry{}, fmt.Errorf("upload the empty config: %w", err)
+	}
+	var subjectErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := s.putOnce(ctx, CommitTag(r.Repository, r.Commit), subject, false); err != nil {
+			subjectErr = fmt.Errorf("the commit's subject manifest: %w", err)
+		}
+	})
+	bundleErr := s.pusher.Upload(ctx, s.repo, static.NewLayer(r.Bundle, attest.BundleMediaType))
+	wg.Wait()
+	if bundleErr != nil {
+		return Entry{}, fmt.Errorf("upload the bundle: %w", bundleErr)
+	}
+	if subjectErr != nil {
+		return Entry{}, subjectErr
 	}
 	m, err := bundleManifest(r, tag, subject)
 	if err != nil {
@@ -207,6 +220,10 @@ func (s *ociStore) putOnce(ctx context.Context, tag string, m rawManifest, hasSu
 		return fmt.Errorf("%w: it holds %s, this record is %s", ErrConflict, d.Digest, m.digest())
 	case err == nil && !hasSubject:
 		return nil
+	case err != nil && !hasSubject && transient(err):
+		// A commit's subject whose tag the registry cannot read (a
+		// full disk left it broken): its bytes are the commit's
+		// own, whoever put them, so putting them again repairs it.
 	case err != nil && !isStatus(err, http.StatusNotFound):
 		return err
 	}
@@ -329,11 +346,15 @@ func (s *ociStore) List(ctx context.Context, q Query) ([]Entry, error) {
 			found[e.Tag] = e
 		}
 	}
-	err = parallel(ctx, commitTags, func(t string) error {
-		return s.referrers(ctx, t, add)
+	// A commit whose referrers cannot be read (its tag broken, an index
+	// that does not parse) is no failure: its jobs are found by their
+	// tags below.
+	parallel(ctx, commitTags, func(t string) error {
+		s.referrers(ctx, t, add)
+		return nil
 	})
-	if err != nil {
-		return nil, err
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", s.Location(), s.explain(ctx, err))
 	}
 	var rest []string
 	for _, t := range jobTags {

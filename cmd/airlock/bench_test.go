@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/internal/testhost"
+	"github.com/airlock-ci/airlock/internal/testregistry"
 )
 
 // BenchmarkWholeProcess times what a user sees: whole processes, side by
@@ -467,4 +469,33 @@ func memoryOf(pid int) (pss, rss int64) {
 		}
 	}
 	return pss, rss
+}
+
+// BenchmarkStorePush is what keeping the attestation in a store adds to
+// a whole `airlock run -- true` (signed): the same job without a store,
+// with a registry on loopback (Debian's distribution 2.8 with htpasswd)
+// and with a file store, interleaved in every iteration. It reports the
+// medians and, per iteration, the difference each store makes. The
+// bundle of `true` is small; BenchmarkKeep (attest/store) times the push
+// of a 400 KB one alone.
+func BenchmarkStorePush(b *testing.B) {
+	w := newWarmStep(b)
+	empty := workspace(b)
+	keys := b.TempDir()
+	if err := attest.WriteKeyPair(filepath.Join(keys, "k"), nil); err != nil {
+		b.Fatal(err)
+	}
+	srv := testregistry.Distribution(b, testregistry.Options{User: "airlock", Password: "bench-pass"})
+	auth := srv.AuthFile(b, "", "")
+	sign := []string{"--attest-key", filepath.Join(keys, "k.key")}
+	runs := []timedRun{
+		{"signed", w.airlock(empty, append(sign, "--", "true")...)},
+		{"signed-store-oci", w.airlock(empty, append(sign, "--attest-store", "oci://"+srv.Host+"/airlock/attestations", "--attest-store-auth", auth, "--", "true")...)},
+		{"signed-store-file", w.airlock(empty, append(sign, "--attest-store", "file://"+b.TempDir(), "--", "true")...)},
+	}
+	t := interleave(b, runs)
+	for _, r := range []string{"signed-store-oci", "signed-store-file"} {
+		t.ratio(b, r, "signed", r+"/signed")
+		b.ReportMetric(t.median(r)-t.median("signed"), r+"-minus-signed-ms")
+	}
 }
