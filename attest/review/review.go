@@ -9,7 +9,8 @@
 // cmd/airlock's `attestations ls|get`, `verify --store` and
 // `report --store` are its doors; it knows nothing of cobra.
 //
-// Layer 3: above attest and attest/store.
+// Layer 3: above attest, attest/store and runner/github (the jobs a
+// pull request ran, for Missing).
 package review
 
 import (
@@ -21,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -30,7 +32,9 @@ import (
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/attest/store"
 	"github.com/airlock-ci/airlock/attest/storeref"
+	"github.com/airlock-ci/airlock/internal/input"
 	"github.com/airlock-ci/airlock/internal/textsafe"
+	"github.com/airlock-ci/airlock/runner/github"
 )
 
 // Selection is what a reviewer asks for: a store (its name, and the
@@ -74,6 +78,18 @@ func (s Selection) Find(ctx context.Context, b store.Backend) ([]store.Entry, er
 		return []store.Entry{e}, nil
 	}
 	return b.List(ctx, s.Query)
+}
+
+// Load opens the selection's store and finds what it selects: a
+// selection that cannot be honoured is an input.Error, the store's
+// trouble is not.
+func (s Selection) Load(ctx context.Context) (store.Backend, []store.Entry, error) {
+	b, err := s.Open()
+	if err != nil {
+		return nil, nil, input.Error{Err: err}
+	}
+	entries, err := s.Find(ctx, b)
+	return b, entries, err
 }
 
 // WriteList prints entries one line a job (its kind, verdict, time,
@@ -290,4 +306,53 @@ func (s Selection) Title() string {
 		what += " of " + s.Query.Repository
 	}
 	return "airlock: " + what + " in " + s.Store
+}
+
+// Missing are the jobs of jobs that ran on one of airlock's runners
+// (their runs-on labels hold one of runsOn) and have no run attestation
+// among entries: matched by run, attempt and runner, each stored job
+// standing for one. A job that never reached a runner (skipped,
+// cancelled in the queue) is not missing.
+func Missing(entries []store.Entry, jobs []github.WorkflowJob, runsOn []string) []github.WorkflowJob {
+	type key struct{ run, attempt, runner string }
+	stored := map[key]int{}
+	for _, e := range entries {
+		if e.Kind == store.KindAttestation {
+			stored[key{e.RunID, e.RunAttempt, e.Runner}]++
+		}
+	}
+	var out []github.WorkflowJob
+	for _, j := range jobs {
+		if j.RunnerName == "" || !slices.ContainsFunc(j.Labels, func(l string) bool { return slices.Contains(runsOn, l) }) {
+			continue
+		}
+		k := key{fmt.Sprint(j.RunID), fmt.Sprint(j.RunAttempt), j.RunnerName}
+		if stored[k] > 0 {
+			stored[k]--
+			continue
+		}
+		out = append(out, j)
+	}
+	return out
+}
+
+// WriteMissing says which jobs have no stored attestation, one line
+// each, and how many of how many.
+func WriteMissing(out io.Writer, missing []github.WorkflowJob, considered int) {
+	w := textsafe.Writer(out)
+	for _, j := range missing {
+		fmt.Fprintf(w, "MISSING  run %d attempt %d  %s / %s (job %d) on %s: %s, no stored attestation\n", j.RunID, j.RunAttempt, j.Workflow, j.Name, j.ID, j.RunnerName, orDash(j.Conclusion))
+	}
+	fmt.Fprintf(w, "%d of %d job(s) on airlock's runners have no stored attestation\n", len(missing), considered)
+}
+
+// OnRunners counts the jobs that ran on one of airlock's runners.
+func OnRunners(jobs []github.WorkflowJob, runsOn []string) int {
+	n := 0
+	for _, j := range jobs {
+		if j.RunnerName != "" && slices.ContainsFunc(j.Labels, func(l string) bool { return slices.Contains(runsOn, l) }) {
+			n++
+		}
+	}
+	return n
 }

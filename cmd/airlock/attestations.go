@@ -1,12 +1,17 @@
 package main
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/airlock-ci/airlock/attest/review"
+	"github.com/airlock-ci/airlock/runner/hook"
+	"github.com/airlock-ci/airlock/runner/report"
 )
 
 // selectionFlags are the flags that name a store and the jobs in it.
@@ -18,7 +23,7 @@ func selectionFlags(f *pflag.FlagSet, s *review.Selection) {
 	f.StringVar(&s.Query.Commit, "commit", "", "only this commit's jobs (its id, or 7 or more of its first hex digits)")
 }
 
-func newAttestationsCmd() *cobra.Command {
+func newAttestationsCmd(code *int) *cobra.Command {
 	cmd := &cobra.Command{Use: "attestations", Short: "List and fetch the jobs' records in an attestation store"}
 	var sel review.Selection
 	var asJSON bool
@@ -27,11 +32,7 @@ func newAttestationsCmd() *cobra.Command {
 		Short: "List the stored jobs, one line each: verdict, kind, time, pull request, commit, run, job and reference",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			b, err := sel.Open()
-			if err != nil {
-				return usageError{err}
-			}
-			entries, err := sel.Find(c.Context(), b)
+			_, entries, err := sel.Load(c.Context())
 			if err != nil {
 				return err
 			}
@@ -53,11 +54,7 @@ func newAttestationsCmd() *cobra.Command {
 			if dir == "" || (getSel.Ref == "" && getSel.Query.Commit == "" && getSel.Query.PullRequest == 0) {
 				return usagef("give -o DIR and what to get: --commit SHA, --pr N, or a reference (a tag or a digest)")
 			}
-			b, err := getSel.Open()
-			if err != nil {
-				return usageError{err}
-			}
-			entries, err := getSel.Find(c.Context(), b)
+			b, entries, err := getSel.Load(c.Context())
 			if err != nil {
 				return err
 			}
@@ -70,6 +67,26 @@ func newAttestationsCmd() *cobra.Command {
 	}
 	selectionFlags(get.Flags(), &getSel)
 	get.Flags().StringVarP(&dir, "output", "o", "", "directory to write the bundles to")
-	cmd.AddCommand(ls, get)
+	cmd.AddCommand(ls, get, newMissingCmd(code))
+	return cmd
+}
+
+func newMissingCmd(code *int) *cobra.Command {
+	req := report.MissingRequest{Token: cmp.Or(os.Getenv(hook.GitHubTokenEnv), os.Getenv("GITHUB_TOKEN")), BaseURL: cmp.Or(os.Getenv(hook.GitHubAPIEnv), os.Getenv("GITHUB_API_URL"))}
+	cmd := &cobra.Command{
+		Use:   "missing --store URI --repo OWNER/NAME --pr N --runs-on LABEL",
+		Short: "Name the pull request's jobs on airlock's runners that have no stored attestation (GitHub API: " + hook.GitHubTokenEnv + " or GITHUB_TOKEN)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			err := report.Missing(c.Context(), req, c.OutOrStdout())
+			if errors.Is(err, report.ErrMissing) {
+				*code = 1
+				return nil
+			}
+			return err
+		},
+	}
+	selectionFlags(cmd.Flags(), &req.Store)
+	cmd.Flags().StringArrayVar(&req.RunsOn, "runs-on", nil, "a runs-on label of airlock's runners (repeatable)")
 	return cmd
 }

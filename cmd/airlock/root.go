@@ -19,7 +19,7 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newVersionCmd(), newRunCmd(&code), newPolicyCmd(&code), newTrustCmd(&code), newVerifyCmd(&code), newReportCmd(), newKeysCmd(), newHookCmd(&code), newDoctorCmd(&code), newImagesCmd(), newAttestationsCmd())
+	root.AddCommand(newVersionCmd(), newRunCmd(&code), newPolicyCmd(&code), newTrustCmd(&code), newVerifyCmd(&code), newReportCmd(), newKeysCmd(), newHookCmd(&code), newDoctorCmd(&code), newImagesCmd(), newAttestationsCmd(&code))
 	if err := root.Execute(); err != nil {
 		return exitCodeFor(err, stderr)
 	}

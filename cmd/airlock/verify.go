@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -103,20 +102,9 @@ func newKeysCmd() *cobra.Command {
 			if prefix == "" {
 				return usagef("--out PREFIX is required")
 			}
-			password, err := attest.NewKeyPassword(report.PasswordEnv, passwordFile)
+			state, err := report.GenerateKeys(prefix, passwordFile)
 			if err != nil {
-				return usageError{err}
-			}
-			if err := attest.WriteKeyPair(prefix, password); err != nil {
-				var pathErr *fs.PathError
-				if errors.As(err, &pathErr) {
-					return usageError{err} // where the files go, not the key
-				}
 				return err
-			}
-			state := "not encrypted"
-			if len(password) > 0 {
-				state = "encrypted"
 			}
 			fmt.Fprintf(c.OutOrStdout(), "wrote %s.key (%s) and %s.pub\n", prefix, state, prefix)
 			return nil

@@ -2,8 +2,10 @@ package report
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/attest/store"
 	"github.com/airlock-ci/airlock/internal/gitexec"
+	"github.com/airlock-ci/airlock/internal/input"
 	"github.com/airlock-ci/airlock/runner"
 )
 
@@ -211,4 +214,27 @@ func fileSize(path string) int64 {
 		return 0
 	}
 	return fi.Size()
+}
+
+// GenerateKeys writes an ECDSA P-256 key pair, PREFIX.key (0600,
+// encrypted with the password of PasswordEnv or passwordFile when there
+// is one) and PREFIX.pub, and says whether the key is encrypted. A file
+// that cannot be written (it exists: keys are never overwritten) is an
+// input.Error.
+func GenerateKeys(prefix, passwordFile string) (state string, err error) {
+	password, err := attest.NewKeyPassword(PasswordEnv, passwordFile)
+	if err != nil {
+		return "", input.Error{Err: err}
+	}
+	if err := attest.WriteKeyPair(prefix, password); err != nil {
+		var pathErr *fs.PathError
+		if errors.As(err, &pathErr) {
+			return "", input.Error{Err: err} // where the files go, not the key
+		}
+		return "", err
+	}
+	if len(password) > 0 {
+		return "encrypted", nil
+	}
+	return "not encrypted", nil
 }

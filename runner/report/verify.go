@@ -8,13 +8,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/sigstore/sigstore/pkg/signature"
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/attest/review"
+	"github.com/airlock-ci/airlock/attest/store"
 	"github.com/airlock-ci/airlock/internal/files"
 	"github.com/airlock-ci/airlock/internal/input"
+	"github.com/airlock-ci/airlock/runner/github"
 )
 
 // VerifyRequest is what `airlock verify` is asked: one bundle (Bundle),
@@ -70,12 +73,11 @@ func Verify(ctx context.Context, req VerifyRequest, out, log io.Writer) error {
 	opts := attest.VerifyOptions{Commit: req.Commit, Compliance: policy, ComplianceName: req.PolicyFile}
 	switch {
 	case req.Store.Store != "":
-		b, err := req.Store.Open()
-		if err != nil {
-			return input.Error{Err: err}
-		}
-		entries, err := req.Store.Find(ctx, b)
-		if err != nil {
+		b, entries, err := req.Store.Load(ctx)
+		var bad input.Error
+		if errors.As(err, &bad) {
+			return err
+		} else if err != nil {
 			return notVerified(err)
 		}
 		if len(entries) == 0 {
@@ -136,11 +138,7 @@ func StoreReport(ctx context.Context, sel review.Selection, keyFile, out string)
 			return input.Error{Input: input.VerifyKey, Err: err}
 		}
 	}
-	b, err := sel.Open()
-	if err != nil {
-		return input.Error{Err: err}
-	}
-	entries, err := sel.Find(ctx, b)
+	b, entries, err := sel.Load(ctx)
 	if err != nil {
 		return err
 	}
@@ -152,4 +150,54 @@ func StoreReport(ctx context.Context, sel review.Selection, keyFile, out string)
 		return err
 	}
 	return os.WriteFile(out, page.Bytes(), 0o644)
+}
+
+// MissingRequest is what `airlock attestations missing` is asked: the
+// store and the pull request (sel; its repository as owner/name), the
+// runs-on labels of airlock's runners, and the GitHub API to ask
+// (a token of the repository's, an API root for GHES and tests).
+type MissingRequest struct {
+	Store   review.Selection
+	RunsOn  []string
+	Token   string
+	BaseURL string
+}
+
+// ErrMissing is a pull request with jobs on airlock's runners that no
+// stored attestation stands for (named on out).
+var ErrMissing = errors.New("jobs without a stored attestation")
+
+// Missing lists, with the GitHub API, the pull request's workflow jobs
+// that ran on airlock's runners, and names on out those the store holds
+// no run attestation of.
+func Missing(ctx context.Context, req MissingRequest, out io.Writer) error {
+	owner, repo, ok := strings.Cut(req.Store.Query.Repository, "/")
+	switch {
+	case !ok || owner == "" || repo == "" || strings.Contains(repo, "/"):
+		return input.Errorf("", "give the repository as owner/name: the GitHub API is asked for its pull request's jobs")
+	case req.Store.Query.PullRequest <= 0:
+		return input.Errorf("", "give the pull request's number")
+	case len(req.RunsOn) == 0:
+		return input.Errorf("", "give the runs-on label of airlock's runners (as the workflows' runs-on names them)")
+	case req.Token == "":
+		return input.Errorf("", "no GitHub token: set AIRLOCK_GITHUB_TOKEN (or GITHUB_TOKEN) to one that may read the repository's actions")
+	}
+	_, entries, err := req.Store.Load(ctx)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	gh, err := github.New(github.Options{BaseURL: req.BaseURL, Token: req.Token})
+	if err != nil {
+		return err
+	}
+	jobs, err := gh.PullRequestJobs(ctx, owner, repo, req.Store.Query.PullRequest)
+	if err != nil {
+		return err
+	}
+	missing := review.Missing(entries, jobs, req.RunsOn)
+	review.WriteMissing(out, missing, review.OnRunners(jobs, req.RunsOn))
+	if len(missing) > 0 {
+		return ErrMissing
+	}
+	return nil
 }
