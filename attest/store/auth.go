@@ -2,7 +2,9 @@ package store
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 
 	"github.com/docker/cli/cli/config"
 	"github.com/docker/cli/cli/config/configfile"
@@ -25,13 +27,18 @@ const maxAuthFile = 1 << 20
 // uses is what the runner's configuration names.
 type fileKeychain struct{ cf *configfile.ConfigFile }
 
-// loadKeychain reads the credentials file at path (empty: anonymous).
-// Its errors name the file, never its content.
+// loadKeychain reads the credentials file at path (empty, or a file
+// that is not there: anonymous, as for a registry that takes pushes
+// without credentials; a 401 then says the file is missing). Its errors
+// name the file, never its content.
 func loadKeychain(path string) (authn.Keychain, error) {
 	if path == "" {
 		return authn.NewMultiKeychain(), nil
 	}
 	b, err := files.ReadCapped(path, maxAuthFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return authn.NewMultiKeychain(), nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("attestation store credentials: %w (the file the runner's configuration names, in Docker's config.json format)", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -612,6 +613,9 @@ func (s *ociStore) explain(ctx context.Context, err error) error {
 func orNone(f string) string {
 	if f == "" {
 		return "none given: the push was anonymous"
+	}
+	if _, err := os.Stat(f); err != nil {
+		return f + ", which is not there: the push was anonymous"
 	}
 	return f
 }

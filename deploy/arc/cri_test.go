@@ -30,6 +30,9 @@ import (
 const pauseEnv = "AIRLOCK_TEST_PAUSE"
 
 func TestMain(m *testing.M) {
+	if addr := os.Getenv(registryEnv); addr != "" {
+		serveRegistry(addr)
+	}
 	if os.Getenv(pauseEnv) == "1" {
 		c := make(chan os.Signal, 1)
 		signal.Notify(c, syscall.SIGTERM, syscall.SIGINT)

@@ -51,6 +51,10 @@ images: pull: false
 //     and refused, a JavaScript action, and an attestation signed with
 //     the Secret's key;
 //   - nothing of either job is left in the pod;
+//   - a job through the hook in a runner pod of its own keeps its
+//     attestation in a registry in another pod (the Secret's store and
+//     credentials), where airlock attestations ls and verify --store
+//     find it once the runner pod is gone;
 //   - with a 1Gi limit, a memory bomb is reported as the pod's limit;
 //   - with the runtime's RuntimeDefault seccomp profile, airlock fails
 //     with the message that names the Localhost profile, not a crash.
@@ -130,6 +134,10 @@ airlock run --result /tmp/result.json -- sh -c '`+script+`' 2>&1 || echo "airloc
 		setUp := c.hookJob(t, n, id)
 		t.Logf("the hook's set-up before the first step (prepare_job through index.js): %v", setUp.Round(time.Millisecond))
 		nothingLeft(t, c, id)
+	})
+
+	t.Run("the record outlives the pod", func(t *testing.T) {
+		storeInPod(t, c, v, n)
 	})
 
 	t.Run("a memory bomb", func(t *testing.T) {
@@ -313,6 +321,13 @@ func runnerRoot(t testing.TB, busybox, made string) string {
 	for _, bin := range []string{"airlock", gvisor.RunscSidecar} {
 		copyFile(t, filepath.Join(made, bin), filepath.Join(root, "usr/local/bin", bin), 0o755)
 	}
+	// The test binary, static, serves the attestation store's registry
+	// in a pod of its own (storeInPod).
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, self, filepath.Join(root, registryBinary), 0o755)
 	// What the actions-runner image has and the hook uses: the runner's
 	// node in its externals (it runs index.js and JavaScript actions) and
 	// git (airlock reads the pull request's commits with it), each with
