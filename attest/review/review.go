@@ -124,17 +124,26 @@ func Get(ctx context.Context, b store.Backend, entries []store.Entry, dir string
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	// Names come from the store: written inside dir, or not at all.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
 	var files []string
 	for _, e := range entries {
 		data, err := b.Fetch(ctx, e)
 		if err != nil {
 			return files, err
 		}
-		f := filepath.Join(dir, e.Tag+".sigstore.json")
-		if err := os.WriteFile(f, data, 0o644); err != nil {
+		name := e.Tag + ".sigstore.json"
+		if !filepath.IsLocal(name) || filepath.Base(name) != name {
+			return files, fmt.Errorf("the store names a record %q: not a file name", e.Tag)
+		}
+		if err := root.WriteFile(name, data, 0o644); err != nil {
 			return files, err
 		}
-		files = append(files, f)
+		files = append(files, filepath.Join(dir, name))
 	}
 	return files, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -110,5 +111,24 @@ func TestSelectionRefuses(t *testing.T) {
 	var out bytes.Buffer
 	if err := WriteList(&out, nil, true); err != nil || strings.TrimSpace(out.String()) != "[]" {
 		t.Errorf("an empty list as JSON: %q %v", out.String(), err)
+	}
+}
+
+// lyingStore is a store that names its record with a path.
+type lyingStore struct{ store.Backend }
+
+func (lyingStore) Fetch(context.Context, store.Entry) ([]byte, error) { return []byte("{}"), nil }
+
+// get writes what the store returns inside the directory, or not at all.
+func TestGetStaysInItsDirectory(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	for _, tag := range []string{"../escaped", "sub/dir", "/abs"} {
+		if _, err := Get(context.Background(), lyingStore{}, []store.Entry{{Tag: tag}}, out); err == nil {
+			t.Errorf("Get wrote a record named %q", tag)
+		}
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*.sigstore.json")); len(m) != 0 {
+		t.Fatalf("written outside the directory: %v", m)
 	}
 }

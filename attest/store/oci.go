@@ -574,8 +574,8 @@ func annotationsOf(l Labels) map[string]string {
 // entryFromAnnotations reads an entry's labels, tag and bundle digest
 // back; false: not airlock's.
 func entryFromAnnotations(ann map[string]string) (Entry, bool) {
-	if ann[annJobID] == "" || ann[annTag] == "" {
-		return Entry{}, false
+	if ann[annJobID] == "" || !isJobTag(ann[annTag]) {
+		return Entry{}, false // not airlock's, or a tag no job has (a registry's word is untrusted)
 	}
 	created, _ := time.Parse(time.RFC3339, ann[annCreated])
 	pr, _ := strconv.Atoi(ann[annPullRequest])

@@ -156,8 +156,17 @@ func (q Query) matches(l Labels) bool {
 		(q.Commit == "" || strings.HasPrefix(l.Commit, q.Commit))
 }
 
+// maxLabel bounds a label's string: what the workflow names (a job,
+// a runner) is kept to it.
+const maxLabel = 512
+
 // check refuses labels a record cannot be stored under.
 func (l Labels) check() error {
+	for _, v := range []string{l.Repository, l.Commit, l.RunID, l.RunAttempt, l.Job, l.Runner, l.JobID, l.PredicateType} {
+		if len(v) > maxLabel {
+			return fmt.Errorf("a label of %d bytes, more than %d", len(v), maxLabel)
+		}
+	}
 	switch {
 	case l.Kind != KindAttestation && l.Kind != KindProvenance:
 		return fmt.Errorf("record kind %q: want %s or %s", l.Kind, KindAttestation, KindProvenance)

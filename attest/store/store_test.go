@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -310,5 +311,29 @@ func TestConcurrentJobsOfOneCommit(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// What a registry says of a record is untrusted: an index entry whose
+// tag is no job's (a path, a name with odd bytes) is not taken for an
+// airlock record.
+func TestAnnotationsFromARegistry(t *testing.T) {
+	good := annotationsOf(labels(KindAttestation, 1, commitOf("a"), "job-000000000001", 1))
+	good[annTag] = "octo-org_widgets.pr1.aaaaaaaaaaaa.r1-1.build.000000000001.att"
+	for _, tc := range []struct {
+		tag string
+		ok  bool
+	}{
+		{good[annTag], true},
+		{"../../../etc/cron.d/x", false},
+		{"octo-org_widgets.pr1.aaaaaaaaaaaa.r1-1.build.000000000001.att/../../x", false},
+		{"", false},
+		{"a.b.c.d.e.f.att\n", false},
+	} {
+		ann := maps.Clone(good)
+		ann[annTag] = tc.tag
+		if _, ok := entryFromAnnotations(ann); ok != tc.ok {
+			t.Errorf("tag %q: taken %v, want %v", tc.tag, ok, tc.ok)
+		}
 	}
 }

@@ -78,8 +78,9 @@ func labelsOf(res runner.Result, c *runner.AttestConfig, run *runStatement) stor
 		l.Verdict = store.VerdictPassed
 	}
 	if gh := run.pred.Runner.GitHub; gh != nil {
-		l.RunID, l.RunAttempt, l.Job, l.Runner = gh.RunID, gh.RunAttempt, gh.Job, gh.RunnerName
+		l.RunID, l.RunAttempt, l.Job, l.Runner = clip(gh.RunID, 64), clip(gh.RunAttempt, 16), clip(gh.Job, 256), clip(gh.RunnerName, 256)
 	}
+	l.Repository = clip(l.Repository, 480)
 	return l
 }
 
