@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -191,4 +192,33 @@ func itoa(n int) string {
 		return ""
 	}
 	return strconv.Itoa(n)
+}
+
+// Probe checks that the store r names answers with the credentials o
+// names, without writing a record: a registry lists the repository's
+// tags (none yet is fine), a file store's directory is there and takes
+// a file. Used by airlock doctor.
+func Probe(ctx context.Context, r storeref.Ref, o Options) error {
+	b, err := Open(r, o)
+	if err != nil {
+		return err
+	}
+	switch s := b.(type) {
+	case *ociStore:
+		if _, err := s.puller.List(ctx, s.repo); err != nil && !isStatus(err, 404) {
+			return fmt.Errorf("%s: %w", s.Location(), s.explain(ctx, err))
+		}
+	case *fileStore:
+		root, err := s.root()
+		if err != nil {
+			return err
+		}
+		defer root.Close()
+		name := fmt.Sprintf(".airlock-doctor.%d", os.Getpid())
+		if err := root.WriteFile(name, nil, 0o600); err != nil {
+			return fmt.Errorf("%s: %w", s.Location(), err)
+		}
+		root.Remove(name)
+	}
+	return nil
 }

@@ -24,9 +24,11 @@ type doctorOptions struct {
 	attestKey  string
 	node       string
 	workspaces []string
+	hook       hook.Config
 }
 
 func (o *doctorOptions) addFlags(f *pflag.FlagSet, hookCfg hook.Config) {
+	o.hook = hookCfg
 	f.BoolVar(&o.asJSON, "json", false, "print the checks as JSON")
 	f.StringVar(&o.stateDir, "state-dir", runner.DefaultStateRoot, "airlock run's state directory")
 	f.StringVar(&o.hookDir, "hook-dir", hookCfg.JobsRoot, "the runner hook's jobs directory ("+hook.JobsRootEnv+")")
@@ -58,6 +60,7 @@ failed, 77 when not run as root.`,
 			rep := doctor.Run(c.Context(), doctor.Options{
 				StateRoot: o.stateDir, HookDir: o.hookDir, Workspaces: o.workspaces,
 				OrgDir: o.orgDir, AttestKey: o.attestKey, Node: o.node, Spelling: flagSpelling(), RunscBuildID: runscBuildID,
+				AttestStores: o.hook.AttestStores, AttestStoreAuth: o.hook.AttestStoreAuth,
 				Password: attest.PasswordFromEnv(report.PasswordEnv, ""),
 			})
 			if o.asJSON {

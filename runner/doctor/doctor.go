@@ -17,6 +17,7 @@ package doctor
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/attest/store"
+	"github.com/airlock-ci/airlock/attest/storeref"
 	"github.com/airlock-ci/airlock/gvisor"
 	"github.com/airlock-ci/airlock/gvisor/cgroup"
 	"github.com/airlock-ci/airlock/gvisor/quota"
@@ -94,6 +97,11 @@ type Options struct {
 	AttestKey string
 	// Password gives an encrypted key's password.
 	Password attest.PasswordFunc
+	// AttestStores are the host's attestation stores (the hook's
+	// AIRLOCK_ATTEST_STORE, unparsed), AttestStoreAuth their
+	// credentials file; the organisation policy's attest.store adds to
+	// them.
+	AttestStores, AttestStoreAuth string
 	// Node is the node the runner runs the hook's index.js with ("" :
 	// the one in PATH).
 	Node string
@@ -464,6 +472,7 @@ func checkNode(ctx context.Context, o Options) []Check {
 func checkPolicyAndKey(ctx context.Context, o Options) []Check {
 	var out []Check
 	key := o.AttestKey
+	var eff *policies.Effective
 	srcs, err := policies.OrgSources(o.OrgDir)
 	switch {
 	case err != nil:
@@ -471,7 +480,7 @@ func checkPolicyAndKey(ctx context.Context, o Options) []Check {
 	case len(srcs) == 0:
 		out = append(out, bad(Warn, "organisation policy", "none (no "+policies.DefaultOrgDir+", no "+o.Spelling.Of(input.OrgDir)+")", "without one, a repository's .github/airlock.cue alone decides its sandbox and egress: put the organisation's *.cue files in "+policies.DefaultOrgDir))
 	default:
-		eff, err := policies.Load(ctx, srcs)
+		eff, err = policies.Load(ctx, srcs)
 		if err != nil {
 			out = append(out, bad(Fail, "organisation policy", policyError(err), "airlock policy vet "+filepath.Dir(srcs[0].Path)+"/*.cue shows every problem with its position"))
 		} else {
@@ -481,7 +490,40 @@ func checkPolicyAndKey(ctx context.Context, o Options) []Check {
 			}
 		}
 	}
-	return append(out, checkKey(ctx, key, o.Password))
+	out = append(out, checkKey(ctx, key, o.Password))
+	var orgStores []storeref.Ref
+	if eff != nil && eff.Org != nil {
+		orgStores = eff.Org.Attest.Stores()
+	}
+	return append(out, checkStores(ctx, orgStores, o))
+}
+
+// checkStores says where the jobs' attestations are kept, and whether
+// each store answers with the host's credentials (a store that does not
+// is a warning: it may be down now, and a job then fails for it).
+func checkStores(ctx context.Context, fromPolicy []storeref.Ref, o Options) Check {
+	host, err := storeref.ParseList(o.AttestStores)
+	if err != nil {
+		return bad(Fail, "attestation store", err.Error(), "fix AIRLOCK_ATTEST_STORE: every prepare_job refuses the job until then")
+	}
+	stores := storeref.Merge(fromPolicy, host...)
+	if len(stores) == 0 {
+		return bad(Warn, "attestation store", "none: the attestations stay in the runner's own directory (an ARC pod's is gone with the pod)", "name one in the organisation policy (attest: store: [{uri: \"oci://REGISTRY/REPOSITORY\"}]) or in AIRLOCK_ATTEST_STORE, with its credentials in AIRLOCK_ATTEST_STORE_AUTH (docs/attestations.md)")
+	}
+	var names, trouble []string
+	for _, r := range stores {
+		names = append(names, r.String())
+		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		err := store.Probe(pctx, r, store.Options{AuthFile: o.AttestStoreAuth, Attempts: 1, AttemptTimeout: 10 * time.Second, Deadline: 20 * time.Second})
+		cancel()
+		if err != nil {
+			trouble = append(trouble, err.Error())
+		}
+	}
+	if len(trouble) > 0 {
+		return bad(Warn, "attestation store", strings.Join(trouble, "; "), "a job whose required store does not take its record fails: check the store and its credentials file")
+	}
+	return ok("attestation store", "%s answer(s); credentials from %s", strings.Join(names, ", "), cmp.Or(o.AttestStoreAuth, "none (anonymous)"))
 }
 
 func checkKey(ctx context.Context, ref string, password attest.PasswordFunc) Check {
