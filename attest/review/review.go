@@ -201,20 +201,41 @@ func verifyOne(ctx context.Context, b store.Backend, e store.Entry, v signature.
 	if err != nil {
 		return nil, err
 	}
+	return ver, labelsAgree(e, ver)
+}
+
+// labelsAgree says where the store's labels of e and the statement
+// they index differ: every label a reviewer filters on, and the tag
+// they make.
+func labelsAgree(e store.Entry, ver *attest.Verified) error {
 	p := ver.Predicate
-	want := store.VerdictFailed
+	verdict := store.VerdictFailed
 	if p.Verdict.Passed {
-		want = store.VerdictPassed
+		verdict = store.VerdictPassed
 	}
-	switch {
-	case e.Verdict != want:
-		return ver, fmt.Errorf("the store says %s, the signed statement %s", e.Verdict, want)
-	case p.Runner.GitHub != nil && e.RunID != "" && p.Runner.GitHub.RunID != e.RunID:
-		return ver, fmt.Errorf("the store says run %s, the signed statement run %s", e.RunID, p.Runner.GitHub.RunID)
-	case p.Sandbox.ID != "" && p.Sandbox.ID != e.JobID:
-		return ver, fmt.Errorf("the store says job %s, the signed statement job %s", e.JobID, p.Sandbox.ID)
+	var gh attest.GitHubRun
+	if p.Runner.GitHub != nil {
+		gh = *p.Runner.GitHub
 	}
-	return ver, nil
+	for _, l := range []struct{ what, stored, signed string }{
+		{"verdict", e.Verdict, verdict},
+		{"commit", e.Commit, ver.Subject.Digest["gitCommit"]},
+		{"repository", e.Repository, ver.Subject.Name},
+		{"pull request", fmt.Sprint(e.PullRequest), fmt.Sprint(p.Job.PullRequest)},
+		{"job", e.JobID, p.Sandbox.ID},
+		{"run", e.RunID, gh.RunID},
+		{"run attempt", e.RunAttempt, gh.RunAttempt},
+		{"workflow job", e.Job, gh.Job},
+		{"runner", e.Runner, gh.RunnerName},
+	} {
+		if l.stored != l.signed {
+			return fmt.Errorf("the store says %s %q, the signed statement %q", l.what, l.stored, l.signed)
+		}
+	}
+	if e.Tag != e.Labels.Tag() {
+		return fmt.Errorf("the store files it under the tag %s, its labels make %s", e.Tag, e.Labels.Tag())
+	}
+	return nil
 }
 
 // WriteResults prints one line a job, VERIFIED or NOT VERIFIED and
@@ -318,15 +339,17 @@ func (s Selection) Title() string {
 }
 
 // Missing are the jobs of jobs that ran on one of airlock's runners
-// (their runs-on labels hold one of runsOn) and have no run attestation
-// among entries: matched by run, attempt and runner, each stored job
-// standing for one. A job that never reached a runner (skipped,
+// (their runs-on labels hold one of runsOn) and have no verified run
+// attestation among verified (VerifyAll's results): matched by run,
+// attempt and runner, each stored job standing for one. A job that never reached a runner (skipped,
 // cancelled in the queue) is not missing.
-func Missing(entries []store.Entry, jobs []github.WorkflowJob, runsOn []string) []github.WorkflowJob {
+func Missing(verified []Result, jobs []github.WorkflowJob, runsOn []string) []github.WorkflowJob {
 	type key struct{ run, attempt, runner string }
 	stored := map[key]int{}
-	for _, e := range entries {
-		if e.Kind == store.KindAttestation {
+	for _, r := range verified {
+		// Only what verified stands for a job: an index entry alone is
+		// the registry's word.
+		if e := r.Entry; r.Error == "" && r.Verified != nil {
 			stored[key{e.RunID, e.RunAttempt, e.Runner}]++
 		}
 	}

@@ -32,9 +32,9 @@ func TestVerifyAll(t *testing.T) {
 	c1, c2 := strings.Repeat("a", 40), strings.Repeat("b", 40)
 	put := func(id string, labelCommit string, labelVerdict string, labelRun string, j testattest.Job, k testattest.Key) store.Entry {
 		t.Helper()
-		j.Repository, j.JobID = repo, id
+		j.Repository, j.JobID, j.PullRequest = repo, id, 5
 		e, err := b.Put(context.Background(), store.Record{Labels: store.Labels{Kind: store.KindAttestation, Repository: repo, PullRequest: 5, Commit: labelCommit,
-			RunID: labelRun, JobID: id, Verdict: labelVerdict, Created: time.Date(2026, 12, 7, 12, 0, len(id), 0, time.UTC), PredicateType: attest.PredicateType}, Bundle: k.Bundle(t, j)})
+			RunID: labelRun, RunAttempt: "1", Job: "build", JobID: id, Verdict: labelVerdict, Created: time.Date(2026, 12, 7, 12, 0, len(id), 0, time.UTC), PredicateType: attest.PredicateType}, Bundle: k.Bundle(t, j)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,9 +62,9 @@ func TestVerifyAll(t *testing.T) {
 	want := map[string]string{
 		"job-000000000001": "",
 		"job-000000000002": "",
-		"job-000000000003": "the store says passed, the signed statement failed",
+		"job-000000000003": `the store says verdict "passed", the signed statement "failed"`,
 		"job-000000000004": "subject",
-		"job-000000000005": "the store says run 78, the signed statement run 77",
+		"job-000000000005": `the store says run "78", the signed statement "77"`,
 		"job-000000000006": "signature",
 		"job-000000000007": "hashes to",
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +24,7 @@ import (
 // replaced, and a reader never sees part of a file.
 type fileStore struct {
 	ref storeref.Ref
+	o   Options
 }
 
 // maxEntryFile bounds an entry's JSON read back.
@@ -33,7 +35,7 @@ const (
 	entrySuffix  = ".json"
 )
 
-func openFile(r storeref.Ref) (*fileStore, error) { return &fileStore{ref: r}, nil }
+func openFile(r storeref.Ref, o Options) (*fileStore, error) { return &fileStore{ref: r, o: o}, nil }
 
 func (s *fileStore) Location() string { return s.ref.Location() }
 
@@ -50,7 +52,30 @@ func (s *fileStore) root() (*os.Root, error) {
 	return os.OpenRoot(s.ref.Path)
 }
 
+// Put stores r within the store's deadline: a volume that hangs (an NFS
+// server gone) must not hold the job for ever. The write that hangs is
+// abandoned, not waited for; the record stays pending.
 func (s *fileStore) Put(ctx context.Context, r Record) (Entry, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.o.Deadline)
+	defer cancel()
+	type result struct {
+		e   Entry
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		e, err := s.put(r)
+		done <- result{e, err}
+	}()
+	select {
+	case res := <-done:
+		return res.e, res.err
+	case <-ctx.Done():
+		return Entry{}, fmt.Errorf("%s: no answer in time (a volume that hangs?): %w", s.Location(), ctx.Err())
+	}
+}
+
+func (s *fileStore) put(r Record) (Entry, error) {
 	if err := r.check(); err != nil {
 		return Entry{}, err
 	}
@@ -85,7 +110,7 @@ func (s *fileStore) Put(ctx context.Context, r Record) (Entry, error) {
 // linked to name. A name that holds data already is success (a retry);
 // one that holds anything else is ErrConflict.
 func createOnce(root *os.Root, name string, data []byte) error {
-	tmp := fmt.Sprintf(".%s.%d.tmp", name, os.Getpid())
+	tmp := fmt.Sprintf(".%s.%d.%d.tmp", name, os.Getpid(), rand.Uint64())
 	f, err := root.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err

@@ -3,8 +3,10 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -70,6 +72,8 @@ const (
 	pendingDir    = "pending"
 	markerSuffix  = ".json"
 	lockSuffix    = ".lock"
+	lostSuffix    = ".lost"
+	badSuffix     = ".unreadable"
 	maxMarker     = 1 << 20
 	maxRetryJobs  = 20
 	pendingPrefix = "job-"
@@ -116,6 +120,7 @@ func (k Keeper) Keep(ctx context.Context, jobID string, bundles []Bundle) []Outc
 	}
 	defer unlock()
 	if err := k.writeMarker(p); err != nil {
+		os.Remove(k.markerPath(jobID) + lockSuffix)
 		return failAll(fmt.Errorf("the pending marker could not be written, so nothing was pushed: %w", err))
 	}
 	out := k.push(ctx, &p, k.Stores, records)
@@ -227,12 +232,16 @@ func (k Keeper) RetryPending(ctx context.Context, log io.Writer) (pending, kept 
 // retry pushes one pending job; true when every store now holds it.
 func (k Keeper) retry(ctx context.Context, root *os.Root, jobID string, log io.Writer) bool {
 	b, err := files.ReadCapped(k.markerPath(jobID), maxMarker)
+	if errors.Is(err, fs.ErrNotExist) {
+		os.Remove(k.markerPath(jobID) + lockSuffix) // its own job settled it meanwhile
+		return false
+	}
 	if err != nil {
 		return false
 	}
 	var p pendingJob
 	if err := json.Unmarshal(b, &p); err != nil || p.JobID != jobID || p.Held == nil {
-		fmt.Fprintf(log, "airlock: pending attestation %s: the marker does not parse; left as it is\n", k.markerPath(jobID))
+		fmt.Fprintf(log, "airlock: pending attestation %s: the marker does not parse; set aside as %s, no longer retried\n", k.markerPath(jobID), k.setAside(jobID, badSuffix))
 		return false
 	}
 	var records []Record
@@ -242,7 +251,7 @@ func (k Keeper) retry(ctx context.Context, root *os.Root, jobID string, log io.W
 			err = fmt.Errorf("it hashes to %s, not the %s that was to be stored", digestOf(data), r.Digest)
 		}
 		if err != nil {
-			fmt.Fprintf(log, "airlock: ATTESTATION LOST: %s of job %s cannot be stored: %v\n", r.File, jobID, err)
+			fmt.Fprintf(log, "airlock: ATTESTATION LOST: %s of job %s cannot be stored: %v; its marker is set aside as %s\n", r.File, jobID, err, k.setAside(jobID, lostSuffix))
 			return false
 		}
 		records = append(records, Record{Labels: r.Labels, Bundle: data})
@@ -272,6 +281,16 @@ func (k Keeper) retry(ctx context.Context, root *os.Root, jobID string, log io.W
 		}
 	}
 	return p.complete()
+}
+
+// setAside renames a marker that can never be retried (what it names
+// is gone, or it does not parse) to one that RetryPending does not take,
+// so that it never starves the others; it stays for an administrator.
+func (k Keeper) setAside(jobID, suffix string) string {
+	to := k.markerPath(jobID) + suffix
+	os.Rename(k.markerPath(jobID), to)
+	os.Remove(k.markerPath(jobID) + lockSuffix)
+	return to
 }
 
 // PendingJobs are the ids of the jobs of dir that some store does not
@@ -314,12 +333,38 @@ func (k Keeper) lock(jobID string, noWait bool) (func(), error) {
 	return func() { f.Close() }, nil
 }
 
+// writeMarker replaces p's marker whole, synced: a runner that dies
+// right after leaves the marker, never an empty file. Its new time puts
+// it last among the markers RetryPending takes, oldest first.
 func (k Keeper) writeMarker(p pendingJob) error {
 	b, err := json.MarshalIndent(p, "", "  ")
 	if err != nil {
 		return err
 	}
-	return files.WriteAtomic(k.markerPath(p.JobID), b)
+	path := k.markerPath(p.JobID)
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
 }
 
 // validJobID is a job id that names a file: job- and hex or a few

@@ -52,11 +52,18 @@ const (
 	annBundleDigest                  = annPrefix + "bundle-digest"
 )
 
+// errNotARecord is a manifest that is not an airlock record.
+var errNotARecord = errors.New("not an airlock record")
+
 // emptyJSON is the OCI empty descriptor's content.
 var emptyJSON = []byte("{}")
 
 // maxManifest bounds a manifest or index read back.
 const maxManifest = 4 << 20
+
+// listDeadline bounds a whole List (a registry that pages its tags for
+// ever, or hangs between answers).
+const listDeadline = 10 * time.Minute
 
 // listWorkers bounds the requests List makes at once.
 const listWorkers = 8
@@ -104,6 +111,9 @@ func openOCI(r storeref.Ref, o Options) (*ociStore, error) {
 	return s, nil
 }
 
+// errPlainHTTP is plain HTTP that schemeGuard refused.
+var errPlainHTTP = errors.New("refusing plain HTTP")
+
 // schemeGuard refuses plain HTTP to a registry that is not on loopback
 // unless the store said insecure=true: credentials never cross a network
 // in the clear because a TLS handshake failed.
@@ -114,7 +124,7 @@ type schemeGuard struct {
 
 func (g *schemeGuard) RoundTrip(r *http.Request) (*http.Response, error) {
 	if r.URL.Scheme == "http" && !g.insecure && !loopback(r.URL.Hostname()) {
-		return nil, fmt.Errorf("refusing plain HTTP to %s: the store is not on loopback; give ?insecure=true in its name if the registry has no TLS", r.URL.Host)
+		return nil, fmt.Errorf("%w to %s: the store is not on loopback; give ?insecure=true in its name if the registry has no TLS", errPlainHTTP, r.URL.Host)
 	}
 	return g.next.RoundTrip(r)
 }
@@ -299,6 +309,8 @@ func (s *ociStore) ensureReferred(ctx context.Context, subject string, m rawMani
 // (two jobs that updated a fallback index at once: the one that lost is
 // still tagged).
 func (s *ociStore) List(ctx context.Context, q Query) ([]Entry, error) {
+	ctx, cancel := context.WithTimeout(ctx, listDeadline)
+	defer cancel()
 	tags, err := s.puller.List(ctx, s.repo)
 	if err != nil {
 		if isStatus(err, http.StatusNotFound) {
@@ -338,13 +350,21 @@ func (s *ociStore) List(ctx context.Context, q Query) ([]Entry, error) {
 			return !commits[commitPart(m[2])]
 		})
 	}
+	// Entries are kept by their manifests' digests: what a referrers
+	// list says of a tag is the registry's word, so a tag that one
+	// entry, and one only, claims is covered; any other job's tag is
+	// read.
 	var mu sync.Mutex
 	found := map[string]Entry{}
+	claims := map[string]int{}
 	add := func(e Entry) {
 		mu.Lock()
 		defer mu.Unlock()
+		if _, seen := found[e.Ref]; !seen {
+			claims[e.Tag]++
+		}
 		if q.matches(e.Labels) {
-			found[e.Tag] = e
+			found[e.Ref] = e
 		}
 	}
 	// A commit whose referrers cannot be read (its tag broken, an index
@@ -359,13 +379,16 @@ func (s *ociStore) List(ctx context.Context, q Query) ([]Entry, error) {
 	}
 	var rest []string
 	for _, t := range jobTags {
-		if _, ok := found[t]; !ok {
+		if claims[t] != 1 {
 			rest = append(rest, t)
 		}
 	}
 	err = parallel(ctx, rest, func(t string) error {
 		e, err := s.Resolve(ctx, t)
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrNotFound), errors.Is(err, errNotARecord):
+			return nil // gone since the listing, or another tool's tag of the same shape
+		case err != nil:
 			return err
 		}
 		add(e)
@@ -409,6 +432,8 @@ func (s *ociStore) referrers(ctx context.Context, t string, add func(Entry)) err
 // Resolve reads the manifest ref names: a tag of this store's, or a
 // digest (sha256:..., or REGISTRY/REPOSITORY@sha256:... of this store).
 func (s *ociStore) Resolve(ctx context.Context, ref string) (Entry, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.o.Deadline)
+	defer cancel()
 	var r name.Reference
 	switch {
 	case strings.Contains(ref, "@"):
@@ -419,7 +444,7 @@ func (s *ociStore) Resolve(ctx context.Context, ref string) (Entry, error) {
 		if d.Context().String() != s.repo.String() {
 			return Entry{}, fmt.Errorf("%s is not in the store %s (its repository is %s)", ref, s.Location(), d.Context())
 		}
-		r = d
+		r = s.repo.Digest(d.DigestStr()) // the store's repository, with its options (insecure)
 	case strings.HasPrefix(ref, "sha256:"):
 		r = s.repo.Digest(ref)
 	case validTag.MatchString(ref):
@@ -440,7 +465,10 @@ func (s *ociStore) Resolve(ctx context.Context, ref string) (Entry, error) {
 	}
 	e, ok := entryFromAnnotations(m.Annotations)
 	if !ok {
-		return Entry{}, fmt.Errorf("%s: %s is not an airlock record (its annotations lack %s)", s.Location(), ref, annJobID)
+		return Entry{}, fmt.Errorf("%s: %s is %w (its annotations lack %s)", s.Location(), ref, errNotARecord, annJobID)
+	}
+	if _, isTag := r.(name.Tag); isTag && e.Tag != ref {
+		return Entry{}, fmt.Errorf("%s: the tag %s holds a record that names itself %s", s.Location(), ref, e.Tag)
 	}
 	e.Store, e.Ref = s.Location(), s.repo.Digest(desc.Digest.String()).String()
 	e.Digest, e.Size = m.Layers[0].Digest.String(), m.Layers[0].Size
@@ -450,11 +478,16 @@ func (s *ociStore) Resolve(ctx context.Context, ref string) (Entry, error) {
 // Fetch reads e's bundle: the layer of the manifest e.Ref names, which
 // must be the digest e has, and whose bytes must hash to it.
 func (s *ociStore) Fetch(ctx context.Context, e Entry) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.o.Deadline)
+	defer cancel()
 	d, err := name.NewDigest(e.Ref)
 	if err != nil {
 		return nil, fmt.Errorf("%q is not a digest reference: %w", e.Ref, err)
 	}
-	desc, err := s.puller.Get(ctx, d)
+	if d.Context().String() != s.repo.String() {
+		return nil, fmt.Errorf("%s is not in the store %s", e.Ref, s.Location())
+	}
+	desc, err := s.puller.Get(ctx, s.repo.Digest(d.DigestStr()))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s: %w", s.Location(), e.Ref, s.explain(ctx, err))
 	}
@@ -597,7 +630,7 @@ func (s *ociStore) explain(ctx context.Context, err error) error {
 	var nerr net.Error
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return fmt.Errorf("no answer within %s, retries included (the registry is down, hangs, or is unreachable from this runner): %w", s.o.Deadline, err)
+		return fmt.Errorf("no answer in time, retries included (the registry is down, hangs, or is unreachable from this runner): %w", err)
 	case errors.As(err, &nerr) && nerr.Timeout():
 		return fmt.Errorf("no answer within %s on each of %d tries (the registry hangs, or is unreachable from this runner): %w", s.o.AttemptTimeout, s.o.Attempts, err)
 	case errors.As(err, &terr) && terr.StatusCode == http.StatusUnauthorized:

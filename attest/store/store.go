@@ -145,7 +145,7 @@ func Open(r storeref.Ref, o Options) (Backend, error) {
 	case storeref.OCI:
 		return openOCI(r, o)
 	case storeref.File:
-		return openFile(r)
+		return openFile(r, o)
 	}
 	return nil, fmt.Errorf("attestation store %q: no such kind of store", r.String())
 }

@@ -2,12 +2,13 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
-	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
@@ -60,22 +61,37 @@ type sessionAware struct {
 }
 
 func (s *sessionAware) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method != http.MethodPost && strings.Contains(r.URL.Path, "/blobs/uploads/") {
+	// A PATCH continues an upload; a PUT with ?digest= finishes one (the
+	// distribution spec's, whatever the location's path, which a
+	// registry chooses).
+	if r.Method == http.MethodPatch || (r.Method == http.MethodPut && r.URL.Query().Has("digest")) || (r.Method != http.MethodPost && strings.Contains(r.URL.Path, "/blobs/uploads/")) {
 		return s.once.Transport.RoundTrip(r)
 	}
 	return s.retrying.RoundTrip(r)
 }
 
 // transient says whether an operation that failed with err may pass if
-// it is done again: what retryable retries, seen after the fact.
+// it is done again: what retryable retries, seen after the fact (a
+// registry's answer by its status; no connection, or a try that timed
+// out; never a certificate not trusted, a TLS handshake that met plain
+// HTTP, or plain HTTP refused).
 func transient(err error) bool {
 	var terr *transport.Error
 	if errors.As(err, &terr) {
 		c := terr.StatusCode
 		return c == http.StatusRequestTimeout || c == http.StatusTooManyRequests || c >= 500 && c != http.StatusNotImplemented
 	}
+	if errors.Is(err, errPlainHTTP) || errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") || certificateError(err) {
+		return false
+	}
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		// go-retryablehttp's policy looks at the *url.Error itself.
+		retry, _ := retryablehttp.DefaultRetryPolicy(context.Background(), nil, uerr)
+		return retry
+	}
 	var nerr net.Error
-	return errors.As(err, &nerr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+	return errors.As(err, &nerr) // not the network's (ErrConflict, a manifest that does not parse): no
 }
 
 // retryable retries what may pass on a later try: go-retryablehttp's
@@ -95,4 +111,14 @@ func retryable(ctx context.Context, resp *http.Response, err error) (bool, error
 		return true, nil
 	}
 	return retryablehttp.DefaultRetryPolicy(ctx, resp, err)
+}
+
+// certificateError says whether err is a TLS certificate that does not
+// verify: never better on a later try.
+func certificateError(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid)
 }

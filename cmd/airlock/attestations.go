@@ -74,7 +74,7 @@ func newAttestationsCmd(code *int) *cobra.Command {
 func newMissingCmd(code *int) *cobra.Command {
 	req := report.MissingRequest{Token: cmp.Or(os.Getenv(hook.GitHubTokenEnv), os.Getenv("GITHUB_TOKEN")), BaseURL: cmp.Or(os.Getenv(hook.GitHubAPIEnv), os.Getenv("GITHUB_API_URL"))}
 	cmd := &cobra.Command{
-		Use:   "missing --store URI --repo OWNER/NAME --pr N --runs-on LABEL",
+		Use:   "missing --store URI --repo OWNER/NAME --pr N --runs-on LABEL --key PUB",
 		Short: "Name the pull request's jobs on airlock's runners that have no stored attestation (GitHub API: " + hook.GitHubTokenEnv + " or GITHUB_TOKEN)",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -88,5 +88,6 @@ func newMissingCmd(code *int) *cobra.Command {
 	}
 	selectionFlags(cmd.Flags(), &req.Store)
 	cmd.Flags().StringArrayVar(&req.RunsOn, "runs-on", nil, "a runs-on label of airlock's runners (repeatable)")
+	cmd.Flags().StringVar(&req.KeyFile, "key", "", "public key (PEM) a stored attestation must verify with to stand for a job")
 	return cmd
 }

@@ -94,7 +94,9 @@ func storeInPod(t *testing.T, c *cri, v values, n node) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, code := c.exec(reg, time.Minute, "/bin/sh", "-c", fmt.Sprintf("echo '%s' > /tmp/auth.json && cat > /tmp/signing.pub <<'EOF'\n%sEOF", auth, pub)); code != 0 {
+	// The reviewer, in the registry's pod, reaches it on its loopback.
+	reviewerAuth := fmt.Sprintf(`{"auths":{"127.0.0.1:5000":{"username":"airlock","password":%q}}}`, password)
+	if out, code := c.exec(reg, time.Minute, "/bin/sh", "-c", fmt.Sprintf("echo '%s' > /tmp/auth.json && cat > /tmp/signing.pub <<'EOF'\n%sEOF", reviewerAuth, pub)); code != 0 {
 		t.Fatalf("the reviewer's files: %d %s", code, out)
 	}
 	storeURI := "oci://127.0.0.1:5000/airlock/attestations"

@@ -6,6 +6,7 @@
 package testattest
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"fmt"
@@ -48,8 +49,12 @@ func NewKey(t testing.TB) Key {
 
 // Job is what a test's run statement says.
 type Job struct {
-	Repository, Commit, JobID, RunID string
-	Passed                           bool
+	Repository, Commit, JobID string
+	PullRequest               int
+	// RunID, RunAttempt (default 1), Job (default build) and Runner are
+	// the Actions run's, when RunID is set.
+	RunID, RunAttempt, Job, Runner string
+	Passed                         bool
 	// Execs is how many processes it records (about 250 bytes each).
 	Execs int
 }
@@ -62,8 +67,9 @@ func (k Key) Bundle(t testing.TB, j Job) []byte {
 	p.Sandbox.ID = j.JobID
 	p.Job.Repository, p.Job.HeadSHA = j.Repository, j.Commit
 	if j.RunID != "" {
-		p.Runner.GitHub = &attest.GitHubRun{RunID: j.RunID, RunAttempt: "1", Job: "build"}
+		p.Runner.GitHub = &attest.GitHubRun{RunID: j.RunID, RunAttempt: cmp.Or(j.RunAttempt, "1"), Job: cmp.Or(j.Job, "build"), RunnerName: j.Runner}
 	}
+	p.Job.PullRequest = j.PullRequest
 	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 	for i := range j.Execs {
 		p.Processes.Execs = append(p.Processes.Execs, attest.Exec{Time: now, PID: int32(i + 2), PPID: 1, Source: "execve", Binary: "/usr/bin/go",

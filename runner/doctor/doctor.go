@@ -523,7 +523,7 @@ func checkStores(ctx context.Context, fromPolicy []storeref.Ref, o Options) Chec
 	if len(trouble) > 0 {
 		return bad(Warn, "attestation store", strings.Join(trouble, "; "), "a job whose required store does not take its record fails: check the store and its credentials file")
 	}
-	return ok("attestation store", "%s answer(s); credentials from %s", strings.Join(names, ", "), cmp.Or(o.AttestStoreAuth, "none (anonymous)"))
+	return ok("attestation store", "%s answer(s) a read (a push is proven by a job's); credentials from %s", strings.Join(names, ", "), cmp.Or(o.AttestStoreAuth, "none (anonymous)"))
 }
 
 func checkKey(ctx context.Context, ref string, password attest.PasswordFunc) Check {

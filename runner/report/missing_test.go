@@ -74,12 +74,22 @@ func TestMissing(t *testing.T) {
 		id := "job-00000000000" + string(rune('1'+i))
 		l := store.Labels{Kind: store.KindAttestation, Repository: "https://github.com/octo-org/widgets", PullRequest: 42, Commit: head1, RunID: j.run, RunAttempt: j.attempt,
 			Runner: j.runner, JobID: id, Verdict: store.VerdictPassed, Created: time.Date(2026, 12, 7, 12, 0, i, 0, time.UTC), PredicateType: attest.PredicateType}
-		if _, err := b.Put(context.Background(), store.Record{Labels: l, Bundle: key.Bundle(t, testattest.Job{Repository: l.Repository, Commit: head1, JobID: id, Passed: true})}); err != nil {
+		bundle := key.Bundle(t, testattest.Job{Repository: l.Repository, Commit: head1, JobID: id, PullRequest: 42, RunID: j.run, RunAttempt: j.attempt, Job: "build", Runner: j.runner, Passed: true})
+		l.Job = "build"
+		if _, err := b.Put(context.Background(), store.Record{Labels: l, Bundle: bundle}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var out bytes.Buffer
-	err = Missing(context.Background(), MissingRequest{Store: sel, RunsOn: []string{"airlock"}, Token: "ghp_test", BaseURL: api.URL}, &out)
+	// An entry that is the registry's word alone (another key's bundle,
+	// labels of the missing job) does not stand for it.
+	forged := store.Labels{Kind: store.KindAttestation, Repository: "https://github.com/octo-org/widgets", PullRequest: 42, Commit: head1, RunID: "901", RunAttempt: "1",
+		Job: "build", Runner: "arc-runner-b", JobID: "job-0000000000ff", Verdict: store.VerdictPassed, Created: time.Date(2026, 12, 7, 12, 1, 0, 0, time.UTC), PredicateType: attest.PredicateType}
+	other := testattest.NewKey(t)
+	if _, err := b.Put(context.Background(), store.Record{Labels: forged, Bundle: other.Bundle(t, testattest.Job{Repository: forged.Repository, Commit: head1, JobID: forged.JobID, PullRequest: 42, RunID: "901", Job: "build", Runner: "arc-runner-b", Passed: true})}); err != nil {
+		t.Fatal(err)
+	}
+	err = Missing(context.Background(), MissingRequest{Store: sel, RunsOn: []string{"airlock"}, KeyFile: key.Pub, Token: "ghp_test", BaseURL: api.URL}, &out)
 	if !errors.Is(err, ErrMissing) || strings.Count(out.String(), "MISSING") != 1 || !strings.Contains(out.String(), "MISSING  run 901 attempt 1  CI / test (node 20) (job 12) on arc-runner-b") ||
 		!strings.Contains(out.String(), "1 of 4 job(s) on airlock's runners have no stored attestation") {
 		t.Fatalf("Missing: %v\n%s", err, out.String())
@@ -88,9 +98,10 @@ func TestMissing(t *testing.T) {
 		req  MissingRequest
 		want string
 	}{
-		{MissingRequest{Store: review.Selection{Store: sel.Store, Query: store.Query{Repository: "widgets", PullRequest: 42}}, RunsOn: []string{"airlock"}, Token: "t"}, "owner/name"},
-		{MissingRequest{Store: sel, Token: "t"}, "runs-on label"},
-		{MissingRequest{Store: sel, RunsOn: []string{"airlock"}}, "no GitHub token"},
+		{MissingRequest{Store: review.Selection{Store: sel.Store, Query: store.Query{Repository: "widgets", PullRequest: 42}}, RunsOn: []string{"airlock"}, KeyFile: key.Pub, Token: "t"}, "owner/name"},
+		{MissingRequest{Store: sel, KeyFile: key.Pub, Token: "t"}, "runs-on label"},
+		{MissingRequest{Store: sel, RunsOn: []string{"airlock"}, KeyFile: key.Pub}, "no GitHub token"},
+		{MissingRequest{Store: sel, RunsOn: []string{"airlock"}, Token: "t"}, "only a stored attestation that verifies"},
 	} {
 		if err := Missing(context.Background(), tc.req, &out); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %q", tc.req, err, tc.want)

@@ -49,7 +49,7 @@ func keep(ctx context.Context, res runner.Result, c *runner.AttestConfig, att *A
 			if !o.Required {
 				what = "attestation not stored (best-effort store)"
 			}
-			fmt.Fprintf(log, "airlock: %s in %s: %s; the bundle stays at %s, and the next job on this runner retries it\n", what, o.Store, o.Error, att.Bundle)
+			fmt.Fprintf(log, "airlock: %s in %s: %s; the bundle stays at %s, and a later job on this runner whose own push succeeds retries it\n", what, o.Store, o.Error, att.Bundle)
 			continue
 		}
 		for _, e := range o.Entries {

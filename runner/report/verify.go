@@ -159,6 +159,7 @@ func StoreReport(ctx context.Context, sel review.Selection, keyFile, out string)
 type MissingRequest struct {
 	Store   review.Selection
 	RunsOn  []string
+	KeyFile string
 	Token   string
 	BaseURL string
 }
@@ -181,8 +182,14 @@ func Missing(ctx context.Context, req MissingRequest, out io.Writer) error {
 		return input.Errorf("", "give the runs-on label of airlock's runners (as the workflows' runs-on names them)")
 	case req.Token == "":
 		return input.Errorf("", "no GitHub token: set AIRLOCK_GITHUB_TOKEN (or GITHUB_TOKEN) to one that may read the repository's actions")
+	case req.KeyFile == "":
+		return input.Errorf(input.VerifyKey, "required: only a stored attestation that verifies stands for a job")
 	}
-	_, entries, err := req.Store.Load(ctx)
+	v, err := attest.LoadVerifierFile(req.KeyFile)
+	if err != nil {
+		return input.Error{Input: input.VerifyKey, Err: err}
+	}
+	b, entries, err := req.Store.Load(ctx)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
@@ -194,7 +201,7 @@ func Missing(ctx context.Context, req MissingRequest, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	missing := review.Missing(entries, jobs, req.RunsOn)
+	missing := review.Missing(review.VerifyAll(ctx, b, entries, v, attest.VerifyOptions{}), jobs, req.RunsOn)
 	review.WriteMissing(out, missing, review.OnRunners(jobs, req.RunsOn))
 	if len(missing) > 0 {
 		return ErrMissing
