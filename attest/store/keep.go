@@ -341,30 +341,7 @@ func (k Keeper) writeMarker(p pendingJob) error {
 	if err != nil {
 		return err
 	}
-	path := k.markerPath(p.JobID)
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	return files.WriteDurable(k.markerPath(p.JobID), b)
 }
 
 // validJobID is a job id that names a file: job- and hex or a few

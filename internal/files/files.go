@@ -1,7 +1,7 @@
 // Package files reads files whose size is not trusted, opens
 // directories a sandboxed job can rearrange, and digests a directory
 // tree without following its links (TreeDigest), replaces a file whole
-// (WriteAtomic), and takes flocks on lock files (Lock, LockWait).
+// (WriteAtomic, WriteDurable), and takes flocks on lock files (Lock, LockWait).
 //
 // Layer 0: the bottom (see internal/layers); imports nothing of airlock's.
 package files
@@ -120,12 +120,22 @@ func OpenRegularBeneath(base, p string, flags int) (*os.File, error) {
 // WriteAtomic writes b to path through a temporary file in the same
 // directory, mode 0600: a reader sees the old file or the new one, never
 // a part.
-func WriteAtomic(path string, b []byte) error {
+func WriteAtomic(path string, b []byte) error { return writeAtomic(path, b, false) }
+
+// WriteDurable is WriteAtomic that also syncs the file and its
+// directory before it returns: a machine that dies right after keeps
+// the new file, never an empty one.
+func WriteDurable(path string, b []byte) error { return writeAtomic(path, b, true) }
+
+func writeAtomic(path string, b []byte, durable bool) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
 	_, err = f.Write(b)
+	if err == nil && durable {
+		err = f.Sync()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -134,6 +144,13 @@ func WriteAtomic(path string, b []byte) error {
 	}
 	if err != nil {
 		os.Remove(f.Name())
+		return err
 	}
-	return err
+	if durable {
+		if d, err := os.Open(filepath.Dir(path)); err == nil {
+			d.Sync()
+			d.Close()
+		}
+	}
+	return nil
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/attest/review"
 	"github.com/airlock-ci/airlock/attest/store"
 	"github.com/airlock-ci/airlock/attest/storeref"
 	"github.com/airlock-ci/airlock/internal/testregistry"
@@ -103,6 +105,16 @@ func TestHookKeepsAttestationInStore(t *testing.T) {
 	for _, e := range entries {
 		if e.Commit != h.head || e.RunID != "8812345" || e.RunAttempt != "2" || e.Job != "build" || e.Runner != "arc-runner-x7k2p" || !strings.HasPrefix(e.Tag, "acme_app.pr7."+h.head[:12]+".r8812345-2.build.") {
 			t.Errorf("entry %+v", e)
+		}
+	}
+	// What the store says of each job is what its signed statement says.
+	v, err := attest.LoadVerifierFile(h.keyPub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range review.VerifyAll(context.Background(), b, entries, v, attest.VerifyOptions{}) {
+		if r.Error != "" {
+			t.Errorf("%s: %s", r.Entry.Tag, r.Error)
 		}
 	}
 	mu.Lock()
