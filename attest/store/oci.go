@@ -171,8 +171,7 @@ func (s *ociStore) Put(ctx context.Context, r Record) (Entry, error) {
 	return Entry{}, fmt.Errorf("%s: %w", s.Location(), s.explain(ctx, err))
 }
 
-// put is one try of Put. The bundle's blob goes up while the commit's
-// subject manifest does: the bundle's manifest needs both.
+// put is one try of Put.
 func (s *ociStore) put(ctx context.Context, r Record) (Entry, error) {
 	tag := r.Tag()
 	subject, err := commitManifest(r.Repository, r.Commit)
@@ -184,6 +183,10 @@ func (s *ociStore) put(ctx context.Context, r Record) (Entry, error) {
 	if err := s.pusher.Upload(ctx, s.repo, static.NewLayer(emptyJSON, emptyMediaType)); err != nil {
 		return Entry{}, fmt.Errorf("upload the empty config: %w", err)
 	}
+	// The commit's subject manifest goes up while the bundle does: a
+	// manifest may name a subject the registry does not have yet (the
+	// distribution spec's), and the subject's tag is only how List finds
+	// the commit.
 	var subjectErr error
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -191,20 +194,22 @@ func (s *ociStore) put(ctx context.Context, r Record) (Entry, error) {
 			subjectErr = fmt.Errorf("the commit's subject manifest: %w", err)
 		}
 	})
-	bundleErr := s.pusher.Upload(ctx, s.repo, static.NewLayer(r.Bundle, attest.BundleMediaType))
-	wg.Wait()
-	if bundleErr != nil {
-		return Entry{}, fmt.Errorf("upload the bundle: %w", bundleErr)
-	}
-	if subjectErr != nil {
-		return Entry{}, subjectErr
-	}
 	m, err := bundleManifest(r, tag, subject)
+	if err == nil {
+		if err = s.pusher.Upload(ctx, s.repo, static.NewLayer(r.Bundle, attest.BundleMediaType)); err != nil {
+			err = fmt.Errorf("upload the bundle: %w", err)
+		} else if err = s.putOnce(ctx, tag, m, true); err != nil && !s.holds(ctx, tag, m) {
+			err = fmt.Errorf("tag %s: %w", tag, err)
+		} else {
+			err = nil
+		}
+	}
+	wg.Wait()
 	if err != nil {
 		return Entry{}, err
 	}
-	if err := s.putOnce(ctx, tag, m, true); err != nil && !s.holds(ctx, tag, m) {
-		return Entry{}, fmt.Errorf("tag %s: %w", tag, err)
+	if subjectErr != nil {
+		return Entry{}, subjectErr // the record is stored; a retry puts the subject
 	}
 	// The tag holds the record now. The commit's fallback index is how
 	// standard tools find it; its update can fail where the tag's did
