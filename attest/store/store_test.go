@@ -337,3 +337,20 @@ func TestAnnotationsFromARegistry(t *testing.T) {
 		}
 	}
 }
+
+// Any labels (the job's and runner's names come from the workflow):
+// the tag is a valid tag within 128 characters, of a job's shape, and
+// the commit's subject tag a valid commit tag.
+func FuzzLabelsTag(f *testing.F) {
+	f.Add("https://github.com/octo-org/widgets", 42, "9a3bb6bc09af1c2d3e4f5a6b7c8d9e0f1a2b3c4d", "8812345", "1", "build (ubuntu, 20)", "job-efbb8c29c09a")
+	f.Add("", 0, "", "", "", "", "job-0")
+	f.Fuzz(func(t *testing.T, repo string, pr int, commit, run, attempt, job, id string) {
+		l := Labels{Kind: KindProvenance, Repository: repo, PullRequest: pr, Commit: commit, RunID: run, RunAttempt: attempt, Job: job, JobID: id}
+		if tag := l.Tag(); len(tag) > 128 || !validTag.MatchString(tag) || !isJobTag(tag) {
+			t.Fatalf("%+v: tag %q", l, tag)
+		}
+		if ct := CommitTag(repo, commit); len(ct) > 128 || !commitTagShape.MatchString(ct) {
+			t.Fatalf("commit tag %q", ct)
+		}
+	})
+}

@@ -71,3 +71,25 @@ func TestParseListMerges(t *testing.T) {
 		t.Fatal("a list with a bad name parsed")
 	}
 }
+
+// Any name: Parse never panics; a name it takes prints back as a name
+// it takes the same way; a refusal never prints what stands between
+// :// and @ (credentials someone put in a name).
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"oci://ghcr.io/org/repo", "file:///mnt/a?required=false", "oci://u:p@r/x", "oci://127.0.0.1:5000/a/b?insecure=true&required=false", "file://host/x", "oci://r/%2e"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := Parse(s)
+		if err != nil {
+			if i, j := strings.Index(s, "://"), strings.LastIndex(s, "@"); i >= 0 && j > i+3 && strings.Contains(err.Error(), s[i+3:j]) && len(s[i+3:j]) > 3 && !strings.Contains(Form, s[i+3:j]) {
+				t.Fatalf("the refusal of %q prints %q: %v", s, s[i+3:j], err)
+			}
+			return
+		}
+		again, err := Parse(r.String())
+		if err != nil || again != r {
+			t.Fatalf("Parse(%q) = %+v; its String %q parses to %+v, %v", s, r, r.String(), again, err)
+		}
+	})
+}
