@@ -324,7 +324,10 @@ func Report(ctx context.Context, b store.Backend, entries []store.Entry, v signa
 }
 
 // Title names what a selection selects, for a page's title.
-func (s Selection) Title() string {
+func (s Selection) Title() string { return "airlock: " + s.Describe() + " in " + s.Store }
+
+// Describe says in words which jobs the selection selects.
+func (s Selection) Describe() string {
 	what := "every job"
 	switch {
 	case s.Query.PullRequest > 0:
@@ -335,7 +338,7 @@ func (s Selection) Title() string {
 	if s.Query.Repository != "" {
 		what += " of " + s.Query.Repository
 	}
-	return "airlock: " + what + " in " + s.Store
+	return what
 }
 
 // Missing are the jobs of jobs that ran on one of airlock's runners

@@ -81,7 +81,7 @@ func Verify(ctx context.Context, req VerifyRequest, out, log io.Writer) error {
 			return notVerified(err)
 		}
 		if len(entries) == 0 {
-			return notVerified(fmt.Errorf("%s holds no job of %s", req.Store.Store, describe(req.Store)))
+			return notVerified(fmt.Errorf("%s holds no job of %s", req.Store.Store, req.Store.Describe()))
 		}
 		opts.Commit = "" // each job is checked against the commit it is filed under
 		failed, err := review.WriteResults(out, review.VerifyAll(ctx, b, entries, v, opts), req.JSON)
@@ -115,18 +115,6 @@ func Verify(ctx context.Context, req VerifyRequest, out, log io.Writer) error {
 	return nil
 }
 
-// describe says what a selection selects, for a message.
-func describe(s review.Selection) string {
-	what := "the commit " + s.Query.Commit
-	if s.Query.PullRequest > 0 {
-		what = fmt.Sprintf("pull request %d", s.Query.PullRequest)
-	}
-	if s.Query.Repository != "" {
-		what += " of " + s.Query.Repository
-	}
-	return what
-}
-
 // StoreReport writes one HTML page over the jobs sel selects to the
 // file out, each verified with the public key in keyFile (or read
 // unverified without one, and shown so).
@@ -143,7 +131,7 @@ func StoreReport(ctx context.Context, sel review.Selection, keyFile, out string)
 		return err
 	}
 	if len(entries) == 0 {
-		return fmt.Errorf("%s holds no job of %s", sel.Store, describe(sel))
+		return fmt.Errorf("%s holds no job of %s", sel.Store, sel.Describe())
 	}
 	var page bytes.Buffer
 	if err := review.Report(ctx, b, entries, v, sel.Title(), &page); err != nil {
