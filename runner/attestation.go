@@ -83,6 +83,10 @@ func (c *AttestConfig) ResolveSubjectMeanwhile(ctx context.Context) (wait func()
 	return func() { <-done }
 }
 
+// HeadResolved says whether the head is a commit id (given as one, or
+// resolved).
+func (c *AttestConfig) HeadResolved() bool { return isCommitID(c.Meta.HeadSHA) }
+
 // SubjectNotes are the trouble ResolveSubject had, for the verdict.
 func (c *AttestConfig) SubjectNotes() []string { return c.subjectNotes }
 

@@ -128,6 +128,26 @@ func (k Keeper) Keep(ctx context.Context, jobID string, bundles []Bundle) []Outc
 	return out
 }
 
+// Prepare puts in each store, all at once, what every job of the commit
+// shares, while the job runs: on a registry, the commit's subject
+// manifest, so that the push after the job writes one manifest less.
+// It is best effort, and says nothing: Keep puts whatever is missing,
+// and reports what fails. repository and commit are the labels the
+// job's records will have.
+func (k Keeper) Prepare(ctx context.Context, repository, commit string) {
+	var wg sync.WaitGroup
+	for _, r := range k.Stores {
+		wg.Go(func() {
+			if b, err := Open(r, k.Options); err == nil {
+				if p, ok := b.(commitPreparer); ok {
+					p.PrepareCommit(ctx, repository, commit)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // push puts records in each store at once and notes in p what each
 // holds.
 func (k Keeper) push(ctx context.Context, p *pendingJob, stores []storeref.Ref, records []Record) []Outcome {

@@ -403,3 +403,85 @@ func TestRetryPendingSetsAside(t *testing.T) {
 		t.Errorf("lock files left: %v", n)
 	}
 }
+
+// Prepare puts the commit's subject manifest while the job runs, so
+// that Keep after the job writes only the job's own manifests; a store
+// it cannot reach, or whose commit tag holds something else, is left to
+// Keep, which says what is wrong.
+func TestPrepare(t *testing.T) {
+	key := newTestKey(t)
+	for _, tc := range []struct {
+		name string
+		// setup returns the store, and how many subject PUTs the
+		// registry had (-1: it cannot tell).
+		setup     func(t *testing.T, commitTag string) (storeref.Ref, Options, func() int)
+		wantError string // Keep's, after Prepare; empty: it stores the job
+	}{
+		{"distribution", func(t *testing.T, _ string) (storeref.Ref, Options, func() int) {
+			r, o, _ := registries[0].start(t)
+			return r, o, func() int { return -1 }
+		}, ""},
+		{"a registry that logs its requests", func(t *testing.T, commitTag string) (storeref.Ref, Options, func() int) {
+			s := testregistry.InProcess(t, testregistry.Options{})
+			return ociRef(t, s.Host), fastOptions(""), func() int {
+				n := 0
+				for _, r := range s.Requests() {
+					if r.Method == http.MethodPut && strings.HasSuffix(r.Path, "/manifests/"+commitTag) {
+						n++
+					}
+				}
+				return n
+			}
+		}, ""},
+		{"a registry that is down", func(t *testing.T, _ string) (storeref.Ref, Options, func() int) {
+			return ociRef(t, fmt.Sprintf("127.0.0.1:%d", testregistry.FreePort(t))), fastOptions(""), func() int { return -1 }
+		}, "connection refused"},
+		{"a commit tag that holds another manifest", func(t *testing.T, commitTag string) (storeref.Ref, Options, func() int) {
+			s := testregistry.InProcess(t, testregistry.Options{})
+			r := ociRef(t, s.Host)
+			st, err := Open(r, fastOptions(""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			other, _ := commitManifest("https://github.com/someone/else", commitOf("else"))
+			oci := st.(*ociStore)
+			if err := oci.uploadEmpty(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := oci.pusher.Put(context.Background(), oci.repo.Tag(commitTag), other); err != nil {
+				t.Fatal(err)
+			}
+			return r, fastOptions(""), func() int { return -1 }
+		}, "already holds another record"},
+		{"a file store (nothing per commit)", func(t *testing.T, _ string) (storeref.Ref, Options, func() int) {
+			return fileRef(t), Options{}, func() int { return -1 }
+		}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			b, _ := jobOnDisk(t, dir, key, "job-0000000000f1", 10)
+			commitTag := CommitTag(b.Labels.Repository, b.Labels.Commit)
+			ref, opts, subjectPuts := tc.setup(t, commitTag)
+			k := Keeper{Stores: []storeref.Ref{ref}, Options: opts, Dir: dir}
+			k.Prepare(context.Background(), b.Labels.Repository, b.Labels.Commit)
+			if st, err := Open(ref, opts); err == nil && ref.Kind == storeref.OCI && tc.wantError == "" {
+				want, _ := commitManifest(b.Labels.Repository, b.Labels.Commit)
+				if !st.(*ociStore).holds(context.Background(), commitTag, want) {
+					t.Fatalf("after Prepare, %s does not hold the commit's subject manifest", commitTag)
+				}
+			}
+			before := subjectPuts()
+			out := k.Keep(context.Background(), "job-0000000000f1", []Bundle{b})
+			switch {
+			case tc.wantError == "" && len(Failed(out)) > 0:
+				t.Fatalf("Keep after Prepare: %+v", out)
+			case tc.wantError != "" && (len(out) != 1 || !strings.Contains(out[0].Error, tc.wantError)):
+				t.Fatalf("Keep after Prepare: %+v; want an error saying %q", out, tc.wantError)
+			case before >= 0 && subjectPuts() != before:
+				t.Fatalf("Keep put the commit's subject again (%d PUTs, %d after Prepare): Prepare saved nothing", subjectPuts(), before)
+			case before == 0:
+				t.Fatal("Prepare put no subject manifest")
+			}
+		})
+	}
+}

@@ -98,6 +98,13 @@ type Backend interface {
 	Fetch(ctx context.Context, e Entry) ([]byte, error)
 }
 
+// commitPreparer is a store that keeps something per commit, shared by
+// the commit's jobs, which can be put before a job's own push (see
+// Keeper.Prepare).
+type commitPreparer interface {
+	PrepareCommit(ctx context.Context, repository, commit string) error
+}
+
 // ErrConflict is a tag that already holds another record.
 var ErrConflict = errors.New("the tag already holds another record; airlock never overwrites a stored record")
 

@@ -197,11 +197,19 @@ func runJob(ctx context.Context, plan runner.Plan, o *runOptions, stdout, stderr
 	}
 	// The subject (git) resolves while the sandbox starts, and before
 	// the job's first step, which could move the repository's HEAD.
-	job.BeforeSteps = plan.Attest.ResolveSubjectMeanwhile(ctx)
+	// Once the sandbox is up, the stores get the commit's share of the
+	// push while the steps run (report.PrepareStores).
+	resolved := plan.Attest.ResolveSubjectMeanwhile(ctx)
+	stopPreparing := func() {}
+	job.BeforeSteps = func() {
+		resolved()
+		stopPreparing = report.PrepareStores(ctx, &plan.Attest)
+	}
 	resume := report.PauseWorkflowCommands(stdout)
 	res, err := runner.Run(ctx, job, runtimeName())
 	resume()
-	job.BeforeSteps()
+	resolved()
+	stopPreparing()
 	if err != nil && res.Sandbox.ID == "" {
 		// The sandbox never started: nothing to summarise.
 		return 0, err

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/attest/store"
@@ -64,8 +65,35 @@ func TestRunKeepsAttestationInStore(t *testing.T) {
 	}
 
 	// The registry is back: the next job stores its own and the first.
-	testregistry.Distribution(t, testregistry.Options{Port: port, User: "airlock", Password: password})
-	code, log = run("cat " + auth + " || echo the credentials are hidden")
+	srv := testregistry.Distribution(t, testregistry.Options{Port: port, User: "airlock", Password: password})
+	// While it runs, the commit's subject manifest goes up before the
+	// job has a bundle (report.PrepareStores), so that the push after
+	// the job is only the job's own.
+	prepared := make(chan bool, 1)
+	stop := make(chan struct{})
+	go func() {
+		defer close(prepared)
+		for {
+			bundles, _ := filepath.Glob(filepath.Join(state, "attestations", "job-*.sigstore.json"))
+			if len(bundles) > 1 {
+				return // the job has its bundle: too late
+			}
+			if strings.Contains(srv.Tags("airlock/attestations"), ".commit."+head+".") {
+				prepared <- true
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	code, log = run("cat " + auth + " || echo the credentials are hidden; sleep 1")
+	close(stop)
+	if !<-prepared {
+		t.Errorf("the commit's subject manifest was not in the store while the job ran")
+	}
 	if code != 0 || !strings.Contains(log, "attestation stored: 127.0.0.1:") || !strings.Contains(log, ") now stored: 127.0.0.1:") {
 		t.Fatalf("the second job: exit %d\n%s", code, log)
 	}

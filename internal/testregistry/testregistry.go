@@ -234,6 +234,25 @@ func (s *Server) AuthFile(t testing.TB, user, password string) string {
 	return p
 }
 
+// Tags is the registry's tag list of repository, as it answers it (its
+// JSON, or the error): for a test that watches tags appear.
+func (s *Server) Tags(repository string) string {
+	req, err := http.NewRequest("GET", "http://"+s.Host+"/v2/"+repository+"/tags/list", nil)
+	if err != nil {
+		return err.Error()
+	}
+	if s.User != "" {
+		req.SetBasicAuth(s.User, s.Password)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return string(b)
+}
+
 // FreePort is a loopback TCP port nobody listens on now.
 func FreePort(t testing.TB) int {
 	t.Helper()

@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-ci/airlock/internal/textsafe"
 	"github.com/airlock-ci/airlock/runner"
 	"github.com/airlock-ci/airlock/runner/github"
+	"github.com/airlock-ci/airlock/runner/report"
 )
 
 // watchdogSlack is how long past its job timeout a job whose cleanup
@@ -80,6 +81,10 @@ func daemon(cfg Config, dir string) int {
 		return fail(err)
 	}
 	d.session = s
+	// The stores get the commit's share of the push while the job runs;
+	// not before the sandbox is up (gvisor swaps the process's
+	// environment while it creates one: report.PrepareStores).
+	d.storesPrepared = report.PrepareStores(context.Background(), &d.attest)
 	d.setContainerPath(s.ImageEnv()) // a pulled image's PATH is known now
 	// Once the sandbox is there: a bounded workspace is an overlay by
 	// now, and the masks' identities are the overlay's.

@@ -46,7 +46,9 @@ type job struct {
 	dir     string
 	session *runner.Session
 	attest  runner.AttestConfig
-	mounts  Mounts
+	// storesPrepared stops report.PrepareStores, started with the job.
+	storesPrepared func()
+	mounts         Mounts
 	// baseline: the run-time trust baseline was taken.
 	baseline bool
 	// The GitHub API, when configured: the repository and the check run.
@@ -461,6 +463,9 @@ func (d *job) Cleanup(ctx context.Context, stdout, stderr io.Writer) error {
 	if !d.baseline {
 		// Not even one step: nothing to compare against.
 		d.session.TrustBaseline()
+	}
+	if d.storesPrepared != nil {
+		d.storesPrepared()
 	}
 	d.attest.ResolveSubject(ctx)
 	res := d.session.Close()

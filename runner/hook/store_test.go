@@ -64,10 +64,14 @@ func TestHookKeepsAttestationInStore(t *testing.T) {
 	h.env = append(h.env, GitHubAPIEnv+"="+api.URL, GitHubTokenEnv+"=ghp_hooktesttoken",
 		AttestStoreEnv+"="+uri, AttestStoreAuthEnv+"="+auth,
 		"GITHUB_ACTIONS=true", "GITHUB_RUN_ID=8812345", "GITHUB_RUN_ATTEMPT=2", "GITHUB_JOB=build", "RUNNER_NAME=arc-runner-x7k2p")
-	job := func(script, want string) (int, string) {
+	var srv *testregistry.Server // started after the first job
+	job := func(script, want string, beforeCleanup func()) (int, string) {
 		state := h.prepare()
 		if code, out := h.step(state, script); code != 0 || !strings.Contains(out, want) || strings.Contains(out, password) {
 			t.Fatalf("step: exit %d, want %q: %s", code, want, out)
+		}
+		if beforeCleanup != nil {
+			beforeCleanup()
 		}
 		code, out := h.cleanup(state)
 		if strings.Contains(out, password) {
@@ -78,7 +82,7 @@ func TestHookKeepsAttestationInStore(t *testing.T) {
 
 	// The credentials file is on the host's root, which the sandbox
 	// sees: it is hidden.
-	code, out := job("cat "+auth+" 2>/dev/null || echo credentials-hidden", "credentials-hidden")
+	code, out := job("cat "+auth+" 2>/dev/null || echo credentials-hidden", "credentials-hidden", nil)
 	mu.Lock()
 	if code == 0 || !strings.Contains(out, "ATTESTATION NOT STORED in "+uri) || !strings.Contains(out, "the bundle stays at "+h.hooksRoot()+"/attestations/job-") {
 		t.Fatalf("cleanup_job with the store down: exit %d\n%s", code, out)
@@ -88,8 +92,15 @@ func TestHookKeepsAttestationInStore(t *testing.T) {
 	}
 	mu.Unlock()
 
-	testregistry.Distribution(t, testregistry.Options{Port: port, User: "airlock", Password: password})
-	code, out = job("echo second", "second")
+	srv = testregistry.Distribution(t, testregistry.Options{Port: port, User: "airlock", Password: password})
+	// The commit's subject manifest goes up while the job runs, so that
+	// cleanup_job pushes only the job's own (the first job's record is
+	// still pending: nothing else can have put it).
+	code, out = job("echo second", "second", func() {
+		if got := srv.Tags("airlock/attestations"); !strings.Contains(got, ".commit."+h.head+".") {
+			t.Errorf("before cleanup_job, the store has no subject manifest of commit %s: %s", h.head, got)
+		}
+	})
 	if code != 0 || !strings.Contains(out, "attestation stored: 127.0.0.1:") || !strings.Contains(out, ") now stored: 127.0.0.1:") {
 		t.Fatalf("cleanup_job with the store back: exit %d\n%s", code, out)
 	}

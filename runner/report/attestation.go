@@ -99,9 +99,9 @@ func writeRun(ctx context.Context, res runner.Result, c *runner.AttestConfig, lo
 	return info, run
 }
 
-// runPredicate builds the run's predicate, bounded to fit a statement,
-// its subject and its artifacts (the policy's outputs).
-func runPredicate(ctx context.Context, res runner.Result, c *runner.AttestConfig, log io.Writer) (*runStatement, error) {
+// statementMeta is what the statement says of the pull request: c's,
+// the repository named from the github context when c names none.
+func statementMeta(c *runner.AttestConfig) attest.Meta {
 	m := c.Meta
 	if m.Repository == "" {
 		m.Repository = os.Getenv("GITHUB_REPOSITORY")
@@ -109,7 +109,20 @@ func runPredicate(ctx context.Context, res runner.Result, c *runner.AttestConfig
 			m.Repository = strings.TrimSuffix(os.Getenv("GITHUB_SERVER_URL"), "/") + "/" + m.Repository
 		}
 	}
+	return m
+}
+
+// subjectOf is the statement's subject: the repository (its path when
+// nothing names it) at the head commit.
+func subjectOf(c *runner.AttestConfig, m attest.Meta) attest.SubjectInfo {
 	abs, _ := filepath.Abs(c.Repository)
+	return attest.Subject(m, abs)
+}
+
+// runPredicate builds the run's predicate, bounded to fit a statement,
+// its subject and its artifacts (the policy's outputs).
+func runPredicate(ctx context.Context, res runner.Result, c *runner.AttestConfig, log io.Writer) (*runStatement, error) {
+	m := statementMeta(c)
 	pred := Predicate(res, m)
 	pred.Verdict.Reasons = append(pred.Verdict.Reasons, c.SubjectNotes()...)
 	// The job may have moved HEAD: the subject is what was resolved
@@ -119,7 +132,7 @@ func runPredicate(ctx context.Context, res runner.Result, c *runner.AttestConfig
 			pred.Verdict.Reasons = append(pred.Verdict.Reasons, fmt.Sprintf("the job moved HEAD from %s to %q", m.HeadSHA, now))
 		}
 	}
-	subject := attest.Subject(m, abs)
+	subject := subjectOf(c, m)
 	if err := attest.Fit(subject, &pred); err != nil {
 		return nil, err
 	}

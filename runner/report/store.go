@@ -66,12 +66,53 @@ func keep(ctx context.Context, res runner.Result, c *runner.AttestConfig, att *A
 	return out
 }
 
+// PrepareStores puts in the job's stores, in the background, what every
+// job of its commit shares (store.Keeper.Prepare), so that the push
+// after the job is only the job's own. The subject must be resolved
+// (a head that is no commit id yet is left to Keep), and the sandbox
+// up: gvisor clears the process's environment while it creates one,
+// and the labels and the transport's proxy settings are read from it.
+// stop gives what is not done yet a moment (it is usually one request
+// from done), then cancels it (Keep puts it) and waits.
+func PrepareStores(ctx context.Context, c *runner.AttestConfig) (stop func()) {
+	if len(c.Stores) == 0 || !c.HeadResolved() {
+		return func() {}
+	}
+	repository, commit := commitLabels(subjectOf(c, statementMeta(c)))
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	k := store.Keeper{Stores: c.Stores, Options: store.Options{AuthFile: c.StoreAuth}, Dir: c.Dir}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		k.Prepare(ctx, repository, commit)
+	}()
+	return func() {
+		select {
+		case <-done:
+		case <-time.After(prepareGrace):
+		}
+		cancel()
+		<-done
+	}
+}
+
+// prepareGrace is how long the door waits, once the job is done, for a
+// preparation still under way, rather than start it again in Keep.
+const prepareGrace = time.Second
+
+// commitLabels are the Repository and Commit labels of a job whose
+// statement has subject s.
+func commitLabels(s attest.SubjectInfo) (repository, commit string) {
+	return clip(s.Name, 480), s.Digest["gitCommit"]
+}
+
 // labelsOf are the labels of the job's run attestation: what its
 // signed statement says.
 func labelsOf(res runner.Result, c *runner.AttestConfig, run *runStatement) store.Labels {
+	repository, commit := commitLabels(run.subject)
 	l := store.Labels{
-		Kind: store.KindAttestation, Repository: run.subject.Name, PullRequest: c.Meta.PullRequest,
-		Commit: run.subject.Digest["gitCommit"], JobID: res.Sandbox.ID, Verdict: store.VerdictFailed,
+		Kind: store.KindAttestation, Repository: repository, PullRequest: c.Meta.PullRequest,
+		Commit: commit, JobID: res.Sandbox.ID, Verdict: store.VerdictFailed,
 		Created: time.Now().UTC().Truncate(time.Second), PredicateType: attest.PredicateType,
 	}
 	if run.pred.Verdict.Passed {
@@ -80,7 +121,6 @@ func labelsOf(res runner.Result, c *runner.AttestConfig, run *runStatement) stor
 	if gh := run.pred.Runner.GitHub; gh != nil {
 		l.RunID, l.RunAttempt, l.Job, l.Runner = clip(gh.RunID, 64), clip(gh.RunAttempt, 16), clip(gh.Job, 256), clip(gh.RunnerName, 256)
 	}
-	l.Repository = clip(l.Repository, 480)
 	return l
 }
 
