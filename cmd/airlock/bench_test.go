@@ -523,3 +523,47 @@ func newCommitEachRun(b *testing.B, w *warmStep, args ...string) func() error {
 		return run()
 	}
 }
+
+// BenchmarkColdPath is the cold path alone (issue 47), cheaper than
+// BenchmarkWholeProcess: `airlock run -- true` against `runsc do true`
+// of runsc built alone, interleaved, with what makes up the difference
+// beside them: airlock without its bounded workspace (--workspace-size
+// 0), and the start of each binary alone (--version: the Go runtime,
+// package initialisation and page faults, nothing of a sandbox:
+// `airlock version`, runsc's --version).
+//
+// Target (issue 47): cold ≤ runsc alone + 30 ms or 1.15x, whichever is
+// larger.
+func BenchmarkColdPath(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	w := &warmStep{b: b, ws: workspace(b), state: stateDir(b), runsc: b.TempDir(), exe: filepath.Join(testhost.MadeBinaries(b), "airlock")}
+	alone := runscAlone(b)
+	version := func(exe, arg0, flag string) func() error {
+		return func() error {
+			cmd := exec.Command(exe, flag)
+			cmd.Args[0] = arg0
+			return quiet(cmd)
+		}
+	}
+	runs := []timedRun{
+		{"cold-airlock", w.airlock(w.ws, "--", "true")},
+		{"cold-airlock-unbounded", w.airlock(w.ws, "--workspace-size", "0", "--", "true")},
+		{"cold-runsc-alone-do", w.runscDoWith(alone, w.ws, "true")},
+		{"start-airlock", version(w.exe, "airlock", "version")},
+		{"start-airlock-runsc", version(filepath.Join(filepath.Dir(w.exe), "airlock-runsc"), "runsc", "--version")},
+		{"start-runsc-alone", version(alone, "runsc", "--version")},
+	}
+	for _, r := range runs { // the page cache warm for every binary
+		if err := r.run(); err != nil {
+			b.Fatalf("%s: %v", r.name, err)
+		}
+	}
+	t := interleave(b, runs)
+	t.ratio(b, "cold-airlock", "cold-runsc-alone-do", "cold-airlock/runsc-alone-do")
+	t.ratio(b, "cold-airlock-unbounded", "cold-runsc-alone-do", "cold-airlock-unbounded/runsc-alone-do")
+	b.ReportMetric(t.median("cold-airlock")-t.median("cold-runsc-alone-do"), "cold-airlock-minus-runsc-alone-ms")
+	b.ReportMetric(t.median("start-airlock")-t.median("start-runsc-alone"), "start-airlock-minus-runsc-alone-ms")
+	b.ReportMetric(t.median("start-airlock-runsc")-t.median("start-runsc-alone"), "start-sidecar-minus-runsc-alone-ms")
+}
