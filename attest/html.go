@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // WriteHTMLFile writes the HTML report of v (WriteHTML) to path.
@@ -30,7 +31,7 @@ func WriteHTMLFile(path string, v *Verified, verified bool, status string) error
 // verification outcome shown in the header.
 func WriteHTML(w io.Writer, v *Verified, verified bool, status string) error {
 	p := &v.Predicate
-	return page.Execute(w, report{
+	return page().Execute(w, report{
 		V: v, Verified: verified, Status: status, Summary: summaryLine(p, verified, status),
 		Egress: egressFirstRefused(p.Egress.Summary), Decisions: refusedFirst(p.Egress.Rows()),
 		Steps: processesByStep(p.Steps, p.Processes.Execs),
@@ -302,13 +303,15 @@ summary{cursor:pointer} details{margin:.3em 0}
 @media print{body{margin:0;font-size:11px} pre{max-height:none} .banner,.pass,.fail,.allowed,.denied,.would-deny{-webkit-print-color-adjust:exact;print-color-adjust:exact}}
 </style>`
 
-var page = template.Must(template.Must(template.New("report").Funcs(pageFuncs).Parse(`{{define "job"}}` + jobBody + `{{end}}`)).Parse(`<!doctype html>
+var page = sync.OnceValue(func() *template.Template {
+	return template.Must(template.Must(template.New("report").Funcs(pageFuncs).Parse(`{{define "job"}}` + jobBody + `{{end}}`)).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
 <title>airlock attestation: {{.V.Predicate.Job.Name}}</title>
 ` + pageStyle + `</head><body>
 {{template "job" .}}</body></html>
 `))
+})
 
 // JobPage is one job of a pull request's page: its verified statement
 // (nil where it could not be fetched or read: Error says why), whether
@@ -360,10 +363,11 @@ func WritePullRequestHTML(w io.Writer, title string, jobs []JobPage) error {
 		}
 		data.Jobs = append(data.Jobs, pj)
 	}
-	return prPage.Execute(w, data)
+	return prPage().Execute(w, data)
 }
 
-var prPage = template.Must(template.Must(template.New("pull request").Funcs(pageFuncs).Parse(`{{define "job"}}` + jobBody + `{{end}}`)).Parse(`<!doctype html>
+var prPage = sync.OnceValue(func() *template.Template {
+	return template.Must(template.Must(template.New("pull request").Funcs(pageFuncs).Parse(`{{define "job"}}` + jobBody + `{{end}}`)).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
 <title>airlock: {{.Title}}</title>
@@ -377,3 +381,4 @@ var prPage = template.Must(template.Must(template.New("pull request").Funcs(page
 {{template "job" $j.Report}}</details>
 {{end}}{{end}}</body></html>
 `))
+})

@@ -219,7 +219,9 @@ const (
 // checkoutCredentials is the include line actions/checkout v6 adds to
 // .git/config for its credentials file in $RUNNER_TEMP
 // (src/git-auth-helper.ts: git-credentials-<uuid>.config).
-var checkoutCredentials = regexp.MustCompile(`(?m)^[ \t]*path[ \t]*=[ \t]*(/[^\n]*/git-credentials-[0-9a-fA-F-]+\.config)[ \t]*$`)
+var checkoutCredentials = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?m)^[ \t]*path[ \t]*=[ \t]*(/[^\n]*/git-credentials-[0-9a-fA-F-]+\.config)[ \t]*$`)
+})
 
 // maxSubmoduleConfigs bounds the submodules' configs gitConfigViews
 // looks at.
@@ -261,7 +263,7 @@ func gitConfigViews(v *credentials.Vault, workspace, repo, runnerTemp, dir strin
 		}
 		text := string(b)
 		out := v.WithholdGitConfig(text, rel)
-		for _, m := range checkoutCredentials.FindAllStringSubmatch(text, -1) {
+		for _, m := range checkoutCredentials().FindAllStringSubmatch(text, -1) {
 			if runnerTemp == "" || filepath.Dir(m[1]) != filepath.Clean(runnerTemp) {
 				continue
 			}

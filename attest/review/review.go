@@ -47,14 +47,14 @@ type Selection struct {
 }
 
 // hexCommit is a commit id or an abbreviation of one.
-var hexCommit = regexp.MustCompile(`^[0-9a-f]{7,40}$`)
+var hexCommit = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{7,40}$`) })
 
 // Open checks the selection and opens its store.
 func (s Selection) Open() (store.Backend, error) {
 	if s.Store == "" {
 		return nil, errors.New("--store is required: the attestation store (oci://REGISTRY/REPOSITORY or file:///PATH)")
 	}
-	if s.Query.Commit != "" && !hexCommit.MatchString(s.Query.Commit) {
+	if s.Query.Commit != "" && !hexCommit().MatchString(s.Query.Commit) {
 		return nil, fmt.Errorf("--commit %q: give a commit id (7 to 40 lower-case hex digits)", s.Query.Commit)
 	}
 	if s.Query.PullRequest < 0 {

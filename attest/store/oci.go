@@ -365,7 +365,7 @@ func (s *ociStore) List(ctx context.Context, q Query) ([]Entry, error) {
 			if (repoPrefix == "" || repo == repoPrefix) && (q.PullRequest == 0 || pr == prPart(q.PullRequest)) && (commitPrefix == "" || strings.HasPrefix(commit, commitPrefix)) {
 				jobTags = append(jobTags, t)
 			}
-		} else if m := commitTagShape.FindStringSubmatch(t); m != nil {
+		} else if m := commitTagShape().FindStringSubmatch(t); m != nil {
 			if (repoPrefix == "" || m[1] == repoPrefix) && (q.Commit == "" || strings.HasPrefix(m[2], q.Commit)) {
 				commitTags = append(commitTags, t)
 			}
@@ -379,7 +379,7 @@ func (s *ociStore) List(ctx context.Context, q Query) ([]Entry, error) {
 			commits[c] = true
 		}
 		commitTags = slices.DeleteFunc(commitTags, func(t string) bool {
-			m := commitTagShape.FindStringSubmatch(t)
+			m := commitTagShape().FindStringSubmatch(t)
 			return !commits[commitPart(m[2])]
 		})
 	}
@@ -480,7 +480,7 @@ func (s *ociStore) Resolve(ctx context.Context, ref string) (Entry, error) {
 		r = s.repo.Digest(d.DigestStr()) // the store's repository, with its options (insecure)
 	case strings.HasPrefix(ref, "sha256:"):
 		r = s.repo.Digest(ref)
-	case validTag.MatchString(ref):
+	case validTag().MatchString(ref):
 		r = s.repo.Tag(ref)
 	default:
 		return Entry{}, fmt.Errorf("%q is neither a tag nor a digest of the store %s", ref, s.Location())

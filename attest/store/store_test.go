@@ -56,14 +56,14 @@ func TestTag(t *testing.T) {
 		}
 		l := Labels{Kind: KindAttestation, Repository: junk(300), PullRequest: rng.IntN(1 << 40), Commit: junk(60), RunID: junk(40), RunAttempt: junk(10), Job: junk(200), JobID: fmt.Sprintf("job-%012x", i)}
 		tag := l.Tag()
-		if len(tag) > 128 || !validTag.MatchString(tag) || !isJobTag(tag) {
+		if len(tag) > 128 || !validTag().MatchString(tag) || !isJobTag(tag) {
 			t.Fatalf("labels %+v: tag %q (%d) is not a valid job tag", l, tag, len(tag))
 		}
 		if seen[tag] {
 			t.Fatalf("two jobs share tag %q", tag)
 		}
 		seen[tag] = true
-		if ct := CommitTag(l.Repository, l.Commit); len(ct) > 128 || !validTag.MatchString(ct) || !commitTagShape.MatchString(ct) {
+		if ct := CommitTag(l.Repository, l.Commit); len(ct) > 128 || !validTag().MatchString(ct) || !commitTagShape().MatchString(ct) {
 			t.Fatalf("commit tag %q is not valid", ct)
 		}
 	}
@@ -346,10 +346,10 @@ func FuzzLabelsTag(f *testing.F) {
 	f.Add("", 0, "", "", "", "", "job-0")
 	f.Fuzz(func(t *testing.T, repo string, pr int, commit, run, attempt, job, id string) {
 		l := Labels{Kind: KindProvenance, Repository: repo, PullRequest: pr, Commit: commit, RunID: run, RunAttempt: attempt, Job: job, JobID: id}
-		if tag := l.Tag(); len(tag) > 128 || !validTag.MatchString(tag) || !isJobTag(tag) {
+		if tag := l.Tag(); len(tag) > 128 || !validTag().MatchString(tag) || !isJobTag(tag) {
 			t.Fatalf("%+v: tag %q", l, tag)
 		}
-		if ct := CommitTag(repo, commit); len(ct) > 128 || !commitTagShape.MatchString(ct) {
+		if ct := CommitTag(repo, commit); len(ct) > 128 || !commitTagShape().MatchString(ct) {
 			t.Fatalf("commit tag %q", ct)
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // A job's tag reads, and lists by prefix, in the order a reviewer
@@ -32,7 +33,7 @@ const (
 var tagKinds = map[string]string{KindAttestation: "att", KindProvenance: "prov"}
 
 // validTag is the distribution spec's tag grammar.
-var validTag = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
+var validTag = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`) })
 
 // Tag is the job's tag of the record labelled l.
 func (l Labels) Tag() string {
@@ -104,13 +105,15 @@ func prPart(pr int) string {
 }
 
 // jobTagShape is a job's tag: 7 parts, the last a kind.
-var jobTagShape = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+){5}\.(att|prov)$`)
+var jobTagShape = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+){5}\.(att|prov)$`) })
 
 // commitTagShape is a commit subject's tag.
-var commitTagShape = regexp.MustCompile(`^([A-Za-z0-9_-]+)\.commit\.([A-Za-z0-9_-]+)\.[0-9a-f]{6}$`)
+var commitTagShape = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^([A-Za-z0-9_-]+)\.commit\.([A-Za-z0-9_-]+)\.[0-9a-f]{6}$`)
+})
 
 // isJobTag says whether t has the shape of a job's tag.
-func isJobTag(t string) bool { return jobTagShape.MatchString(t) }
+func isJobTag(t string) bool { return jobTagShape().MatchString(t) }
 
 // tagParts splits a job's tag: repository part, pull request part,
 // commit part.

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/airlock-ci/airlock/internal/paths"
 	"github.com/airlock-ci/airlock/internal/textsafe"
@@ -248,9 +249,11 @@ const (
 var (
 	cacheReads   = []string{"getcacheentrydownloadurl"}
 	cacheWrites  = []string{"createcacheentry", "finalizecacheentryupload"}
-	rpcName      = regexp.MustCompile(`^[a-z]+$`)
-	artifactsV3  = regexp.MustCompile(`^_apis/pipelines/workflows/[0-9]+/artifacts($|/)`)
-	gitSmartHTTP = regexp.MustCompile(`^/[^/]+/[^/]+/(info/refs|git-upload-pack|git-receive-pack)$`)
+	rpcName      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z]+$`) })
+	artifactsV3  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^_apis/pipelines/workflows/[0-9]+/artifacts($|/)`) })
+	gitSmartHTTP = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^/[^/]+/[^/]+/(info/refs|git-upload-pack|git-receive-pack)$`)
+	})
 )
 
 // classify says which route a request is on. p is the URL's path in
@@ -283,7 +286,7 @@ func (v *Vault) classify(host string, port int, method string, u *url.URL) (rout
 					op = "write"
 				}
 				return route{name: "cache", cred: e.cred, service: true, op: op}, true
-			case strings.HasPrefix(rest, twirpArtifact) && rpcName.MatchString(strings.TrimPrefix(rest, twirpArtifact)):
+			case strings.HasPrefix(rest, twirpArtifact) && rpcName().MatchString(strings.TrimPrefix(rest, twirpArtifact)):
 				return route{name: "artifacts", cred: e.cred, service: true}, true
 			}
 			return route{name: "actions", cred: e.cred, service: true, op: "unknown"}, true
@@ -303,7 +306,7 @@ func (v *Vault) classify(host string, port int, method string, u *url.URL) (rout
 	}
 	for _, e := range v.ends.runtime {
 		if rest, ok := at(e); ok {
-			if artifactsV3.MatchString(rest) {
+			if artifactsV3().MatchString(rest) {
 				return route{name: "artifacts", cred: e.cred, service: true}, true
 			}
 			return route{name: "actions", cred: e.cred, service: true, op: "unknown"}, true
@@ -318,7 +321,7 @@ func (v *Vault) classify(host string, port int, method string, u *url.URL) (rout
 	}
 	if s := v.ends.server; host == s.host && port == s.port {
 		gitPath := strings.Replace(strings.TrimPrefix(p, strings.TrimSuffix(s.path, "/")), ".git/", "/", 1)
-		if m := gitSmartHTTP.FindStringSubmatch(gitPath); m != nil {
+		if m := gitSmartHTTP().FindStringSubmatch(gitPath); m != nil {
 			op := "fetch"
 			if m[1] == "git-receive-pack" || strings.Contains(strings.ToLower(u.RawQuery), "receive-pack") {
 				op = "push"

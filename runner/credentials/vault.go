@@ -55,7 +55,9 @@ const minSubstring = 8
 // githubTokenShape is what GitHub's tokens look like (installation,
 // personal, OAuth, user-to-server, refresh; fine-grained): a variable that
 // holds one is withheld whatever its name (checkout's INPUT_TOKEN).
-var githubTokenShape = regexp.MustCompile(`^(gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})$`)
+var githubTokenShape = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^(gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})$`)
+})
 
 // credential is one real value and its placeholder.
 type credential struct {
@@ -127,7 +129,9 @@ func (v *Vault) Withhold(env map[string]string) map[string]string {
 // gitBasicHeader is a git config extraheader with HTTP basic credentials,
 // as actions/checkout persists its token (src/git-auth-helper.ts:
 // "AUTHORIZATION: basic base64(x-access-token:<token>)").
-var gitBasicHeader = regexp.MustCompile(`(?i)(authorization:[ \t]*basic[ \t]+)([A-Za-z0-9+/]+=*)`)
+var gitBasicHeader = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(?i)(authorization:[ \t]*basic[ \t]+)([A-Za-z0-9+/]+=*)`)
+})
 
 // WithholdGitConfig learns the tokens a git config file carries in an
 // extraheader (actions/checkout's persisted credentials, in .git/config
@@ -137,8 +141,8 @@ var gitBasicHeader = regexp.MustCompile(`(?i)(authorization:[ \t]*basic[ \t]+)([
 func (v *Vault) WithholdGitConfig(text, what string) string {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	text = gitBasicHeader.ReplaceAllStringFunc(text, func(h string) string {
-		m := gitBasicHeader.FindStringSubmatch(h)
+	text = gitBasicHeader().ReplaceAllStringFunc(text, func(h string) string {
+		m := gitBasicHeader().FindStringSubmatch(h)
 		b, err := base64.StdEncoding.DecodeString(m[2])
 		user, token, ok := strings.Cut(string(b), ":")
 		if err != nil || !ok || len(token) < minSubstring || v.byPh[token] != nil {
@@ -160,7 +164,7 @@ func (v *Vault) kindOf(name, val string) string {
 		return RuntimeToken
 	case name == "ACTIONS_ID_TOKEN_REQUEST_TOKEN":
 		return OIDCRequestToken
-	case githubTokenShape.MatchString(val):
+	case githubTokenShape().MatchString(val):
 		// GITHUB_TOKEN, GH_TOKEN, checkout's token input: by its shape,
 		// never by the variable's name alone (a step could name any
 		// value so through $GITHUB_ENV, and have it blanked from the

@@ -7,6 +7,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/airlock-ci/airlock/attest/store"
@@ -25,7 +26,9 @@ var DefaultRetention = Retention{Keep: 200, MaxAge: 30 * 24 * time.Hour}
 
 // attestationFile is a file WriteAttestation or WriteProvenance writes:
 // the job's id and one of their suffixes.
-var attestationFile = regexp.MustCompile(`^(job-[0-9a-f]+)\.(provenance\.)?(sigstore\.json|dsse\.json|UNSIGNED\.intoto\.json)$`)
+var attestationFile = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^(job-[0-9a-f]+)\.(provenance\.)?(sigstore\.json|dsse\.json|UNSIGNED\.intoto\.json)$`)
+})
 
 // Prune removes from dir the attestation files of the jobs beyond r
 // (a job's files go together; the newest file dates a job), and returns
@@ -56,7 +59,7 @@ func (r Retention) Prune(dir string, now time.Time) (int, error) {
 	jobs := map[string]*job{}
 	pending := store.PendingJobs(dir) // not held by every store yet: kept
 	for _, e := range entries {
-		m := attestationFile.FindStringSubmatch(e.Name())
+		m := attestationFile().FindStringSubmatch(e.Name())
 		if m == nil || !e.Type().IsRegular() || pending[m[1]] {
 			continue
 		}

@@ -81,7 +81,7 @@ type Result struct {
 }
 
 // numericLast is a name whose last label is a number: an address.
-var numericLast = regexp.MustCompile(`\.(0x[0-9a-f]*|[0-9]+)$`)
+var numericLast = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\.(0x[0-9a-f]*|[0-9]+)$`) })
 
 // hostName is a name a rule may hold (the schema's #EgressRule host
 // without the wildcard). Compiled on first use: its bounded repetitions
@@ -219,7 +219,7 @@ func attempts(run int, p attest.Predicate, skipped map[string]int) []attempt {
 		case !hostName().MatchString(name):
 			skipped["not a host name"]++
 			continue
-		case numericLast.MatchString(name):
+		case numericLast().MatchString(name):
 			// 0177.0.0.1, 10.1: an address in another spelling.
 			skipped["an IP address (egress is allowed by name only)"]++
 			continue

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode"
 
 	toml "github.com/pelletier/go-toml/v2"
@@ -654,13 +655,19 @@ func agentFindings(category Category, p string, old, new []byte) []Finding {
 // run a command. Blanks include the no-break space; a command may be
 // named by its path (/usr/bin/curl, ./setup.sh).
 var (
-	urlInLine     = regexp.MustCompile(`(?i)\b((https?|ftp|git|ssh|file)://|www\.)[^\s)>\]"'` + "`" + `]+`)
-	commandInLine = regexp.MustCompile(`(?i)(^|[\s\x{00A0}` + "`" + `$>(;&|"'])([\w./~-]*/)?(curl|wget|npx|bunx|uvx|pipx?3?|npm|pnpm|yarn|bun|bash|sh|zsh|fish|python[0-9.]*|node|deno|perl|ruby|php|powershell|pwsh|iex|invoke-expression|chmod|eval|source|sudo|base64|nc|ncat|socat|ssh|scp|rm|make|docker|gh|go\s+run|uv\s+run|git\s+(push|config|remote|clone|-c))([\s\x{00A0}` + "`" + `;|&)"']|$)|\|\s*(/\S*/)?(ba|z|da)?sh\b|(^|[\s` + "`" + `"'(])\.{1,2}/\S+\.(sh|py|js|ps1)\b`)
+	urlInLine = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?i)\b((https?|ftp|git|ssh|file)://|www\.)[^\s)>\]"'` + "`" + `]+`)
+	})
+	commandInLine = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`(?i)(^|[\s\x{00A0}` + "`" + `$>(;&|"'])([\w./~-]*/)?(curl|wget|npx|bunx|uvx|pipx?3?|npm|pnpm|yarn|bun|bash|sh|zsh|fish|python[0-9.]*|node|deno|perl|ruby|php|powershell|pwsh|iex|invoke-expression|chmod|eval|source|sudo|base64|nc|ncat|socat|ssh|scp|rm|make|docker|gh|go\s+run|uv\s+run|git\s+(push|config|remote|clone|-c))([\s\x{00A0}` + "`" + `;|&)"']|$)|\|\s*(/\S*/)?(ba|z|da)?sh\b|(^|[\s` + "`" + `"'(])\.{1,2}/\S+\.(sh|py|js|ps1)\b`)
+	})
 )
 
 // importInLine is an @path import (Claude Code's and Gemini CLI's
 // instruction files include other files so).
-var importInLine = regexp.MustCompile(`(^|[\s(])@(~|\.{1,2})?/?[\w.-]+/[\w./-]*|(^|[\s(])@[\w./-]+\.(md|mdc|txt)\b`)
+var importInLine = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(^|[\s(])@(~|\.{1,2})?/?[\w.-]+/[\w./-]*|(^|[\s(])@[\w./-]+\.(md|mdc|txt)\b`)
+})
 
 // maxInstructionMarks bounds the marked lines of one file.
 const maxInstructionMarks = 20
@@ -695,16 +702,16 @@ func instructionFindings(p string, old, new []byte) []Finding {
 			what = append(what, fmt.Sprintf("%d character(s) a reader cannot see (zero-width, bidi or tag)", n))
 			rank = 0
 		}
-		if commandInLine.MatchString(l) {
+		if commandInLine().MatchString(l) {
 			what = append(what, "a command line")
 			rank = min(rank, 1)
 		}
-		if importInLine.MatchString(l) {
+		if importInLine().MatchString(l) {
 			// CLAUDE.md and GEMINI.md pull in other files with @path.
 			what = append(what, "an import of another file")
 			rank = min(rank, 1)
 		}
-		if urls := urlInLine.FindAllString(l, 3); len(urls) > 0 {
+		if urls := urlInLine().FindAllString(l, 3); len(urls) > 0 {
 			for j, u := range urls {
 				urls[j] = strconv.Quote(textsafe.Clip(textsafe.Line(u), 120, "..."))
 			}

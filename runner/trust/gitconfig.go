@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/airlock-ci/airlock/internal/gitexec"
 )
@@ -132,11 +133,11 @@ func configLines(keys []ConfigKey) []string {
 }
 
 // userInfo is the user-info part of a URL ("scheme://user:secret@").
-var userInfo = regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://)([^/@\s]+)@`)
+var userInfo = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?i)([a-z][a-z0-9+.-]*://)([^/@\s]+)@`) })
 
 func redactURLs(s string) string {
-	return userInfo.ReplaceAllStringFunc(s, func(m string) string {
-		sub := userInfo.FindStringSubmatch(m)
+	return userInfo().ReplaceAllStringFunc(s, func(m string) string {
+		sub := userInfo().FindStringSubmatch(m)
 		return sub[1] + redacted(sub[2]) + "@"
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/rhysd/actionlint"
 )
@@ -20,12 +21,14 @@ const maxWorkflowSize = 1 << 20
 var dangerousTriggers = []string{"pull_request_target", "workflow_run", "issue_comment", "pull_request_review_comment", "discussion_comment"}
 
 // untrustedExpr matches expressions of event fields an outsider writes.
-var untrustedExpr = regexp.MustCompile(`\$\{\{[^}]*\b(github\.event\.(pull_request\.(title|body|head\.ref|head\.label|head\.repo\.default_branch)|issue\.(title|body)|comment\.body|review\.body|review_comment\.body|discussion\.(title|body)|head_commit\.(message|author\.(name|email))|commits\b[^}]*\.(message|author)|pages\b[^}]*\.page_name|workflow_run\.(head_branch|head_commit\.message|display_title))|github\.head_ref)\b[^}]*\}\}`)
+var untrustedExpr = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`\$\{\{[^}]*\b(github\.event\.(pull_request\.(title|body|head\.ref|head\.label|head\.repo\.default_branch)|issue\.(title|body)|comment\.body|review\.body|review_comment\.body|discussion\.(title|body)|head_commit\.(message|author\.(name|email))|commits\b[^}]*\.(message|author)|pages\b[^}]*\.page_name|workflow_run\.(head_branch|head_commit\.message|display_title))|github\.head_ref)\b[^}]*\}\}`)
+})
 
 // fullSHA is an action reference pinned to a commit.
-var fullSHA = regexp.MustCompile(`@[0-9a-f]{40}$`)
+var fullSHA = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`@[0-9a-f]{40}$`) })
 
-var secretRef = regexp.MustCompile(`\bsecrets\.([A-Za-z_][A-Za-z0-9_]*)`)
+var secretRef = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\bsecrets\.([A-Za-z_][A-Za-z0-9_]*)`) })
 
 // escalation is one dangerous property of a workflow, with the line that
 // has it. The key identifies it across versions of the file.
@@ -188,7 +191,7 @@ func envEscalations(where string, env *actionlint.Env, add addFunc) {
 // reference is new.
 func usesEscalation(where string, uses *actionlint.String, add addFunc) {
 	u := uses.Value
-	if strings.HasPrefix(u, "./") || strings.HasPrefix(u, "docker://") && strings.Contains(u, "@sha256:") || fullSHA.MatchString(u) {
+	if strings.HasPrefix(u, "./") || strings.HasPrefix(u, "docker://") && strings.Contains(u, "@sha256:") || fullSHA().MatchString(u) {
 		return
 	}
 	add("uses:"+u, uses.Pos, fmt.Sprintf("%s: uses %s, not pinned to a full commit SHA", where, u))
@@ -196,7 +199,7 @@ func usesEscalation(where string, uses *actionlint.String, add addFunc) {
 
 // stringEscalations reports secrets referenced.
 func stringEscalations(where string, s *actionlint.String, add addFunc) {
-	for _, m := range secretRef.FindAllStringSubmatch(s.Value, -1) {
+	for _, m := range secretRef().FindAllStringSubmatch(s.Value, -1) {
 		if m[1] != "GITHUB_TOKEN" {
 			add("secret:"+m[1], s.Pos, fmt.Sprintf("%s: uses secret %s", where, m[1]))
 		}
@@ -206,7 +209,7 @@ func stringEscalations(where string, s *actionlint.String, add addFunc) {
 // injectionEscalations reports untrusted event fields expanded into a
 // run script (s, parsed from the file of these lines).
 func injectionEscalations(where string, s *actionlint.String, lines yamlLines, add addFunc) {
-	for _, loc := range untrustedExpr.FindAllStringIndex(s.Value, -1) {
+	for _, loc := range untrustedExpr().FindAllStringIndex(s.Value, -1) {
 		m := s.Value[loc[0]:loc[1]]
 		add("inject:"+where+":"+m, linePos(s, loc[0], m, lines), fmt.Sprintf("%s: %s is expanded into a shell script (script injection)", where, m))
 	}
