@@ -238,11 +238,40 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 
 	// Leftovers of an airlock that was killed are cleaned before we add
 	// our own job.
+	s.res.Reaped = reapLeftovers(ctx, job)
+
+	if job.Sandbox.Limits.JobTimeout > 0 {
+		s.ctx, s.cancel = context.WithTimeout(ctx, job.Sandbox.Limits.JobTimeout)
+	}
+	if err := s.pullImage(job); err != nil {
+		return fail(err)
+	}
+	s.job.Env = withholdList(job.Credentials, s.job.Env)
+	if err := s.viewCheckoutToken(); err != nil {
+		return fail(err)
+	}
+	if err := s.startEgress(job); err != nil {
+		return fail(err)
+	}
+	if err := s.beginTrust(); err != nil {
+		return fail(err)
+	}
+	s.job.Sandbox.ExclusiveMounts = exclusiveMounts(s.job)
+	if s.sb, err = gvisor.Create(s.ctx, s.job.Sandbox); err != nil {
+		return fail(err)
+	}
+	s.describeSandbox(runtime)
+	return s, nil
+}
+
+// reapLeftovers cleans up what airlocks that were killed left under the
+// job's state root (their sandboxes, and their workspaces' writes), and
+// says so on the job's log.
+func reapLeftovers(ctx context.Context, job Job) []gvisor.Reaped {
 	reaped, rerr := gvisor.Reap(ctx, job.Sandbox.StateRoot)
 	if rerr != nil {
 		slog.Warn("reaping leftover sandboxes", "err", rerr)
 	}
-	s.res.Reaped = reaped
 	for _, r := range reaped {
 		fmt.Fprintf(job.Log, "airlock: cleaned up job %s left by airlock pid %d\n", r.ID, r.OwnerPID)
 		if r.Writes != "" {
@@ -254,54 +283,60 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 			}
 		}
 	}
+	return reaped
+}
 
-	if job.Sandbox.Limits.JobTimeout > 0 {
-		s.ctx, s.cancel = context.WithTimeout(ctx, job.Sandbox.Limits.JobTimeout)
+// pullImage pulls the job's image (Job.PullImage), if any (job: as Open
+// was given it): the sandbox runs on its root, under its environment.
+func (s *Session) pullImage(job Job) error {
+	if job.PullImage == "" {
+		return nil
 	}
-	if job.PullImage != "" {
-		if job.Images.Log == nil {
-			job.Images.Log = job.Log
-		}
-		img, err := job.Images.Open(s.ctx, job.PullImage, "the job's image")
-		s.res.Images = job.Images.Resolved()
-		if err != nil {
-			return fail(err)
-		}
-		s.job.Sandbox.RootFS = img.RootFS
-		s.imageEnv = slices.Clone(img.Env)
-		s.job.Env = append(slices.Clone(img.Env), s.job.Env...)
+	if job.Images.Log == nil {
+		job.Images.Log = job.Log
 	}
-	s.job.Env = withholdList(job.Credentials, s.job.Env)
-	if err := s.viewCheckoutToken(); err != nil {
-		return fail(err)
+	img, err := job.Images.Open(s.ctx, job.PullImage, "the job's image")
+	s.res.Images = job.Images.Resolved()
+	if err != nil {
+		return err
 	}
-	if job.Egress != nil {
-		ecfg := *job.Egress
-		ecfg.Credentials = job.Credentials
-		if ecfg.UploadSpool == "" {
-			ecfg.UploadSpool = gvisor.DiskDir(job.Sandbox.StateRoot, "uploads")
-		}
-		if ecfg.CAValidity == 0 && job.Sandbox.Limits.JobTimeout > 0 {
-			ecfg.CAValidity = job.Sandbox.Limits.JobTimeout + 10*time.Minute
-		}
-		if s.gw, err = egress.Start(ecfg); err != nil {
-			return fail(fmt.Errorf("start the egress gateway: %w", err))
-		}
-		s.job.Sandbox.NetNS = s.gw.NetNS()
-		files, err := s.gw.Files(rootfsSource(job.Sandbox.RootFS))
-		if err != nil {
-			return fail(err)
-		}
-		s.job.Sandbox.Files = append(s.job.Sandbox.Files, files...)
-		s.job.Env = append(s.gw.Env(), s.job.Env...)
+	s.job.Sandbox.RootFS = img.RootFS
+	s.imageEnv = slices.Clone(img.Env)
+	s.job.Env = append(slices.Clone(img.Env), s.job.Env...)
+	return nil
+}
+
+// startEgress starts the job's egress gateway, if it has one (job: as
+// Open was given it), and gives the sandbox its network namespace, files
+// and environment.
+func (s *Session) startEgress(job Job) (err error) {
+	if job.Egress == nil {
+		return nil
 	}
-	if err := s.beginTrust(); err != nil {
-		return fail(err)
+	ecfg := *job.Egress
+	ecfg.Credentials = job.Credentials
+	if ecfg.UploadSpool == "" {
+		ecfg.UploadSpool = gvisor.DiskDir(job.Sandbox.StateRoot, "uploads")
 	}
-	s.job.Sandbox.ExclusiveMounts = exclusiveMounts(s.job)
-	if s.sb, err = gvisor.Create(s.ctx, s.job.Sandbox); err != nil {
-		return fail(err)
+	if ecfg.CAValidity == 0 && job.Sandbox.Limits.JobTimeout > 0 {
+		ecfg.CAValidity = job.Sandbox.Limits.JobTimeout + 10*time.Minute
 	}
+	if s.gw, err = egress.Start(ecfg); err != nil {
+		return fmt.Errorf("start the egress gateway: %w", err)
+	}
+	s.job.Sandbox.NetNS = s.gw.NetNS()
+	files, err := s.gw.Files(rootfsSource(job.Sandbox.RootFS))
+	if err != nil {
+		return err
+	}
+	s.job.Sandbox.Files = append(s.job.Sandbox.Files, files...)
+	s.job.Env = append(s.gw.Env(), s.job.Env...)
+	return nil
+}
+
+// describeSandbox records in the result what the sandbox is: its id,
+// platform, root, workspace, user, the limits that hold and its network.
+func (s *Session) describeSandbox(runtime string) {
 	s.cfg = s.sb.Config()
 	s.res.Sandbox = SandboxInfo{
 		ID: s.sb.ID(), Runtime: runtime, Platform: s.cfg.Platform, RootFS: rootfsName(s.cfg.RootFS),
@@ -317,7 +352,6 @@ func Open(ctx context.Context, job Job, runtime string) (s *Session, err error) 
 	if s.gw != nil {
 		s.res.Sandbox.Network = "egress gateway " + s.gw.GatewayAddr().String()
 	}
-	return s, nil
 }
 
 // exclusiveMounts says whether the job's sandbox may keep its mounts'

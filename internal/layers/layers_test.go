@@ -2,6 +2,7 @@ package layers
 
 import (
 	"fmt"
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -222,6 +223,42 @@ func TestCmdStaysThin(t *testing.T) {
 	}
 	if lines > maxCmdLines {
 		t.Errorf("cmd/airlock has %d lines (at most %d): move what a command does into the package whose job it is", lines, maxCmdLines)
+	}
+}
+
+// maxFuncLines bounds a function (style.md): a longer one is split into
+// steps with names that say what each does.
+const maxFuncLines = 100
+
+// TestFunctionsStayShort finds every function of the module's non-test
+// code that is longer than maxFuncLines.
+func TestFunctionsStayShort(t *testing.T) {
+	fset := token.NewFileSet()
+	err := filepath.WalkDir("../..", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && p != "../.." && (d.Name() == "testdata" || d.Name() == "vendor" || strings.HasPrefix(d.Name(), ".")) {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		for _, decl := range f.Decls {
+			if fn, ok := decl.(*ast.FuncDecl); ok && fn.Body != nil {
+				if n := fset.Position(fn.End()).Line - fset.Position(fn.Pos()).Line + 1; n > maxFuncLines {
+					t.Errorf("%s: %s is %d lines (at most %d): split it into steps that say what they do", strings.TrimPrefix(p, "../../"), fn.Name.Name, n, maxFuncLines)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -609,6 +609,42 @@ func (v *verification) bundles() (*Signature, error) {
 func (v *verification) bundle(desc v1.Descriptor, declared bool) (*Signature, error) {
 	ref := v.repo.Digest(desc.Digest.String())
 	where := fmt.Sprintf("%s %s", FormatSigstoreBundle, ref)
+	layer, err := v.bundleLayer(ref, where, desc, declared)
+	if layer == nil || err != nil {
+		return nil, err
+	}
+	b, err := v.readBundle(where, *layer)
+	if b == nil || err != nil {
+		return nil, err
+	}
+	env := b.GetDsseEnvelope()
+	signed := &Signature{Format: FormatSigstoreBundle, Ref: ref.String()}
+	if certified(b) {
+		// The statement's subject is checked below, as for a key.
+		id, reason := v.verifyIdentity(b, verify.WithoutArtifactUnsafe())
+		if id == nil {
+			v.refuse("%s: %s", where, reason)
+			return nil, nil
+		}
+		signed.Identity = id
+	} else {
+		key, ok := v.verifyWith(env.GetSignatures()[0].GetSig(), dsse.PAE(env.GetPayloadType(), env.GetPayload()))
+		if !ok {
+			v.refuse("%s%s", where, v.bundleSigner(b))
+			return nil, nil
+		}
+		signed.KeyID = key.id
+	}
+	if !v.signsImage(where, signed.signer(), env.GetPayload()) {
+		return nil, nil
+	}
+	return signed, nil
+}
+
+// bundleLayer reads a referrer's manifest and returns its one bundle
+// layer; nil (and no error) when it is refused, or passed over (not a
+// bundle, and not declared as one).
+func (v *verification) bundleLayer(ref name.Digest, where string, desc v1.Descriptor, declared bool) (*v1.Descriptor, error) {
 	if desc.Size > maxManifestSize {
 		v.refuse("%s: refused: its manifest is %d bytes, more than the %d read", where, desc.Size, maxManifestSize)
 		return nil, nil
@@ -653,7 +689,14 @@ func (v *verification) bundle(desc v1.Descriptor, declared bool) (*Signature, er
 		v.refuse("%s: refused: layer media type %q, want a Sigstore bundle", where, clip(string(layer.MediaType)))
 		return nil, nil
 	}
-	raw, err = v.blob(layer)
+	return &layer, nil
+}
+
+// readBundle reads the bundle in layer and returns it when it is a v0.3
+// bundle with a DSSE envelope of one in-toto signature; nil (and no
+// error) when it is refused.
+func (v *verification) readBundle(where string, layer v1.Descriptor) (*protobundle.Bundle, error) {
+	raw, err := v.blob(layer)
 	if err != nil {
 		if reason, ok := unusable(err); ok {
 			v.refuse("%s: refused: %s", where, reason)
@@ -687,48 +730,36 @@ func (v *verification) bundle(desc v1.Descriptor, declared bool) (*Signature, er
 		v.refuse("%s: refused: %d signatures in its envelope, want 1", where, n)
 		return nil, nil
 	}
-	signed := &Signature{Format: FormatSigstoreBundle, Ref: ref.String()}
-	if certified(&b) {
-		// The statement's subject is checked below, as for a key.
-		id, reason := v.verifyIdentity(&b, verify.WithoutArtifactUnsafe())
-		if id == nil {
-			v.refuse("%s: %s", where, reason)
-			return nil, nil
-		}
-		signed.Identity = id
-	} else {
-		key, ok := v.verifyWith(env.GetSignatures()[0].GetSig(), dsse.PAE(env.GetPayloadType(), env.GetPayload()))
-		if !ok {
-			v.refuse("%s%s", where, v.bundleSigner(&b))
-			return nil, nil
-		}
-		signed.KeyID = key.id
-	}
-	by := signed.signer()
+	return &b, nil
+}
+
+// signsImage says whether payload, verified as signed by by, is
+// cosign's signature statement of this image; if not, it says why.
+func (v *verification) signsImage(where, by string, payload []byte) bool {
 	var st intoto.Statement
-	if err := protojson.Unmarshal(env.GetPayload(), &st); err != nil {
+	if err := protojson.Unmarshal(payload, &st); err != nil {
 		v.refuse("%s by %s: refused: the signed payload is not an in-toto statement: %s", where, by, clip(err.Error()))
-		return nil, nil
+		return false
 	}
 	// Validate accepts statement types v1 (cosign sign) and v0.1 (cosign
 	// attest), and wants a digest in every subject.
 	if err := st.Validate(); err != nil {
 		v.refuse("%s by %s: refused: the signed statement: %s", where, by, clip(err.Error()))
-		return nil, nil
+		return false
 	}
 	if st.GetPredicateType() != cosignSignPredicateType {
 		// cosign verify accepts any statement about the image; an
 		// attestation (an SBOM, provenance) is not a signature of it.
 		v.refuse("%s by %s: refused: an attestation of type %q, not a signature (predicate %s)", where, by, clip(st.GetPredicateType()), cosignSignPredicateType)
-		return nil, nil
+		return false
 	}
 	for _, s := range st.GetSubject() {
 		if s.GetDigest()[v.digest.Algorithm] == v.digest.Hex {
-			return signed, nil
+			return true
 		}
 	}
 	v.refuse("%s by %s: refused: it signs %s, not this image (a signature copied from another image)", where, by, subjects(&st))
-	return nil, nil
+	return false
 }
 
 // bundleSigner says why a bundle's signature verified with no accepted
