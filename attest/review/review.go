@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/sigstore/sigstore/pkg/signature"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/attest/store"
@@ -165,21 +166,20 @@ const verifyWorkers = 8
 // order.
 func VerifyAll(ctx context.Context, b store.Backend, entries []store.Entry, v signature.Verifier, opts attest.VerifyOptions) []Result {
 	out := make([]Result, len(entries))
-	sem := make(chan struct{}, verifyWorkers)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(verifyWorkers)
 	for i, e := range entries {
 		out[i].Entry = e
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
+		g.Go(func() error {
 			ver, err := verifyOne(ctx, b, e, v, opts)
 			out[i].Verified = ver
 			if err != nil {
 				out[i].Error = err.Error()
 			}
+			return nil // each entry's error is its own
 		})
 	}
-	wg.Wait()
+	g.Wait()
 	return out
 }
 
@@ -296,12 +296,10 @@ func Report(ctx context.Context, b store.Backend, entries []store.Entry, v signa
 		}
 	}
 	pages := make([]attest.JobPage, len(runs))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, verifyWorkers)
+	var g errgroup.Group
+	g.SetLimit(verifyWorkers)
 	for i, e := range runs {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
+		g.Go(func() error {
 			pg := attest.JobPage{Tag: e.Tag, Ref: e.Ref}
 			if v != nil {
 				ver, err := verifyOne(ctx, b, e, v, attest.VerifyOptions{})
@@ -317,9 +315,10 @@ func Report(ctx context.Context, b store.Backend, entries []store.Entry, v signa
 				pg.Status = "SIGNATURE NOT CHECKED (give --key)"
 			}
 			pages[i] = pg
+			return nil // each page says its own error
 		})
 	}
-	wg.Wait()
+	g.Wait()
 	return attest.WritePullRequestHTML(out, title, pages)
 }
 

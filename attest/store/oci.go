@@ -24,6 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/hashicorp/go-retryablehttp"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/airlock-ci/airlock/attest"
 	"github.com/airlock-ci/airlock/attest/storeref"
@@ -695,33 +696,15 @@ func isStatus(err error, code int) bool {
 // parallel runs f on each item, listWorkers at a time, and returns the
 // first error.
 func parallel(ctx context.Context, items []string, f func(string) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	work := make(chan string)
-	errs := make(chan error, len(items))
-	var wg sync.WaitGroup
-	for range min(listWorkers, len(items)) {
-		wg.Go(func() {
-			for it := range work {
-				if err := f(it); err != nil {
-					errs <- err
-					cancel()
-				}
-			}
-		})
-	}
-feed:
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(listWorkers)
 	for _, it := range items {
-		select {
-		case work <- it:
-		case <-ctx.Done():
-			break feed
+		if ctx.Err() != nil {
+			break // one failed: the rest are not started
 		}
+		g.Go(func() error { return f(it) })
 	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	return <-errs
+	return g.Wait()
 }
 
 // sortEntries orders entries oldest first, then by tag.
