@@ -85,6 +85,7 @@ vet:
 # See BENCHMARKS.md.
 bench:
 	go test -timeout 30m -run XXX -bench WholeProcess -benchtime 7x ./cmd/airlock/
+	go test -timeout 30m -run XXX -bench ColdPath -benchtime 21x ./cmd/airlock/
 	go test -run XXX -bench 'ColdStart|IdleMemory|ContainerStep' -benchtime 20x ./gvisor/
 	go test -run XXX -bench ExecShim -benchtime 60x ./gvisor/
 	go test -run XXX -bench PlatformChoice -benchtime 2000x ./gvisor/
