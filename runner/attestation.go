@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/airlock-ci/airlock/attest"
+	"github.com/airlock-ci/airlock/attest/store"
 	"github.com/airlock-ci/airlock/attest/storeref"
 	"github.com/airlock-ci/airlock/internal/gitexec"
 )
@@ -42,6 +43,10 @@ type AttestConfig struct {
 	// Docker config.json with their credentials.
 	Stores    []storeref.Ref
 	StoreAuth string
+	// StoreSessions keeps the stores open from the commit's preparation
+	// while the job runs to the push after it (report.PrepareStores sets
+	// it); nil: the push opens them.
+	StoreSessions *store.Sessions
 
 	headWasImplicit bool     // no head given: the subject is the repository's HEAD
 	subjectNotes    []string // trouble resolving the subject, for the verdict

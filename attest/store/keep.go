@@ -31,6 +31,49 @@ type Keeper struct {
 	Stores  []storeref.Ref
 	Options Options
 	Dir     string
+	// Sessions, when set, keeps each store open across the Keeper's
+	// calls (Prepare while the job runs, then Keep); nil: each call
+	// opens its stores anew.
+	Sessions *Sessions
+}
+
+// Sessions keeps a job's stores open once opened, so that the commit's
+// preparation while the job runs and the push after it share their
+// connections and the registry's token: after the job, no ping and no
+// token exchange (two round trips to a registry across the internet),
+// and the empty blob is not looked for again. A registry's token that
+// expires meanwhile is fetched again on its 401 (go-containerregistry's
+// bearer transport).
+type Sessions struct {
+	mu     sync.Mutex
+	stores map[string]Backend
+}
+
+// open returns the store r names, opened once per Sessions.
+func (ss *Sessions) open(r storeref.Ref, o Options) (Backend, error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	key := r.String()
+	if b, ok := ss.stores[key]; ok {
+		return b, nil
+	}
+	b, err := Open(r, o)
+	if err != nil {
+		return nil, err
+	}
+	if ss.stores == nil {
+		ss.stores = map[string]Backend{}
+	}
+	ss.stores[key] = b
+	return b, nil
+}
+
+// open opens the store r names, through k.Sessions when set.
+func (k Keeper) open(r storeref.Ref) (Backend, error) {
+	if k.Sessions != nil {
+		return k.Sessions.open(r, k.Options)
+	}
+	return Open(r, k.Options)
 }
 
 // Bundle is one of a job's bundles on disk: its file's name in the
@@ -138,7 +181,7 @@ func (k Keeper) Prepare(ctx context.Context, repository, commit string) {
 	var wg sync.WaitGroup
 	for _, r := range k.Stores {
 		wg.Go(func() {
-			if b, err := Open(r, k.Options); err == nil {
+			if b, err := k.open(r); err == nil {
 				if p, ok := b.(commitPreparer); ok {
 					p.PrepareCommit(ctx, repository, commit)
 				}
@@ -156,7 +199,7 @@ func (k Keeper) push(ctx context.Context, p *pendingJob, stores []storeref.Ref, 
 	for i, r := range stores {
 		out[i] = Outcome{Store: r.Location(), Required: r.Required}
 		wg.Go(func() {
-			b, err := Open(r, k.Options)
+			b, err := k.open(r)
 			if err != nil {
 				out[i].Error = err.Error()
 				return

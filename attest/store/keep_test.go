@@ -485,3 +485,43 @@ func TestPrepare(t *testing.T) {
 		})
 	}
 }
+
+// A Keeper with Sessions opens each store once: the push after the job
+// reuses what the preparation opened (no second ping, no token
+// exchange, no second look for the empty blob); without Sessions, the
+// push opens the store anew.
+func TestSessionsShareTheStore(t *testing.T) {
+	key := newTestKey(t)
+	for _, tc := range []struct {
+		name     string
+		sessions *Sessions
+		reopens  bool // Keep pings the registry again
+	}{
+		{"with sessions", &Sessions{}, false},
+		{"without", nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := testregistry.InProcess(t, testregistry.Options{User: "airlock", Password: "s3cret-push-pass"})
+			dir := t.TempDir()
+			b, _ := jobOnDisk(t, dir, key, "job-0000000000e1", 10)
+			k := Keeper{Stores: []storeref.Ref{ociRef(t, s.Host)}, Options: fastOptions(s.AuthFile(t, "", "")), Dir: dir, Sessions: tc.sessions}
+			k.Prepare(context.Background(), b.Labels.Repository, b.Labels.Commit)
+			before := len(s.Requests())
+			if out := k.Keep(context.Background(), "job-0000000000e1", []Bundle{b}); len(Failed(out)) > 0 {
+				t.Fatalf("Keep: %+v", out)
+			}
+			pings, emptyLooks := 0, 0
+			for _, r := range s.Requests()[before:] {
+				switch {
+				case r.Path == "/v2/":
+					pings++
+				case strings.HasSuffix(r.Path, "/blobs/"+digestOf(emptyJSON)):
+					emptyLooks++
+				}
+			}
+			if (pings > 0) != tc.reopens || (!tc.reopens && emptyLooks != 0) {
+				t.Fatalf("Keep after Prepare: %d pings (a ping again: %v), %d looks for the empty blob", pings, tc.reopens, emptyLooks)
+			}
+		})
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -76,6 +77,9 @@ type ociStore struct {
 	o      Options
 	pusher *remote.Pusher
 	puller *remote.Puller
+	// emptyUp: this store value uploaded the empty blob already (a
+	// Sessions' store, prepared while the job ran).
+	emptyUp atomic.Bool
 }
 
 func openOCI(r storeref.Ref, o Options) (*ociStore, error) {
@@ -159,6 +163,7 @@ func (s *ociStore) Put(ctx context.Context, r Record) (Entry, error) {
 		if e, err = s.put(ctx, r); err == nil {
 			return e, nil
 		}
+		s.emptyUp.Store(false) // the next try looks for it again
 		if !transient(err) || attempt == s.o.Attempts-1 {
 			break
 		}
@@ -196,9 +201,13 @@ func (s *ociStore) PrepareCommit(ctx context.Context, repository, commit string)
 // manifest airlock writes) alone: small, there after the first job,
 // and never half-written beside a large upload on a full disk.
 func (s *ociStore) uploadEmpty(ctx context.Context) error {
+	if s.emptyUp.Load() {
+		return nil
+	}
 	if err := s.pusher.Upload(ctx, s.repo, static.NewLayer(emptyJSON, emptyMediaType)); err != nil {
 		return fmt.Errorf("upload the empty config: %w", err)
 	}
+	s.emptyUp.Store(true)
 	return nil
 }
 

@@ -26,7 +26,7 @@ func keep(ctx context.Context, res runner.Result, c *runner.AttestConfig, att *A
 		return nil
 	}
 	ctx = context.WithoutCancel(ctx) // a cancelled job's record is kept all the same
-	k := store.Keeper{Stores: c.Stores, Options: store.Options{AuthFile: c.StoreAuth}, Dir: c.Dir}
+	k := store.Keeper{Stores: c.Stores, Options: store.Options{AuthFile: c.StoreAuth}, Dir: c.Dir, Sessions: c.StoreSessions}
 	var bundles []store.Bundle
 	if run != nil && att.Bundle != "" {
 		l := labelsOf(res, c, run)
@@ -72,6 +72,7 @@ func keep(ctx context.Context, res runner.Result, c *runner.AttestConfig, att *A
 // (a head that is no commit id yet is left to Keep), and the sandbox
 // up: gvisor clears the process's environment while it creates one,
 // and the labels and the transport's proxy settings are read from it.
+// The stores stay open for the push after the job (c.StoreSessions).
 // stop gives what is not done yet a moment (it is usually one request
 // from done), then cancels it (Keep puts it) and waits.
 func PrepareStores(ctx context.Context, c *runner.AttestConfig) (stop func()) {
@@ -80,7 +81,9 @@ func PrepareStores(ctx context.Context, c *runner.AttestConfig) (stop func()) {
 	}
 	repository, commit := commitLabels(subjectOf(c, statementMeta(c)))
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	k := store.Keeper{Stores: c.Stores, Options: store.Options{AuthFile: c.StoreAuth}, Dir: c.Dir}
+	// The push after the job goes through the same connections.
+	c.StoreSessions = &store.Sessions{}
+	k := store.Keeper{Stores: c.Stores, Options: store.Options{AuthFile: c.StoreAuth}, Dir: c.Dir, Sessions: c.StoreSessions}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
