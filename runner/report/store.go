@@ -26,7 +26,7 @@ func keep(ctx context.Context, res runner.Result, c *runner.AttestConfig, att *A
 		return nil
 	}
 	ctx = context.WithoutCancel(ctx) // a cancelled job's record is kept all the same
-	k := store.Keeper{Stores: c.Stores, Options: store.Options{AuthFile: c.StoreAuth}, Dir: c.Dir, Sessions: c.StoreSessions}
+	k := keeperOf(c)
 	var bundles []store.Bundle
 	if run != nil && att.Bundle != "" {
 		l := labelsOf(res, c, run)
@@ -83,7 +83,7 @@ func PrepareStores(ctx context.Context, c *runner.AttestConfig) (stop func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	// The push after the job goes through the same connections.
 	c.StoreSessions = &store.Sessions{}
-	k := store.Keeper{Stores: c.Stores, Options: store.Options{AuthFile: c.StoreAuth}, Dir: c.Dir, Sessions: c.StoreSessions}
+	k := keeperOf(c)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -102,6 +102,12 @@ func PrepareStores(ctx context.Context, c *runner.AttestConfig) (stop func()) {
 // prepareGrace is how long the door waits, once the job is done, for a
 // preparation still under way, rather than start it again in Keep.
 const prepareGrace = time.Second
+
+// keeperOf keeps c's bundles in c's stores, through the sessions the
+// job's preparation opened (if any).
+func keeperOf(c *runner.AttestConfig) store.Keeper {
+	return store.Keeper{Stores: c.Stores, Options: store.Options{AuthFile: c.StoreAuth}, Dir: c.Dir, Sessions: c.StoreSessions}
+}
 
 // commitLabels are the Repository and Commit labels of a job whose
 // statement has subject s.
